@@ -1,0 +1,487 @@
+/*
+ * dsqwen.h - the public C API of libdsqwen.
+ *
+ * libdsqwen runs DeepSeek-R1-Distill-Qwen-1.5B (and other Qwen2-architecture
+ * checkpoints) from safetensors on NVIDIA GPUs, with a CPU backend as the
+ * portable reference.  This is the only public header; it is C99 and usable
+ * from C++ and through any C FFI (ctypes, cffi, cgo, Rust).
+ *
+ * Conventions that hold for every function below unless its comment says
+ * otherwise:
+ *
+ *  - Status: fallible calls return dsq_status.  DSQ_OK is 0; errors are negative
+ *    and their numeric values are fixed forever.  dsq_status_string() names
+ *    them.  A failing call also stores a message: per thread
+ *    (dsq_last_error_message()) and, for calls taking a context, per context
+ *    (dsq_ctx_last_error()).
+ *  - The library never prints, exits or aborts.  Diagnostics go to an optional
+ *    log callback (dsq_set_log_callback()).
+ *  - Ownership: objects returned through `**out` are owned by the caller and
+ *    released with the matching *_free(); every *_free(NULL) is a no-op.  On
+ *    failure `*out` is set to NULL and nothing is leaked.
+ *  - Params structs start with `uint32_t struct_size`.  Get one from the
+ *    matching *_default_params(), change fields, pass it in.  Fields are only
+ *    ever appended, so a binary built against an older header keeps working:
+ *    the library reads only the first struct_size bytes and uses defaults for
+ *    the rest.  A struct_size smaller than the first version of the struct, or
+ *    larger than this library knows, is DSQ_ERR_STRUCT_SIZE.
+ *  - Threads: a dsq_model is immutable after load and may be used by many
+ *    threads and contexts at once.  A dsq_ctx must be used by one thread at a
+ *    time (calls on different contexts may run concurrently).  A dsq_tokenizer
+ *    is immutable and thread-safe; a dsq_sampler and a dsq_detok_stream belong
+ *    to one thread at a time.
+ *  - CUDA: each context owns one CUDA stream, created by dsq_ctx_new(), and
+ *    all of its GPU work runs on that stream.  Calls that return results to
+ *    host memory (logits) synchronize that stream before returning; calls
+ *    asked for no logits do not wait for the GPU to finish.  The CPU backend
+ *    is synchronous.
+ */
+#ifndef DSQWEN_H
+#define DSQWEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(DSQ_BUILDING_LIBRARY)
+#define DSQ_API __declspec(dllexport)
+#elif defined(_WIN32)
+#define DSQ_API __declspec(dllimport)
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define DSQ_API __attribute__((visibility("default")))
+#else
+#define DSQ_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define DSQ_VERSION_MAJOR 0
+#define DSQ_VERSION_MINOR 1
+#define DSQ_VERSION_PATCH 0
+#define DSQ_VERSION_NUMBER \
+    (DSQ_VERSION_MAJOR * 10000 + DSQ_VERSION_MINOR * 100 + DSQ_VERSION_PATCH)
+
+/** "MAJOR.MINOR.PATCH" of the library actually loaded (not of this header).
+ *  Never fails; the string is static.  Thread-safe. */
+DSQ_API const char *dsq_version_string(void);
+
+/** DSQ_VERSION_NUMBER of the library actually loaded.  Thread-safe. */
+DSQ_API unsigned dsq_version_number(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes and errors                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum dsq_status {
+    DSQ_OK = 0,
+    DSQ_ERR_INVALID_ARG = -1,     /* NULL pointer, bad count, bad enum value  */
+    DSQ_ERR_STRUCT_SIZE = -2,     /* params struct_size unknown               */
+    DSQ_ERR_OUT_OF_MEMORY = -3,   /* host allocation failed                   */
+    DSQ_ERR_IO = -4,              /* open/read/mmap of a file failed          */
+    DSQ_ERR_FORMAT = -5,          /* malformed safetensors / JSON / tokenizer */
+    DSQ_ERR_CONFIG = -6,          /* config.json value missing or invalid     */
+    DSQ_ERR_UNSUPPORTED = -7,     /* valid but not supported (arch, option)   */
+    DSQ_ERR_MISSING_TENSOR = -8,  /* a tensor the config implies is absent    */
+    DSQ_ERR_SHAPE = -9,           /* tensor has the wrong shape               */
+    DSQ_ERR_DTYPE = -10,          /* tensor dtype not BF16/F16/F32            */
+    DSQ_ERR_TOKEN = -11,          /* token id out of range                    */
+    DSQ_ERR_SEQ = -12,            /* unknown / inactive / out-of-range seq id */
+    DSQ_ERR_CONTEXT_FULL = -13,   /* sequence would exceed max context        */
+    DSQ_ERR_KV_FULL = -14,        /* paged KV pool exhausted                  */
+    DSQ_ERR_BATCH = -15,          /* too many tokens/sequences for one call   */
+    DSQ_ERR_BUFFER_TOO_SMALL = -16, /* caller's output buffer too small       */
+    DSQ_ERR_NO_DEVICE = -17,      /* CUDA requested but no usable GPU         */
+    DSQ_ERR_DEVICE_OOM = -18,     /* GPU memory exhausted                     */
+    DSQ_ERR_DEVICE = -19,         /* any other CUDA / cuBLAS failure          */
+    DSQ_ERR_INTERNAL = -20        /* a bug in libdsqwen; please report        */
+} dsq_status;
+
+/** Static English name of a status ("DSQ_ERR_KV_FULL: KV cache is full").
+ *  Unknown values give "unknown status".  Never NULL.  Thread-safe. */
+DSQ_API const char *dsq_status_string(dsq_status status);
+
+/** Message of the last failing libdsqwen call made by this thread (or "" if
+ *  none).  Valid until the next libdsqwen call on this thread.  Thread-local,
+ *  so thread-safe. */
+DSQ_API const char *dsq_last_error_message(void);
+
+typedef enum dsq_log_level {
+    DSQ_LOG_ERROR = 0,
+    DSQ_LOG_WARN = 1,
+    DSQ_LOG_INFO = 2,
+    DSQ_LOG_DEBUG = 3
+} dsq_log_level;
+
+typedef void (*dsq_log_fn)(dsq_log_level level, const char *message, void *user);
+
+/** Install a process-wide log callback (NULL removes it).  Messages at or
+ *  below `max_level` are delivered; the callback may be called from any thread
+ *  that calls into the library and must be thread-safe itself.  Setting the
+ *  callback while other threads are inside the library is allowed (the swap is
+ *  atomic) but a message already being delivered may reach the old one. */
+DSQ_API void dsq_set_log_callback(dsq_log_fn fn, void *user, dsq_log_level max_level);
+
+/* ------------------------------------------------------------------------ */
+/* Enumerations used in params                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum dsq_backend {
+    DSQ_BACKEND_AUTO = 0, /* CUDA if built in and a GPU is usable, else CPU */
+    DSQ_BACKEND_CPU = 1,
+    DSQ_BACKEND_CUDA = 2
+} dsq_backend;
+
+typedef enum dsq_kv_layout {
+    DSQ_KV_STATIC = 0, /* one contiguous slot of max_context per sequence   */
+    DSQ_KV_PAGED = 1   /* shared pool of fixed-size blocks + block tables    */
+} dsq_kv_layout;
+
+typedef enum dsq_kv_dtype {
+    DSQ_KV_F16 = 0,  /* IEEE half                                           */
+    DSQ_KV_INT8 = 1, /* symmetric int8, one fp32 scale per (token, KV head)  */
+    DSQ_KV_F32 = 2   /* CPU backend only: exact reference storage           */
+} dsq_kv_dtype;
+
+/* ------------------------------------------------------------------------ */
+/* Model                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dsq_model dsq_model;
+
+typedef struct dsq_model_params {
+    uint32_t struct_size;  /* sizeof(dsq_model_params)                      */
+    int32_t backend;       /* dsq_backend; default DSQ_BACKEND_AUTO          */
+    int32_t device;        /* CUDA device index; default 0                   */
+    int32_t n_threads;     /* CPU threads for load-time work; 0 = all cores  */
+    int32_t load_tokenizer; /* 1 (default): load tokenizer.json if present   */
+} dsq_model_params;
+
+/** Defaults for dsq_model_params (struct_size filled in).  Thread-safe. */
+DSQ_API dsq_model_params dsq_model_default_params(void);
+
+/** Load a model.
+ *
+ *  `path` is either a directory holding `config.json` and `model.safetensors`
+ *  (or `model.safetensors.index.json` with its shards), or a `.safetensors`
+ *  file with `config.json` in the same directory.  `params` may be NULL for
+ *  defaults.  The safetensors files are memory-mapped and fully validated
+ *  (header, dtypes, offsets, shapes against the config) before any use.
+ *  With the CUDA backend the weights are copied to the GPU once and the
+ *  mapping is dropped.
+ *
+ *  Returns DSQ_OK and a new model in *out, or: DSQ_ERR_INVALID_ARG (NULL path
+ *  or out), DSQ_ERR_STRUCT_SIZE, DSQ_ERR_IO, DSQ_ERR_FORMAT, DSQ_ERR_CONFIG,
+ *  DSQ_ERR_UNSUPPORTED, DSQ_ERR_MISSING_TENSOR, DSQ_ERR_SHAPE, DSQ_ERR_DTYPE,
+ *  DSQ_ERR_OUT_OF_MEMORY, DSQ_ERR_NO_DEVICE, DSQ_ERR_DEVICE_OOM,
+ *  DSQ_ERR_DEVICE.  Thread-safe (loads may run concurrently).  Synchronous. */
+DSQ_API dsq_status dsq_model_load(const char *path, const dsq_model_params *params,
+                                  dsq_model **out);
+
+/** Free a model.  All contexts created from it must be freed first.  NULL is
+ *  a no-op.  Not thread-safe with respect to other uses of the same model. */
+DSQ_API void dsq_model_free(dsq_model *model);
+
+typedef struct dsq_model_info {
+    uint32_t struct_size;      /* caller sets sizeof(dsq_model_info)          */
+    int32_t backend;           /* dsq_backend actually in use (CPU or CUDA)   */
+    int32_t n_vocab;           /* rows of the embedding / logits width        */
+    int32_t n_embd;            /* hidden size                                 */
+    int32_t n_layers;
+    int32_t n_heads;           /* query heads                                 */
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t n_ff;              /* MLP intermediate size                       */
+    int32_t max_context;       /* max_position_embeddings                     */
+    int32_t tie_embeddings;    /* 1 if lm_head shares the embedding table     */
+    float rope_theta;
+    float rms_norm_eps;
+    int64_t n_params;          /* parameters in the checkpoint                */
+    int64_t weight_bytes;      /* bytes of weights as stored in the files     */
+    int64_t device_bytes;      /* GPU memory held by the model (0 on CPU)     */
+    int32_t bos_token;         /* from config.json, -1 if absent              */
+    int32_t eos_token;         /* from config.json, -1 if absent              */
+} dsq_model_info;
+
+/** Fill `info` (whose struct_size the caller sets; fields past it are left
+ *  untouched).  DSQ_ERR_INVALID_ARG on NULL, DSQ_ERR_STRUCT_SIZE.
+ *  Thread-safe. */
+DSQ_API dsq_status dsq_model_get_info(const dsq_model *model, dsq_model_info *info);
+
+/* ------------------------------------------------------------------------ */
+/* Context: KV cache, scratch, threads, CUDA stream                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dsq_ctx dsq_ctx;
+
+typedef struct dsq_ctx_params {
+    uint32_t struct_size;   /* sizeof(dsq_ctx_params)                         */
+    int32_t max_seqs;       /* sequence ids are 0..max_seqs-1; default 1      */
+    int32_t max_context;    /* tokens per sequence; default min(4096, model)  */
+    int32_t max_batch_tokens; /* most tokens one prefill chunk or decode step
+                                 processes at once; longer prompts are split
+                                 internally; default 512                      */
+    int32_t kv_layout;      /* dsq_kv_layout; default DSQ_KV_STATIC           */
+    int32_t kv_dtype;       /* dsq_kv_dtype; default DSQ_KV_F16 on CUDA;
+                               the CPU backend stores F32 whatever is asked
+                               unless the value is unsupported there          */
+    int32_t kv_block_size;  /* paged: tokens per block; default 16            */
+    int64_t kv_pool_tokens; /* paged: pool size in tokens; 0 = use budget     */
+    int64_t kv_budget_bytes;/* paged: pool size in bytes when kv_pool_tokens
+                               is 0; 0 = max_seqs * max_context tokens        */
+    int32_t n_threads;      /* CPU backend worker threads; 0 = all cores      */
+} dsq_ctx_params;
+
+/** Defaults for dsq_ctx_params (struct_size filled in).  Thread-safe. */
+DSQ_API dsq_ctx_params dsq_ctx_default_params(void);
+
+/** Create a context on `model`: allocates the KV cache and all scratch
+ *  memory up front (no allocation happens later in prefill or decode), starts
+ *  the worker threads (CPU) or creates the CUDA stream and library handles.
+ *  `params` may be NULL for defaults.
+ *
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL model/out, non-positive
+ *  sizes, max_context above the model's), DSQ_ERR_STRUCT_SIZE,
+ *  DSQ_ERR_UNSUPPORTED (layout or dtype this backend lacks, with a message),
+ *  DSQ_ERR_OUT_OF_MEMORY, DSQ_ERR_DEVICE_OOM, DSQ_ERR_DEVICE.  Thread-safe. */
+DSQ_API dsq_status dsq_ctx_new(dsq_model *model, const dsq_ctx_params *params,
+                               dsq_ctx **out);
+
+/** Free a context, its cache and threads.  NULL is a no-op.  Synchronizes
+ *  the context's stream first. */
+DSQ_API void dsq_ctx_free(dsq_ctx *ctx);
+
+/** Message of the last failing call on this context ("" if none).  Valid
+ *  until the next call on the context. */
+DSQ_API const char *dsq_ctx_last_error(const dsq_ctx *ctx);
+
+typedef struct dsq_ctx_info {
+    uint32_t struct_size;     /* caller sets sizeof(dsq_ctx_info)             */
+    int32_t backend;          /* dsq_backend in use                           */
+    int32_t kv_layout;
+    int32_t kv_dtype;         /* storage actually used                        */
+    int32_t max_seqs;
+    int32_t max_context;
+    int32_t max_batch_tokens;
+    int32_t kv_block_size;    /* 0 for static                                 */
+    int64_t kv_bytes_per_token; /* all layers, K and V (and scales)           */
+    int64_t kv_capacity_tokens; /* tokens the cache can hold in all           */
+    int64_t kv_free_tokens;   /* paged: tokens still free in the pool         */
+    int64_t kv_bytes;         /* memory held by the KV cache                  */
+    int64_t scratch_bytes;    /* other memory held by the context             */
+    int32_t n_threads;        /* CPU worker threads (0 on CUDA)               */
+    int32_t n_active_seqs;
+} dsq_ctx_info;
+
+/** Fill `info` (caller sets struct_size).  DSQ_ERR_INVALID_ARG,
+ *  DSQ_ERR_STRUCT_SIZE.  Same thread rule as the context. */
+DSQ_API dsq_status dsq_ctx_get_info(const dsq_ctx *ctx, dsq_ctx_info *info);
+
+/* ------------------------------------------------------------------------ */
+/* Inference                                                                */
+/* ------------------------------------------------------------------------ */
+
+/** dsq_prefill flags. */
+#define DSQ_LOGITS_LAST 0u /* logits of the last prompt token only: [n_vocab] */
+#define DSQ_LOGITS_ALL 1u  /* logits of every prompt token: [n_tokens][n_vocab] */
+
+/** Append `n_tokens` tokens to sequence `seq` (0 <= seq < max_seqs) and run
+ *  them through the model as one prompt (matrix-matrix work, split into
+ *  chunks of max_batch_tokens).  A sequence that holds no tokens starts at
+ *  position 0; one that already holds tokens is extended (multi-turn chat).
+ *
+ *  `logits`: host buffer of n_vocab floats (DSQ_LOGITS_LAST) or
+ *  n_tokens * n_vocab floats (DSQ_LOGITS_ALL), row-major, or NULL to skip the
+ *  output head.  On CUDA, returns after the logits are copied (synchronizes
+ *  the context's stream); with logits NULL it does not wait for the GPU.
+ *
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx/tokens, n_tokens <= 0,
+ *  unknown flags), DSQ_ERR_SEQ, DSQ_ERR_TOKEN (an id outside 0..n_vocab-1),
+ *  DSQ_ERR_CONTEXT_FULL (length would exceed max_context), DSQ_ERR_KV_FULL
+ *  (paged pool exhausted), DSQ_ERR_DEVICE.  On any error the sequence is left
+ *  exactly as it was before the call (its cache length does not change) and
+ *  every other sequence is untouched. */
+DSQ_API dsq_status dsq_prefill(dsq_ctx *ctx, int32_t seq, const int32_t *tokens,
+                               int32_t n_tokens, uint32_t flags, float *logits);
+
+/** One decode step for a batch of independent sequences: token tokens[i] is
+ *  appended to sequence seqs[i] (which must already hold at least one token,
+ *  from dsq_prefill; an empty or removed sequence is DSQ_ERR_SEQ) and its next-token logits are written to
+ *  logits[i * n_vocab .. ]; logits may be NULL.  Sequence ids in one call must
+ *  be distinct; n_seqs may not exceed max_batch_tokens.
+ *
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULLs, n_seqs <= 0, a repeated
+ *  seq id), DSQ_ERR_BATCH, DSQ_ERR_SEQ, DSQ_ERR_TOKEN, DSQ_ERR_CONTEXT_FULL,
+ *  DSQ_ERR_KV_FULL, DSQ_ERR_DEVICE.  On error no sequence changes.
+ *  On CUDA it performs no host allocation and synchronizes only to copy the
+ *  logits out. */
+DSQ_API dsq_status dsq_decode_step(dsq_ctx *ctx, int32_t n_seqs, const int32_t *seqs,
+                                   const int32_t *tokens, float *logits);
+
+/** Drop sequence `seq`: its cache is released (paged blocks return to the
+ *  pool) and the id may be reused for a new sequence.  Removing an empty
+ *  sequence is allowed.  DSQ_ERR_INVALID_ARG, DSQ_ERR_SEQ (id out of range). */
+DSQ_API dsq_status dsq_seq_remove(dsq_ctx *ctx, int32_t seq);
+
+/** Number of tokens held for `seq` in *n_out.  DSQ_ERR_INVALID_ARG,
+ *  DSQ_ERR_SEQ. */
+DSQ_API dsq_status dsq_seq_length(const dsq_ctx *ctx, int32_t seq, int32_t *n_out);
+
+/* ------------------------------------------------------------------------ */
+/* Tokenizer (byte-level BPE from tokenizer.json)                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dsq_tokenizer dsq_tokenizer;
+
+/** Load a tokenizer from `path`: a tokenizer.json file or a directory holding
+ *  one (tokenizer_config.json beside it is read if present).
+ *  DSQ_ERR_INVALID_ARG, DSQ_ERR_IO, DSQ_ERR_FORMAT, DSQ_ERR_UNSUPPORTED
+ *  (a model/normalizer/pre-tokenizer type other than Qwen2's byte-level BPE),
+ *  DSQ_ERR_OUT_OF_MEMORY.  The tokenizer is immutable and thread-safe. */
+DSQ_API dsq_status dsq_tokenizer_load(const char *path, dsq_tokenizer **out);
+
+/** Free a tokenizer loaded with dsq_tokenizer_load().  NULL is a no-op.
+ *  Do not free the one borrowed from dsq_model_tokenizer(). */
+DSQ_API void dsq_tokenizer_free(dsq_tokenizer *tok);
+
+/** The tokenizer loaded together with `model` (NULL if the model directory had
+ *  no tokenizer.json or load_tokenizer was 0).  Borrowed: valid as long as the
+ *  model.  Thread-safe. */
+DSQ_API const dsq_tokenizer *dsq_model_tokenizer(const dsq_model *model);
+
+/** dsq_tokenize flags. */
+#define DSQ_TOKENIZE_ADD_SPECIAL 1u   /* add BOS as the post-processor says    */
+#define DSQ_TOKENIZE_PLAIN_SPECIAL 2u /* treat special-token text as plain text */
+
+/** Encode UTF-8 `text` of `len` bytes.  Writes up to `cap` ids to `tokens`
+ *  and the number needed to *n_out (always set).  If *n_out > cap the call
+ *  returns DSQ_ERR_BUFFER_TOO_SMALL and the caller retries with a larger
+ *  buffer (tokens may be NULL with cap 0 to query).  Invalid UTF-8 bytes are
+ *  encoded as their byte-level tokens, as Hugging Face tokenizers do after
+ *  lossy conversion: each invalid byte becomes U+FFFD first.
+ *  DSQ_ERR_INVALID_ARG.  Thread-safe. */
+DSQ_API dsq_status dsq_tokenize(const dsq_tokenizer *tok, const char *text, size_t len,
+                                uint32_t flags, int32_t *tokens, size_t cap, size_t *n_out);
+
+/** Decode ids to UTF-8 bytes (special tokens included as their text unless
+ *  `skip_special`).  Writes up to `cap` bytes plus a terminating NUL if room,
+ *  and the byte length (without NUL) to *len_out.  Byte sequences that are
+ *  not valid UTF-8 are emitted as-is.  DSQ_ERR_TOKEN for ids out of range,
+ *  DSQ_ERR_BUFFER_TOO_SMALL if len+1 > cap.  Thread-safe. */
+DSQ_API dsq_status dsq_detokenize(const dsq_tokenizer *tok, const int32_t *tokens, size_t n,
+                                  int skip_special, char *text, size_t cap, size_t *len_out);
+
+/** Number of ids the tokenizer knows (vocab plus added tokens; ids in
+ *  0..n-1 that have no token are reported invalid by dsq_token_text). */
+DSQ_API int32_t dsq_tokenizer_n_tokens(const dsq_tokenizer *tok);
+
+/** Id of the token whose text is exactly `text` (vocab entry in byte-level
+ *  form, or an added token's content), or -1.  Thread-safe. */
+DSQ_API int32_t dsq_tokenizer_token_id(const dsq_tokenizer *tok, const char *text);
+
+/** The raw stored text of token `id` (byte-level form for vocab tokens), or
+ *  NULL if the id has no token.  Borrowed from the tokenizer. */
+DSQ_API const char *dsq_token_text(const dsq_tokenizer *tok, int32_t id);
+
+/** 1 if `id` is an added special token (e.g. <｜end▁of▁sentence｜>), else 0. */
+DSQ_API int dsq_token_is_special(const dsq_tokenizer *tok, int32_t id);
+
+/** BOS / EOS ids from tokenizer_config.json / the post-processor, or -1. */
+DSQ_API int32_t dsq_tokenizer_bos(const dsq_tokenizer *tok);
+DSQ_API int32_t dsq_tokenizer_eos(const dsq_tokenizer *tok);
+
+/** Streaming decoder: feed ids one at a time, get back only complete UTF-8
+ *  (a token can end in the middle of a character; its bytes are held until
+ *  the character completes).  One thread at a time. */
+typedef struct dsq_detok_stream dsq_detok_stream;
+
+/** DSQ_ERR_INVALID_ARG, DSQ_ERR_OUT_OF_MEMORY.  The tokenizer must outlive
+ *  the stream. */
+DSQ_API dsq_status dsq_detok_stream_new(const dsq_tokenizer *tok, int skip_special,
+                                        dsq_detok_stream **out);
+DSQ_API void dsq_detok_stream_free(dsq_detok_stream *s);
+
+/** Push one id; writes the newly completed text (possibly empty) to `text`
+ *  (NUL-terminated) and its length to *len_out.  A buffer of 64 bytes plus the
+ *  longest token is always enough.  DSQ_ERR_TOKEN, DSQ_ERR_BUFFER_TOO_SMALL
+ *  (state unchanged). */
+DSQ_API dsq_status dsq_detok_stream_push(dsq_detok_stream *s, int32_t token, char *text,
+                                         size_t cap, size_t *len_out);
+
+/** Emit what is still held (incomplete UTF-8 as U+FFFD) and reset. */
+DSQ_API dsq_status dsq_detok_stream_flush(dsq_detok_stream *s, char *text, size_t cap,
+                                          size_t *len_out);
+
+/* ------------------------------------------------------------------------ */
+/* Chat format (DeepSeek-R1-Distill)                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef enum dsq_role {
+    DSQ_ROLE_SYSTEM = 0,
+    DSQ_ROLE_USER = 1,
+    DSQ_ROLE_ASSISTANT = 2
+} dsq_role;
+
+typedef struct dsq_chat_message {
+    int32_t role;        /* dsq_role */
+    const char *content; /* UTF-8, NUL-terminated */
+} dsq_chat_message;
+
+/** Render a conversation in the R1-Distill chat format:
+ *  "<｜begin▁of▁sentence｜>" + system texts + for each turn "<｜User｜>" + text
+ *  or "<｜Assistant｜>" + text (only what follows "</think>") +
+ *  "<｜end▁of▁sentence｜>", and when `add_generation_prompt`,
+ *  "<｜Assistant｜><think>\n".  Output NUL-terminated in `text`; byte length in
+ *  *len_out; DSQ_ERR_BUFFER_TOO_SMALL if it does not fit (len_out still set).
+ *  DSQ_ERR_INVALID_ARG for NULLs or a bad role.  Thread-safe. */
+DSQ_API dsq_status dsq_chat_format(const dsq_chat_message *msgs, size_t n_msgs,
+                                   int add_generation_prompt, char *text, size_t cap,
+                                   size_t *len_out);
+
+/* ------------------------------------------------------------------------ */
+/* Sampling                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dsq_sampler dsq_sampler;
+
+typedef struct dsq_sampler_params {
+    uint32_t struct_size;       /* sizeof(dsq_sampler_params)                 */
+    float temperature;          /* <= 0: greedy; default 0.6                  */
+    int32_t top_k;              /* 0: off; default 0                          */
+    float top_p;                /* 1: off; default 0.95                       */
+    float min_p;                /* 0: off; default 0                          */
+    float repetition_penalty;   /* 1: off; default 1                          */
+    int32_t penalty_last_n;     /* window for the penalty; default 64         */
+    uint64_t seed;              /* default 0x5eed                             */
+    int32_t n_vocab_valid;      /* ids >= this are never sampled (padding
+                                   rows); 0 = all                             */
+} dsq_sampler_params;
+
+DSQ_API dsq_sampler_params dsq_sampler_default_params(void);
+
+/** DSQ_ERR_INVALID_ARG (NaN or negative values, top_p outside (0,1]),
+ *  DSQ_ERR_STRUCT_SIZE, DSQ_ERR_OUT_OF_MEMORY. */
+DSQ_API dsq_status dsq_sampler_new(const dsq_sampler_params *params, dsq_sampler **out);
+DSQ_API void dsq_sampler_free(dsq_sampler *s);
+
+/** Draw one token from host `logits[n_vocab]` (not modified) and record it
+ *  for the repetition penalty.  DSQ_ERR_INVALID_ARG.  One thread at a time. */
+DSQ_API dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_vocab,
+                                      int32_t *token_out);
+
+/** Record tokens (e.g. the prompt) for the repetition penalty without
+ *  sampling. */
+DSQ_API dsq_status dsq_sampler_accept(dsq_sampler *s, const int32_t *tokens, size_t n);
+
+/** Forget history and re-seed with `seed`. */
+DSQ_API void dsq_sampler_reset(dsq_sampler *s, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSQWEN_H */

@@ -1,0 +1,555 @@
+/* api.c - the public entry points: argument checks, params, sequence
+ * bookkeeping and batching; the numeric work is dispatched to a backend. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* First released sizes of the params/info structs (ABI floor). */
+#define MODEL_PARAMS_V1 sizeof(dsq_model_params)
+#define CTX_PARAMS_V1 sizeof(dsq_ctx_params)
+#define MODEL_INFO_V1 sizeof(dsq_model_info)
+#define CTX_INFO_V1 sizeof(dsq_ctx_info)
+
+/* ---- model ----------------------------------------------------------------- */
+
+dsq_model_params dsq_model_default_params(void)
+{
+    dsq_model_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.backend = DSQ_BACKEND_AUTO;
+    p.device = 0;
+    p.n_threads = 0;
+    p.load_tokenizer = 1;
+    return p;
+}
+
+static const dsq_backend_ops *pick_backend(int32_t want, dsq_status *st)
+{
+    *st = DSQ_OK;
+    switch (want) {
+    case DSQ_BACKEND_CPU: return &dsq_cpu_backend;
+    case DSQ_BACKEND_CUDA:
+#ifdef DSQ_HAVE_CUDA
+        if (dsq_cuda_available())
+            return &dsq_cuda_backend;
+        *st = dsq_fail(DSQ_ERR_NO_DEVICE, "backend CUDA requested but no usable CUDA device was found");
+#else
+        *st = dsq_fail(DSQ_ERR_NO_DEVICE, "backend CUDA requested but this libdsqwen was built without CUDA");
+#endif
+        return NULL;
+    case DSQ_BACKEND_AUTO:
+#ifdef DSQ_HAVE_CUDA
+        if (dsq_cuda_available())
+            return &dsq_cuda_backend;
+#endif
+        return &dsq_cpu_backend;
+    default:
+        *st = dsq_fail(DSQ_ERR_INVALID_ARG, "params.backend = %d is not a dsq_backend value", (int)want);
+        return NULL;
+    }
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t ls = strlen(s), lx = strlen(suffix);
+    return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
+}
+
+dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_model **out)
+{
+    dsq_clear_error();
+    if (out)
+        *out = NULL;
+    if (!path || !out)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_load: path and out must not be NULL");
+    dsq_model_params p = dsq_model_default_params();
+    dsq_status st = dsq_copy_params(&p, sizeof p, params, MODEL_PARAMS_V1, "dsq_model_params");
+    if (st != DSQ_OK)
+        return st;
+    const dsq_backend_ops *ops = pick_backend(p.backend, &st);
+    if (!ops)
+        return st;
+
+    dsq_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the model handle");
+
+    char *cfg_path = NULL;
+    if (dsq_is_dir(path)) {
+        m->dir = strdup(path);
+    } else if (ends_with(path, ".safetensors")) {
+        const char *slash = strrchr(path, '/');
+        m->dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+        if (m->dir && m->dir[0] == '\0') {
+            free(m->dir);
+            m->dir = strdup("/");
+        }
+    } else if (dsq_file_exists(path)) {
+        st = dsq_fail(DSQ_ERR_INVALID_ARG,
+                      "'%s' is neither a model directory nor a .safetensors file", path);
+        goto fail;
+    } else {
+        st = dsq_fail(DSQ_ERR_IO, "model path '%s' does not exist", path);
+        goto fail;
+    }
+    if (!m->dir || !(cfg_path = dsq_path_join(m->dir, "config.json"))) {
+        st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for paths");
+        goto fail;
+    }
+    st = dsq_config_load(cfg_path, &m->cfg);
+    if (st != DSQ_OK)
+        goto fail;
+    st = dsq_is_dir(path) ? dsq_st_open_dir(path, &m->st) : dsq_st_open_file(path, &m->st);
+    if (st != DSQ_OK)
+        goto fail;
+    st = dsq_weights_bind(m->st, &m->cfg, &m->w);
+    if (st != DSQ_OK)
+        goto fail;
+    st = ops->model_load(m, &p);
+    if (st != DSQ_OK)
+        goto fail;
+    m->ops = ops; /* from here on dsq_model_free releases backend state */
+    if (p.load_tokenizer) {
+        char *tok_path = dsq_path_join(m->dir, "tokenizer.json");
+        if (!tok_path) {
+            st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for paths");
+            goto fail;
+        }
+        if (dsq_file_exists(tok_path))
+            st = dsq_tokenizer_load(tok_path, &m->tokenizer);
+        free(tok_path);
+        if (st != DSQ_OK)
+            goto fail;
+    }
+    free(cfg_path);
+    *out = m;
+    return DSQ_OK;
+
+fail:
+    free(cfg_path);
+    dsq_model_free(m);
+    return st;
+}
+
+void dsq_model_free(dsq_model *m)
+{
+    if (!m)
+        return;
+    if (m->ops && m->ops->model_free)
+        m->ops->model_free(m);
+    dsq_tokenizer_free(m->tokenizer);
+    dsq_weights_release(&m->w);
+    dsq_st_close(m->st);
+    free(m->dir);
+    free(m);
+}
+
+const dsq_tokenizer *dsq_model_tokenizer(const dsq_model *m) { return m ? m->tokenizer : NULL; }
+
+dsq_status dsq_model_get_info(const dsq_model *m, dsq_model_info *info)
+{
+    dsq_clear_error();
+    if (!m || !info)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_get_info: NULL argument");
+    uint32_t want = info->struct_size;
+    if (want < MODEL_INFO_V1 || want > sizeof(dsq_model_info))
+        return dsq_fail(DSQ_ERR_STRUCT_SIZE, "dsq_model_info.struct_size is %u; expected %zu",
+                        want, sizeof(dsq_model_info));
+    dsq_model_info v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = want;
+    v.backend = m->ops->kind;
+    v.n_vocab = m->cfg.n_vocab;
+    v.n_embd = m->cfg.n_embd;
+    v.n_layers = m->cfg.n_layers;
+    v.n_heads = m->cfg.n_heads;
+    v.n_kv_heads = m->cfg.n_kv_heads;
+    v.head_dim = m->cfg.head_dim;
+    v.n_ff = m->cfg.n_ff;
+    v.max_context = m->cfg.max_pos;
+    v.tie_embeddings = m->cfg.tie_embeddings;
+    v.rope_theta = m->cfg.rope_theta;
+    v.rms_norm_eps = m->cfg.rms_eps;
+    v.n_params = m->w.n_params;
+    v.weight_bytes = m->w.n_bytes;
+    v.device_bytes = m->device_bytes;
+    v.bos_token = m->cfg.bos_token;
+    v.eos_token = m->cfg.eos_token;
+    memcpy(info, &v, want);
+    return DSQ_OK;
+}
+
+/* ---- context --------------------------------------------------------------- */
+
+dsq_ctx_params dsq_ctx_default_params(void)
+{
+    dsq_ctx_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.max_seqs = 1;
+    p.max_context = 0; /* resolved to min(4096, model max) */
+    p.max_batch_tokens = 512;
+    p.kv_layout = DSQ_KV_STATIC;
+    p.kv_dtype = DSQ_KV_F16;
+    p.kv_block_size = 16;
+    p.kv_pool_tokens = 0;
+    p.kv_budget_bytes = 0;
+    p.n_threads = 0;
+    return p;
+}
+
+static dsq_status ctx_status(const dsq_ctx *c, dsq_status st)
+{
+    if (st != DSQ_OK && c)
+        strncpy(((dsq_ctx *)c)->last_error, dsq_last_error_message(), sizeof c->last_error - 1);
+    return st;
+}
+
+const char *dsq_ctx_last_error(const dsq_ctx *c) { return c ? c->last_error : ""; }
+
+static int64_t kv_elem_bytes(int32_t dtype)
+{
+    return dtype == DSQ_KV_F32 ? 4 : dtype == DSQ_KV_INT8 ? 1 : 2;
+}
+
+dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out)
+{
+    dsq_clear_error();
+    if (out)
+        *out = NULL;
+    if (!m || !out)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_new: model and out must not be NULL");
+    dsq_ctx_params p = dsq_ctx_default_params();
+    dsq_status st = dsq_copy_params(&p, sizeof p, params, CTX_PARAMS_V1, "dsq_ctx_params");
+    if (st != DSQ_OK)
+        return st;
+    if (p.max_context == 0)
+        p.max_context = m->cfg.max_pos < 4096 ? m->cfg.max_pos : 4096;
+    if (p.max_seqs < 1)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.max_seqs must be >= 1 (got %d)", p.max_seqs);
+    if (p.max_context < 1 || p.max_context > m->cfg.max_pos)
+        return dsq_fail(DSQ_ERR_INVALID_ARG,
+                        "dsq_ctx_params.max_context must be in 1..%d (the model's "
+                        "max_position_embeddings); got %d", m->cfg.max_pos, p.max_context);
+    if (p.max_batch_tokens < 1)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.max_batch_tokens must be >= 1");
+    if (p.kv_layout != DSQ_KV_STATIC && p.kv_layout != DSQ_KV_PAGED)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.kv_layout = %d is not a dsq_kv_layout", p.kv_layout);
+    if (p.kv_dtype != DSQ_KV_F16 && p.kv_dtype != DSQ_KV_INT8 && p.kv_dtype != DSQ_KV_F32)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.kv_dtype = %d is not a dsq_kv_dtype", p.kv_dtype);
+    if (p.n_threads < 0)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.n_threads must be >= 0");
+    if (p.n_threads == 0)
+        p.n_threads = dsq_n_cores();
+    if (p.kv_layout == DSQ_KV_PAGED) {
+        if (p.kv_block_size < 1 || p.kv_block_size > 4096)
+            return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.kv_block_size must be in 1..4096");
+        if (p.kv_pool_tokens < 0 || p.kv_budget_bytes < 0)
+            return dsq_fail(DSQ_ERR_INVALID_ARG, "KV pool size must not be negative");
+    } else {
+        p.kv_block_size = 0;
+    }
+
+    dsq_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the context");
+    c->model = m;
+    c->p = p;
+    const dsq_config *cfg = &m->cfg;
+    /* Storage bytes per token as asked; a backend that stores another dtype
+     * recomputes it in ctx_init. */
+    c->kv_bytes_per_token = (int64_t)cfg->n_layers * 2 * cfg->n_kv_heads *
+                            (cfg->head_dim * kv_elem_bytes(p.kv_dtype) +
+                             (p.kv_dtype == DSQ_KV_INT8 ? 4 : 0));
+    int32_t nb = p.max_batch_tokens;
+    size_t nseq_alloc = (size_t)(p.max_seqs > nb ? p.max_seqs : nb) + 1;
+    c->seq_len = calloc((size_t)p.max_seqs, sizeof(int32_t));
+    c->b_tokens = malloc((size_t)nb * sizeof(int32_t));
+    c->b_pos = malloc((size_t)nb * sizeof(int32_t));
+    c->b_tok_seq = malloc((size_t)nb * sizeof(int32_t));
+    c->b_logit_rows = malloc((size_t)nb * sizeof(int32_t));
+    c->b_seq_ids = malloc(nseq_alloc * sizeof(int32_t));
+    c->b_seq_start = malloc(nseq_alloc * sizeof(int32_t));
+    c->b_seq_pos0 = malloc(nseq_alloc * sizeof(int32_t));
+    c->b_new_len = malloc(nseq_alloc * sizeof(int32_t));
+    if (!c->seq_len || !c->b_tokens || !c->b_pos || !c->b_tok_seq || !c->b_logit_rows ||
+        !c->b_seq_ids || !c->b_seq_start || !c->b_seq_pos0 || !c->b_new_len) {
+        st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for context bookkeeping");
+        goto fail;
+    }
+    if (p.kv_layout == DSQ_KV_PAGED) {
+        int64_t tokens = p.kv_pool_tokens;
+        if (tokens == 0 && p.kv_budget_bytes > 0)
+            tokens = p.kv_budget_bytes / c->kv_bytes_per_token;
+        if (tokens == 0)
+            tokens = (int64_t)p.max_seqs * p.max_context;
+        int64_t blocks = tokens / p.kv_block_size;
+        if (blocks < 1) {
+            st = dsq_fail(DSQ_ERR_INVALID_ARG,
+                          "KV pool of %lld tokens holds no block of %d tokens",
+                          (long long)tokens, p.kv_block_size);
+            goto fail;
+        }
+        if (blocks > INT32_MAX) {
+            st = dsq_fail(DSQ_ERR_INVALID_ARG, "KV pool too large");
+            goto fail;
+        }
+        c->p.kv_pool_tokens = blocks * p.kv_block_size;
+        st = dsq_kv_pages_init(&c->pages, p.max_seqs, p.max_context, p.kv_block_size, (int32_t)blocks);
+        if (st != DSQ_OK)
+            goto fail;
+    }
+    st = m->ops->ctx_init(c);
+    if (st != DSQ_OK)
+        goto fail;
+    *out = c;
+    return DSQ_OK;
+
+fail:
+    dsq_kv_pages_destroy(&c->pages);
+    free(c->seq_len);
+    free(c->b_tokens);
+    free(c->b_pos);
+    free(c->b_tok_seq);
+    free(c->b_logit_rows);
+    free(c->b_seq_ids);
+    free(c->b_seq_start);
+    free(c->b_seq_pos0);
+    free(c->b_new_len);
+    free(c);
+    return st;
+}
+
+void dsq_ctx_free(dsq_ctx *c)
+{
+    if (!c)
+        return;
+    c->model->ops->ctx_free(c);
+    dsq_kv_pages_destroy(&c->pages);
+    free(c->seq_len);
+    free(c->b_tokens);
+    free(c->b_pos);
+    free(c->b_tok_seq);
+    free(c->b_logit_rows);
+    free(c->b_seq_ids);
+    free(c->b_seq_start);
+    free(c->b_seq_pos0);
+    free(c->b_new_len);
+    free(c);
+}
+
+dsq_status dsq_ctx_get_info(const dsq_ctx *c, dsq_ctx_info *info)
+{
+    dsq_clear_error();
+    if (!c || !info)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_get_info: NULL argument");
+    uint32_t want = info->struct_size;
+    if (want < CTX_INFO_V1 || want > sizeof(dsq_ctx_info))
+        return ctx_status(c, dsq_fail(DSQ_ERR_STRUCT_SIZE, "dsq_ctx_info.struct_size is %u; expected %zu",
+                                      want, sizeof(dsq_ctx_info)));
+    dsq_ctx_info v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = want;
+    v.backend = c->model->ops->kind;
+    v.kv_layout = c->p.kv_layout;
+    v.kv_dtype = c->p.kv_dtype;
+    v.max_seqs = c->p.max_seqs;
+    v.max_context = c->p.max_context;
+    v.max_batch_tokens = c->p.max_batch_tokens;
+    v.kv_block_size = c->p.kv_block_size;
+    v.kv_bytes_per_token = c->kv_bytes_per_token;
+    if (c->p.kv_layout == DSQ_KV_PAGED) {
+        v.kv_capacity_tokens = (int64_t)c->pages.n_blocks * c->pages.block_size;
+        v.kv_free_tokens = (int64_t)c->pages.n_free * c->pages.block_size;
+    } else {
+        v.kv_capacity_tokens = (int64_t)c->p.max_seqs * c->p.max_context;
+        int64_t used = 0;
+        for (int32_t i = 0; i < c->p.max_seqs; i++)
+            used += c->seq_len[i];
+        v.kv_free_tokens = v.kv_capacity_tokens - used;
+    }
+    v.kv_bytes = c->kv_bytes;
+    v.scratch_bytes = c->scratch_bytes;
+    v.n_threads = c->model->ops->kind == DSQ_BACKEND_CPU ? c->p.n_threads : 0;
+    for (int32_t i = 0; i < c->p.max_seqs; i++)
+        v.n_active_seqs += c->seq_len[i] > 0;
+    memcpy(info, &v, want);
+    return DSQ_OK;
+}
+
+/* ---- inference ---------------------------------------------------------------- */
+
+static dsq_status check_tokens(const dsq_ctx *c, const int32_t *tokens, int32_t n)
+{
+    int32_t nv = c->model->cfg.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= nv)
+            return dsq_fail(DSQ_ERR_TOKEN, "token[%d] = %d is outside 0..%d", i, tokens[i], nv - 1);
+    return DSQ_OK;
+}
+
+static dsq_status check_seq(const dsq_ctx *c, int32_t seq)
+{
+    if (seq < 0 || seq >= c->p.max_seqs)
+        return dsq_fail(DSQ_ERR_SEQ, "sequence id %d is outside 0..%d (max_seqs)", seq, c->p.max_seqs - 1);
+    return DSQ_OK;
+}
+
+dsq_status dsq_prefill(dsq_ctx *c, int32_t seq, const int32_t *tokens, int32_t n_tokens,
+                       uint32_t flags, float *logits)
+{
+    dsq_clear_error();
+    if (!c)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_prefill: ctx is NULL");
+    if (!tokens || n_tokens <= 0)
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_prefill: need tokens != NULL and n_tokens > 0 (got %d)", n_tokens));
+    if (flags & ~DSQ_LOGITS_ALL)
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_prefill: unknown flags 0x%x", flags));
+    dsq_status st = check_seq(c, seq);
+    if (st == DSQ_OK)
+        st = check_tokens(c, tokens, n_tokens);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
+    int32_t old_len = c->seq_len[seq];
+    if ((int64_t)old_len + n_tokens > c->p.max_context)
+        return ctx_status(c, dsq_fail(DSQ_ERR_CONTEXT_FULL,
+                                      "sequence %d holds %d tokens; %d more exceed max_context %d",
+                                      seq, old_len, n_tokens, c->p.max_context));
+    if (c->p.kv_layout == DSQ_KV_PAGED) {
+        int32_t new_len = old_len + n_tokens;
+        st = dsq_kv_pages_reserve(&c->pages, 1, &seq, &new_len);
+        if (st != DSQ_OK)
+            return ctx_status(c, st);
+    }
+    const int32_t nv = c->model->cfg.n_vocab;
+    const int32_t chunk_max = c->p.max_batch_tokens;
+    int all = (flags & DSQ_LOGITS_ALL) != 0;
+    for (int32_t done = 0; done < n_tokens;) {
+        int32_t n = n_tokens - done < chunk_max ? n_tokens - done : chunk_max;
+        int last_chunk = done + n == n_tokens;
+        for (int32_t i = 0; i < n; i++) {
+            c->b_tokens[i] = tokens[done + i];
+            c->b_pos[i] = old_len + done + i;
+            c->b_tok_seq[i] = 0;
+        }
+        c->b_seq_ids[0] = seq;
+        c->b_seq_start[0] = 0;
+        c->b_seq_start[1] = n;
+        c->b_seq_pos0[0] = old_len + done;
+        dsq_batch b = {
+            .n_tokens = n, .n_seqs = 1, .tokens = c->b_tokens, .pos = c->b_pos,
+            .tok_seq = c->b_tok_seq, .seq_ids = c->b_seq_ids, .seq_start = c->b_seq_start,
+            .seq_pos0 = c->b_seq_pos0, .n_logits = 0, .logit_rows = c->b_logit_rows,
+        };
+        float *out = NULL;
+        if (logits && all) {
+            for (int32_t i = 0; i < n; i++)
+                c->b_logit_rows[i] = i;
+            b.n_logits = n;
+            out = logits + (size_t)done * nv;
+        } else if (logits && last_chunk) {
+            c->b_logit_rows[0] = n - 1;
+            b.n_logits = 1;
+            out = logits;
+        }
+        st = c->model->ops->forward(c, &b, out);
+        if (st != DSQ_OK) {
+            if (c->p.kv_layout == DSQ_KV_PAGED)
+                dsq_kv_pages_trim(&c->pages, seq, old_len);
+            return ctx_status(c, st);
+        }
+        done += n;
+    }
+    c->seq_len[seq] = old_len + n_tokens;
+    return DSQ_OK;
+}
+
+dsq_status dsq_decode_step(dsq_ctx *c, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
+                           float *logits)
+{
+    dsq_clear_error();
+    if (!c)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_decode_step: ctx is NULL");
+    if (!seqs || !tokens || n_seqs <= 0)
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_decode_step: need seqs, tokens != NULL and n_seqs > 0 (got %d)", n_seqs));
+    if (n_seqs > c->p.max_batch_tokens || n_seqs > c->p.max_seqs)
+        return ctx_status(c, dsq_fail(DSQ_ERR_BATCH, "dsq_decode_step: %d sequences exceed max_batch_tokens %d / max_seqs %d",
+                                      n_seqs, c->p.max_batch_tokens, c->p.max_seqs));
+    dsq_status st = check_tokens(c, tokens, n_seqs);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
+    /* b_new_len doubles as a "seen" mark per sequence id while checking */
+    for (int32_t i = 0; i < n_seqs; i++) {
+        int32_t s = seqs[i];
+        if ((st = check_seq(c, s)) != DSQ_OK)
+            return ctx_status(c, st);
+        if (c->seq_len[s] == 0)
+            return ctx_status(c, dsq_fail(DSQ_ERR_SEQ, "sequence %d holds no tokens (never prefilled or removed); start it with dsq_prefill", s));
+        if (c->seq_len[s] + 1 > c->p.max_context)
+            return ctx_status(c, dsq_fail(DSQ_ERR_CONTEXT_FULL, "sequence %d is full (max_context %d)", s, c->p.max_context));
+        for (int32_t j = 0; j < i; j++)
+            if (seqs[j] == s)
+                return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG, "sequence %d appears twice in one decode step", s));
+    }
+    for (int32_t i = 0; i < n_seqs; i++) {
+        c->b_tokens[i] = tokens[i];
+        c->b_pos[i] = c->seq_len[seqs[i]];
+        c->b_tok_seq[i] = i;
+        c->b_seq_ids[i] = seqs[i];
+        c->b_seq_start[i] = i;
+        c->b_seq_pos0[i] = c->seq_len[seqs[i]];
+        c->b_new_len[i] = c->seq_len[seqs[i]] + 1;
+        c->b_logit_rows[i] = i;
+    }
+    c->b_seq_start[n_seqs] = n_seqs;
+    if (c->p.kv_layout == DSQ_KV_PAGED) {
+        st = dsq_kv_pages_reserve(&c->pages, n_seqs, seqs, c->b_new_len);
+        if (st != DSQ_OK)
+            return ctx_status(c, st);
+    }
+    dsq_batch b = {
+        .n_tokens = n_seqs, .n_seqs = n_seqs, .tokens = c->b_tokens, .pos = c->b_pos,
+        .tok_seq = c->b_tok_seq, .seq_ids = c->b_seq_ids, .seq_start = c->b_seq_start,
+        .seq_pos0 = c->b_seq_pos0, .n_logits = logits ? n_seqs : 0, .logit_rows = c->b_logit_rows,
+    };
+    st = c->model->ops->forward(c, &b, logits);
+    if (st != DSQ_OK) {
+        if (c->p.kv_layout == DSQ_KV_PAGED)
+            for (int32_t i = 0; i < n_seqs; i++)
+                dsq_kv_pages_trim(&c->pages, seqs[i], c->seq_len[seqs[i]]);
+        return ctx_status(c, st);
+    }
+    for (int32_t i = 0; i < n_seqs; i++)
+        c->seq_len[seqs[i]]++;
+    return DSQ_OK;
+}
+
+dsq_status dsq_seq_remove(dsq_ctx *c, int32_t seq)
+{
+    dsq_clear_error();
+    if (!c)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_seq_remove: ctx is NULL");
+    dsq_status st = check_seq(c, seq);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
+    c->seq_len[seq] = 0;
+    if (c->p.kv_layout == DSQ_KV_PAGED)
+        dsq_kv_pages_trim(&c->pages, seq, 0);
+    if (c->model->ops->seq_removed)
+        c->model->ops->seq_removed(c, seq);
+    return DSQ_OK;
+}
+
+dsq_status dsq_seq_length(const dsq_ctx *c, int32_t seq, int32_t *n_out)
+{
+    dsq_clear_error();
+    if (!c || !n_out)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_seq_length: NULL argument");
+    dsq_status st = check_seq(c, seq);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
+    *n_out = c->seq_len[seq];
+    return DSQ_OK;
+}

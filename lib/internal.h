@@ -1,0 +1,298 @@
+/*
+ * internal.h - types shared by the host code and the backends.  Not installed.
+ *
+ * Data flow: dsq_model_load() -> safetensors (mmap, validated) + config ->
+ * dsq_weights (views into the mapping) -> backend->model_load (CUDA uploads,
+ * CPU keeps the views).  dsq_prefill()/dsq_decode_step() -> api.c validates,
+ * reserves KV room, builds a dsq_batch -> backend->forward.
+ */
+#ifndef DSQ_INTERNAL_H
+#define DSQ_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsqwen.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Record `st` with a printf-style message as this thread's last error, send it
+ * to the log callback at DEBUG level, and return `st`.  Every failing internal
+ * path returns through this so the user always gets a message. */
+dsq_status dsq_fail(dsq_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Clear this thread's last error (called at the start of each public call). */
+void dsq_clear_error(void);
+/* Deliver a message to the log callback, if one is installed. */
+void dsq_log(dsq_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- tensors ------------------------------------------------------------- */
+
+typedef enum dsq_dtype {
+    DSQ_DT_F32 = 0,
+    DSQ_DT_F16 = 1,
+    DSQ_DT_BF16 = 2,
+    DSQ_DT_OTHER = 3 /* a valid safetensors dtype the model cannot use */
+} dsq_dtype;
+
+size_t dsq_dtype_size(dsq_dtype dt);
+const char *dsq_dtype_name(dsq_dtype dt);
+
+#define DSQ_MAX_DIMS 8
+
+/* A read-only view of a tensor in host memory (usually the mmapped file).
+ * Row-major; shape[0] is the slowest dimension.  Linear weights are
+ * [out_features, in_features]. */
+typedef struct dsq_tensor {
+    const void *data;
+    dsq_dtype dtype;
+    int32_t ndim;
+    int64_t shape[DSQ_MAX_DIMS];
+    size_t nbytes;
+} dsq_tensor;
+
+int64_t dsq_tensor_numel(const dsq_tensor *t);
+
+/* ---- safetensors (lib/safetensors.c) --------------------------------------- */
+
+typedef struct dsq_st_entry {
+    char *name;
+    char dtype_str[8]; /* as in the header: "BF16", "F32", "I64", ... */
+    dsq_tensor t;      /* data points into the file mapping */
+    int32_t file;      /* index into the set's files */
+} dsq_st_entry;
+
+typedef struct dsq_st_set dsq_st_set; /* one or more mapped files */
+
+/* Open a single .safetensors file. */
+dsq_status dsq_st_open_file(const char *path, dsq_st_set **out);
+/* Open a directory: model.safetensors, or model.safetensors.index.json and
+ * the shards it names. */
+dsq_status dsq_st_open_dir(const char *dir, dsq_st_set **out);
+void dsq_st_close(dsq_st_set *set);
+const dsq_st_entry *dsq_st_find(const dsq_st_set *set, const char *name);
+int32_t dsq_st_count(const dsq_st_set *set);
+const dsq_st_entry *dsq_st_at(const dsq_st_set *set, int32_t i);
+
+/* ---- config (lib/config.c) ----------------------------------------------- */
+
+typedef struct dsq_config {
+    int32_t n_vocab;
+    int32_t n_embd;
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;   /* n_embd / n_heads unless config says head_dim */
+    int32_t n_ff;
+    int32_t max_pos;    /* max_position_embeddings */
+    float rope_theta;
+    float rms_eps;
+    int32_t tie_embeddings;
+    int32_t bos_token;  /* -1 if absent */
+    int32_t eos_token;  /* -1 if absent (first of a list) */
+} dsq_config;
+
+/* Parse config.json text; refuses unsupported architectures/values naming
+ * the field (DSQ_ERR_CONFIG / DSQ_ERR_UNSUPPORTED / DSQ_ERR_FORMAT). */
+dsq_status dsq_config_parse(const char *json, size_t len, dsq_config *cfg);
+dsq_status dsq_config_load(const char *path, dsq_config *cfg);
+
+/* ---- weights (lib/weights.c) -------------------------------------------- */
+
+/* Views of every weight the config implies, shapes checked.
+ * Shapes (E = n_embd, H = n_heads, K = n_kv_heads, D = head_dim, F = n_ff,
+ * V = n_vocab):  */
+typedef struct dsq_layer_weights {
+    dsq_tensor attn_norm;          /* [E]                                   */
+    dsq_tensor wq, wk, wv;         /* [H*D, E], [K*D, E], [K*D, E]          */
+    dsq_tensor bq, bk, bv;         /* [H*D], [K*D], [K*D]                   */
+    dsq_tensor wo;                 /* [E, H*D]                              */
+    dsq_tensor ffn_norm;           /* [E]                                   */
+    dsq_tensor w_gate, w_up;       /* [F, E]                                */
+    dsq_tensor w_down;             /* [E, F]                                */
+} dsq_layer_weights;
+
+typedef struct dsq_weights {
+    dsq_tensor tok_embd;           /* [V, E]                                */
+    dsq_layer_weights *layers;     /* [n_layers]                            */
+    dsq_tensor out_norm;           /* [E]                                   */
+    dsq_tensor lm_head;            /* [V, E]; == tok_embd when tied         */
+    int64_t n_params;
+    int64_t n_bytes;
+} dsq_weights;
+
+dsq_status dsq_weights_bind(const dsq_st_set *st, const dsq_config *cfg, dsq_weights *w);
+void dsq_weights_release(dsq_weights *w);
+
+/* ---- batches --------------------------------------------------------------- */
+
+/* One forward pass over tokens of one or more sequences (varlen batch).
+ * Tokens of sequence i are tokens[seq_start[i] .. seq_start[i+1]) at
+ * positions seq_pos0[i], seq_pos0[i]+1, ...; the cache already holds
+ * seq_pos0[i] tokens of that sequence and room for the new ones has been
+ * reserved (paged blocks included) before forward is called.
+ * A prefill chunk is n_seqs == 1; a decode step is one token per sequence. */
+typedef struct dsq_batch {
+    int32_t n_tokens;
+    int32_t n_seqs;
+    const int32_t *tokens;     /* [n_tokens] */
+    const int32_t *pos;        /* [n_tokens] absolute positions */
+    const int32_t *tok_seq;    /* [n_tokens] index (0..n_seqs-1) of the token's sequence */
+    const int32_t *seq_ids;    /* [n_seqs] */
+    const int32_t *seq_start;  /* [n_seqs + 1] */
+    const int32_t *seq_pos0;   /* [n_seqs] */
+    int32_t n_logits;          /* rows of logits wanted (0 = skip the head) */
+    const int32_t *logit_rows; /* [n_logits] token indices, in output order */
+} dsq_batch;
+
+/* ---- paged KV bookkeeping (lib/kv_pages.c) ------------------------------- */
+
+/* Host-side block allocator shared by the backends.
+ * Pool of n_blocks blocks of block_size tokens; block_table[seq][j] is the
+ * physical block holding that sequence's tokens j*bs .. (j+1)*bs-1, or -1. */
+typedef struct dsq_kv_pages {
+    int32_t block_size;
+    int32_t n_blocks;
+    int32_t max_seqs;
+    int32_t max_blocks_per_seq;   /* ceil(max_context / block_size) */
+    int32_t *block_table;         /* [max_seqs][max_blocks_per_seq] */
+    int32_t *n_seq_blocks;        /* [max_seqs] blocks held */
+    int32_t *free_stack;          /* [n_blocks] */
+    int32_t n_free;
+} dsq_kv_pages;
+
+dsq_status dsq_kv_pages_init(dsq_kv_pages *p, int32_t max_seqs, int32_t max_context,
+                             int32_t block_size, int32_t n_blocks);
+void dsq_kv_pages_destroy(dsq_kv_pages *p);
+/* Ensure every seqs[i] has room for new_len[i] tokens; all-or-nothing:
+ * DSQ_ERR_KV_FULL leaves every table unchanged. */
+dsq_status dsq_kv_pages_reserve(dsq_kv_pages *p, int32_t n, const int32_t *seqs,
+                                const int32_t *new_len);
+/* Give back blocks of `seq` beyond those needed for `keep_len` tokens. */
+void dsq_kv_pages_trim(dsq_kv_pages *p, int32_t seq, int32_t keep_len);
+
+/* ---- model, context, backends -------------------------------------------- */
+
+typedef struct dsq_backend_ops dsq_backend_ops;
+
+struct dsq_model {
+    dsq_config cfg;
+    dsq_st_set *st;            /* mapping; NULL once a backend dropped it */
+    dsq_weights w;             /* views into st (invalid once st is NULL)  */
+    const dsq_backend_ops *ops;
+    void *be;                  /* backend state */
+    int64_t device_bytes;
+    dsq_tokenizer *tokenizer;  /* owned; may be NULL */
+    char *dir;                 /* directory the model came from */
+};
+
+struct dsq_ctx {
+    dsq_model *model;
+    dsq_ctx_params p;          /* resolved: every default filled in */
+    int32_t *seq_len;          /* [max_seqs] tokens cached per sequence */
+    dsq_kv_pages pages;        /* used when p.kv_layout == DSQ_KV_PAGED */
+    int64_t kv_bytes_per_token;
+    int64_t kv_bytes;
+    int64_t scratch_bytes;
+    void *be;                  /* backend state */
+    /* host scratch for building batches: [max_batch_tokens] each */
+    int32_t *b_tokens, *b_pos, *b_tok_seq, *b_seq_ids, *b_seq_start, *b_seq_pos0,
+        *b_logit_rows, *b_new_len;
+    char last_error[512];
+};
+
+/* Physical KV row of (seq, pos): static = seq*max_context + pos;
+ * paged = block_table[seq][pos/bs]*bs + pos%bs. */
+static inline int64_t dsq_kv_row(const dsq_ctx *c, int32_t seq, int32_t pos)
+{
+    if (c->p.kv_layout == DSQ_KV_PAGED) {
+        const dsq_kv_pages *p = &c->pages;
+        int32_t blk = p->block_table[(int64_t)seq * p->max_blocks_per_seq + pos / p->block_size];
+        return (int64_t)blk * p->block_size + pos % p->block_size;
+    }
+    return (int64_t)seq * c->p.max_context + pos;
+}
+
+struct dsq_backend_ops {
+    const char *name;
+    dsq_backend kind;
+    /* Take the weights in m->w (views into m->st).  May set m->be,
+     * m->device_bytes; may close m->st if it no longer needs it. */
+    dsq_status (*model_load)(dsq_model *m, const dsq_model_params *p);
+    void (*model_free)(dsq_model *m);
+    /* c->p is resolved and c->pages initialised (paged).  Check what the
+     * backend supports (DSQ_ERR_UNSUPPORTED), set c->kv_bytes_per_token,
+     * allocate KV + scratch, set c->kv_bytes / c->scratch_bytes, c->be. */
+    dsq_status (*ctx_init)(dsq_ctx *c);
+    void (*ctx_free)(dsq_ctx *c);
+    /* Run the batch: write K/V of the new tokens at their rows, compute
+     * logits of b->logit_rows into logits[n_logits][n_vocab] (host). */
+    dsq_status (*forward)(dsq_ctx *c, const dsq_batch *b, float *logits);
+    /* Optional: the sequence was removed (KV rows may be reused). */
+    void (*seq_removed)(dsq_ctx *c, int32_t seq);
+};
+
+extern const dsq_backend_ops dsq_cpu_backend;
+#ifdef DSQ_HAVE_CUDA
+extern const dsq_backend_ops dsq_cuda_backend;
+/* 1 if the CUDA runtime reports at least one usable device. */
+int dsq_cuda_available(void);
+#endif
+
+/* ---- tokenizer (lib/tokenizer.c) --------------------------------------------- */
+/* dsq_tokenizer_load() is public; nothing else needed here. */
+
+/* ---- small helpers (lib/util.c) ------------------------------------------------ */
+
+/* Read a whole file (NUL-terminated); DSQ_ERR_IO / DSQ_ERR_OUT_OF_MEMORY. */
+dsq_status dsq_read_file(const char *path, char **data, size_t *len);
+/* malloc'ed "a/b" */
+char *dsq_path_join(const char *a, const char *b);
+int dsq_is_dir(const char *path);
+int dsq_file_exists(const char *path);
+int dsq_n_cores(void);
+
+/* bf16/f16 <-> f32 conversions, exact (round-to-nearest-even on narrowing). */
+static inline float dsq_bf16_to_f32(uint16_t h)
+{
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+float dsq_f16_to_f32(uint16_t h);
+uint16_t dsq_f32_to_f16(float f);
+uint16_t dsq_f32_to_bf16(float f);
+
+/* Read element i of a tensor as float, whatever its dtype. */
+static inline float dsq_tensor_get(const dsq_tensor *t, int64_t i)
+{
+    switch (t->dtype) {
+    case DSQ_DT_BF16: return dsq_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case DSQ_DT_F16: return dsq_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case DSQ_DT_F32: return ((const float *)t->data)[i];
+    default: return 0.0f;
+    }
+}
+
+/* Params struct handling: copy the first `given` bytes of a caller's struct
+ * over defaults.  `min` is the size of the struct's first released version. */
+dsq_status dsq_copy_params(void *dst, size_t dst_size, const void *src, size_t min_size,
+                           const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSQ_INTERNAL_H */
