@@ -226,9 +226,10 @@ typedef struct dsq_ctx_params {
                                  processes at once; longer prompts are split
                                  internally; default 512                      */
     int32_t kv_layout;      /* dsq_kv_layout; default DSQ_KV_STATIC           */
-    int32_t kv_dtype;       /* dsq_kv_dtype; default DSQ_KV_F16 on CUDA;
-                               the CPU backend stores F32 whatever is asked
-                               unless the value is unsupported there          */
+    int32_t kv_dtype;       /* dsq_kv_dtype; default DSQ_KV_F16.  The CPU
+                               backend stores F32, F16 or INT8 as asked (F32
+                               is its exact reference mode); CUDA stores F16
+                               or INT8 and refuses F32 (DSQ_ERR_UNSUPPORTED) */
     int32_t kv_block_size;  /* paged: tokens per block; default 16            */
     int64_t kv_pool_tokens; /* paged: pool size in tokens; 0 = use budget     */
     int64_t kv_budget_bytes;/* paged: pool size in bytes when kv_pool_tokens

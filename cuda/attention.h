@@ -1,0 +1,153 @@
+/*
+ * attention.h - KV cache layout and the attention launchers of the CUDA
+ * backend (internal, C-callable).  Implemented in kv_write.cu,
+ * attention_prefill.cu, attention_decode.cu.
+ *
+ * ---- KV cache layout (one layer; the backend keeps one dsq_attn_kv per layer)
+ *
+ *   k, v     : [n_rows][n_kv_heads][head_dim]   fp16 (DSQ_KV_F16) or int8 (DSQ_KV_INT8)
+ *   k_scale,
+ *   v_scale  : [n_rows][n_kv_heads]             fp32, INT8 only (NULL for F16)
+ *
+ *   A "row" is one token slot.  Physical row of (batch sequence b, position p):
+ *       row = block_table[b * bt_stride + p / block_size] * block_size + p % block_size
+ *   Paged cache: block_size = tokens per block (e.g. 16), block_table = the
+ *   batch's block tables (row b = the b-th sequence of the batch, as in
+ *   dsq_batch), bt_stride = max_blocks_per_seq.
+ *   Static cache: the same formula with block_size = max_context, bt_stride = 1
+ *   and block_table[b] = the sequence's slot (its seq id), so that
+ *   row = slot * max_context + p.  One code path serves both layouts.
+ *
+ *   Why [rows][kv_heads][head_dim] ("NHD") rather than per-block HND: one
+ *   (token, kv head) is head_dim contiguous elements = 256 B in fp16 (128 B in
+ *   int8), i.e. whole 128-byte lines, so the tile loaders issue 16-byte loads
+ *   with consecutive lanes on consecutive addresses either way, and every
+ *   transaction is a full line.  NHD additionally keeps a token's K (or V)
+ *   for all heads contiguous, so kv_write stores each token with one
+ *   coalesced burst, and static and paged caches share one layout (a static
+ *   slot is just a block of max_context rows).
+ *
+ *   INT8: per (token, kv head) symmetric quantization, identical to the CPU
+ *   backend:  amax = max_i |x_i| (x_i = the bf16 input as fp32),
+ *             scale = amax / 127.0f,
+ *             q_i = scale > 0 ? clamp(rintf(x_i / scale), -127, 127) : 0,
+ *   dequantized value = q_i * scale.  Dequantization happens inside the
+ *   attention kernels: K's scale multiplies the fp32 score q.k_int, V's scale
+ *   multiplies the softmax weight before P.V.  No separate pass.
+ *   F16: x_i rounded to nearest fp16, saturated to +-65504.
+ *
+ * ---- Activations (caller's buffers, bf16, row-major)
+ *   Q / K / V inputs may live inside one fused QKV buffer: every input takes a
+ *   row stride in elements, head h's head_dim values start at
+ *   ptr + t * stride + h * head_dim.
+ *
+ * ---- Supported shapes
+ *   head_dim 128 or 64; n_heads a multiple of n_kv_heads (any group size);
+ *   requires sm_80 or newer.  Anything else returns cudaErrorInvalidValue
+ *   before launching.
+ *
+ * All launchers: asynchronous on `stream`, no host synchronisation, no host
+ * allocation, no reading of device data on the host, so a decode step can be
+ * captured in a CUDA graph.  They return the launch error (cudaSuccess,
+ * cudaErrorInvalidValue for bad arguments, or what cudaGetLastError reports).
+ */
+#ifndef DSQ_CUDA_ATTENTION_H
+#define DSQ_CUDA_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dtype codes, same values as dsq_kv_dtype in dsqwen.h */
+#define DSQ_ATTN_KV_F16 0
+#define DSQ_ATTN_KV_INT8 1
+
+/* One layer of the KV cache plus the mapping of (batch sequence, position) to
+ * physical rows.  All pointers are device pointers.  Passed by pointer to
+ * the launchers, which copy it into kernel arguments (so the struct itself
+ * may live on the host stack). */
+typedef struct dsq_attn_kv {
+    void *k;                    /* [n_rows][n_kv_heads][head_dim] fp16 | int8 */
+    void *v;                    /* [n_rows][n_kv_heads][head_dim] fp16 | int8 */
+    float *k_scale;             /* [n_rows][n_kv_heads] INT8 only, else NULL  */
+    float *v_scale;             /* [n_rows][n_kv_heads] INT8 only, else NULL  */
+    const int32_t *block_table; /* [n_batch_seqs][bt_stride] physical block ids
+                                   (static: [n_batch_seqs][1] slot ids)        */
+    int32_t bt_stride;          /* elements per block_table row               */
+    int32_t block_size;         /* rows per block (static: max_context)       */
+    int32_t n_kv_heads;
+    int32_t head_dim;           /* 128 or 64                                  */
+    int32_t dtype;              /* DSQ_ATTN_KV_F16 | DSQ_ATTN_KV_INT8         */
+} dsq_attn_kv;
+
+/* Write K and V of n_tokens new tokens into the cache (quantizing for INT8).
+ *   k      : [n_tokens][k_stride] bf16, RoPE already applied; kv head h at
+ *            k + t*k_stride + h*head_dim
+ *   v      : [n_tokens][v_stride] bf16, same
+ *   tok_seq: [n_tokens] device, batch sequence index of token t (block_table row)
+ *   pos    : [n_tokens] device, absolute position of token t
+ * Every (tok_seq, pos) must map to a reserved row.  n_tokens == 0 is a no-op. */
+cudaError_t dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, int64_t k_stride,
+                              const void *v, int64_t v_stride, const int32_t *tok_seq,
+                              const int32_t *pos, int32_t n_tokens, cudaStream_t stream);
+
+/* Causal prefill attention over a varlen batch, K/V read from the cache (so a
+ * prompt may extend a sequence that already holds tokens).  kv_write for
+ * these tokens must have run first (same stream).
+ *   q         : [n_tokens][q_stride] bf16; head h at q + t*q_stride + h*head_dim
+ *   out       : [n_tokens][o_stride] bf16; head h at out + t*o_stride + h*head_dim
+ *   cu_seqlens: [n_seqs + 1] device; tokens of batch sequence b are
+ *               cu_seqlens[b] .. cu_seqlens[b+1]-1 (rows of q and out)
+ *   seq_pos0  : [n_seqs] device; position of b's first new token (= tokens it
+ *               held before); token i of b is at pos0+i and attends to cache
+ *               positions 0 .. pos0+i
+ *   max_q_len : host; >= every cu_seqlens[b+1]-cu_seqlens[b] (sizes the grid)
+ * Scale 1/sqrt(head_dim), softmax in fp32, fp16 tensor-core products. */
+cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+                             void *out, int64_t o_stride, const int32_t *cu_seqlens,
+                             const int32_t *seq_pos0, int32_t n_seqs, int32_t max_q_len,
+                             int32_t n_heads, cudaStream_t stream);
+
+/* Decode attention (flash-decoding): one query token per batch sequence.
+ *   q        : [n_seqs][q_stride] bf16; head h at q + b*q_stride + h*head_dim
+ *   out      : [n_seqs][o_stride] bf16
+ *   seq_lens : [n_seqs] device; cached tokens of b INCLUDING this step's
+ *              token (kv_write must have run first): b attends to positions
+ *              0 .. seq_lens[b]-1.  Must be >= 1.
+ *   max_splits: host; fixed per launch shape (graph-capture safe).  Each
+ *              sequence uses min(max_splits, ceil(len/64)) splits computed on
+ *              the device from its own length.  Use dsq_attn_decode_splits().
+ *   workspace: device, >= dsq_attn_decode_workspace_bytes(n_seqs, n_heads,
+ *              head_dim, max_splits) bytes, 256-byte aligned; contents need
+ *              no initialisation and are scratch after the call.
+ * Grid: n_seqs x n_kv_heads x max_splits blocks plus one merge kernel. */
+cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+                            void *out, int64_t o_stride, const int32_t *seq_lens,
+                            int32_t n_seqs, int32_t n_heads, int32_t max_splits,
+                            void *workspace, size_t workspace_bytes, cudaStream_t stream);
+
+/* Bytes of decode workspace for up to max_batch sequences and max_splits. */
+size_t dsq_attn_decode_workspace_bytes(int32_t max_batch, int32_t n_heads, int32_t head_dim,
+                                       int32_t max_splits);
+
+/* A good max_splits for a batch of n_seqs sequences of up to max_context
+ * tokens on a device with n_sms multiprocessors (enough blocks to fill the
+ * GPU a few times over, never more than one 64-token tile per split). */
+int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads, int32_t max_context,
+                               int32_t n_sms);
+
+/* Raise the kernels' shared-memory limits.  Idempotent; the launchers call it
+ * themselves on first use, but call it once at context creation so that no
+ * attribute is set while a stream is being captured. */
+cudaError_t dsq_attn_init(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSQ_CUDA_ATTENTION_H */

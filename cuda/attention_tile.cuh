@@ -1,0 +1,290 @@
+/*
+ * attention_tile.cuh - device pieces shared by the prefill and decode
+ * attention kernels: the KV row mapping, tensor-core wrappers
+ * (ldmatrix, mma.sync m16n8k16 f16 -> f32), and the loader that brings a
+ * 64-key tile of K and V from the cache into shared memory as fp16.
+ * Private to attention_prefill.cu / attention_decode.cu.
+ */
+#ifndef DSQ_ATTENTION_TILE_CUH
+#define DSQ_ATTENTION_TILE_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "attention.h"
+
+namespace dsq_attn {
+
+constexpr int kThreads = 128; /* 4 warps per block, both kernels          */
+constexpr int kTileKeys = 64; /* keys per shared-memory tile              */
+
+/* The cache as the kernels see it (kernel argument, by value). */
+struct KvArgs {
+    const void *k, *v;       /* [rows][n_kv][D] fp16 | int8 */
+    const float *ks, *vs;    /* [rows][n_kv] (INT8)         */
+    const int32_t *bt;       /* [n_batch_seqs][bt_stride]   */
+    int32_t bt_stride, bs, n_kv;
+};
+
+static inline KvArgs kv_args(const dsq_attn_kv *kv)
+{
+    KvArgs a;
+    a.k = kv->k;
+    a.v = kv->v;
+    a.ks = kv->k_scale;
+    a.vs = kv->v_scale;
+    a.bt = kv->block_table;
+    a.bt_stride = kv->bt_stride;
+    a.bs = kv->block_size;
+    a.n_kv = kv->n_kv_heads;
+    return a;
+}
+
+/* Physical row of position `pos` of batch sequence `b` (see attention.h). */
+__device__ __forceinline__ int64_t kv_row(const KvArgs &a, int b, int pos)
+{
+    int blk = __ldg(a.bt + (int64_t)b * a.bt_stride + pos / a.bs);
+    return (int64_t)blk * a.bs + pos % a.bs;
+}
+
+/* ---- tensor-core wrappers ------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+/* c[4] += a[4] (16x16 fp16, row) * b0,b1 (16x8 fp16, col), fp32 accumulate */
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* 16-byte async copy global -> shared; src_bytes 0 writes zeros. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n"); }
+
+/* 4 int8 (one word) -> 4 fp16, exact: bias to unsigned, splice the byte into
+ * the mantissa of 1024.0 and subtract 1024+128. */
+__device__ __forceinline__ void i8x4_to_h4(uint32_t w, uint32_t &lo, uint32_t &hi)
+{
+    w ^= 0x80808080u;
+    uint32_t a = __byte_perm(w, 0x64646464u, 0x4140);
+    uint32_t b = __byte_perm(w, 0x64646464u, 0x4342);
+    const __half2 bias = __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));
+    __half2 ha = __hsub2(*reinterpret_cast<__half2 *>(&a), bias);
+    __half2 hb = __hsub2(*reinterpret_cast<__half2 *>(&b), bias);
+    lo = *reinterpret_cast<uint32_t *>(&ha);
+    hi = *reinterpret_cast<uint32_t *>(&hb);
+}
+
+/* bf16x8 (16 B) -> fp16x8 (16 B).  Exact for |x| <= 65504 (bf16 has fewer
+ * mantissa bits); larger values saturate. */
+__device__ __forceinline__ uint4 bf16x8_to_h8(uint4 in)
+{
+    uint32_t w[4] = {in.x, in.y, in.z, in.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __nv_bfloat162 b = *reinterpret_cast<__nv_bfloat162 *>(&w[i]);
+        float2 f = __bfloat1622float2(b);
+        f.x = fminf(fmaxf(f.x, -65504.f), 65504.f);
+        f.y = fminf(fmaxf(f.y, -65504.f), 65504.f);
+        o[i] = pack_half2(f.x, f.y);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/* ---- K/V tile loader --------------------------------------------------------
+ * Shared layout per buffer: sk, sv [kTileKeys][D + 8] fp16 (the 16-byte pad
+ * makes the 8 rows an ldmatrix reads fall in distinct bank groups), sks, svs
+ * [kTileKeys] fp32 (INT8 scales; 0 for keys past the end).
+ * issue(): start loading keys key0 .. key0+63 (keys >= key_end read as 0).
+ *   fp16: cp.async straight into the buffer; INT8: 16-byte loads into
+ *   registers (so they overlap the compute on the other buffer).
+ * commit(): INT8 only: convert the staged registers to fp16 into the buffer.
+ * The caller waits (cp_async_wait_all) and __syncthreads before reading. */
+template <int D, bool INT8> struct TileLoader {
+    static constexpr int kRowH = D + 8;                                /* halves per smem row */
+    static constexpr int kChunks = INT8 ? kTileKeys * D / 16 : kTileKeys * D / 8;
+    static constexpr int kPerThread = kChunks / kThreads;             /* per K (and per V)   */
+    static constexpr int kChunksPerRow = INT8 ? D / 16 : D / 8;
+    static_assert(kChunks % kThreads == 0, "tile must split evenly");
+
+    uint4 rk[INT8 ? kPerThread : 1], rv[INT8 ? kPerThread : 1];
+    float rscale;
+
+    __device__ __forceinline__ void issue(const KvArgs &a, int b, int kvh, int key0,
+                                          int key_end, __half *sk, __half *sv, float *sks,
+                                          float *svs)
+    {
+        const int t = threadIdx.x;
+#pragma unroll
+        for (int i = 0; i < kPerThread; i++) {
+            int c = t + i * kThreads;
+            int r = c / kChunksPerRow, cc = c % kChunksPerRow;
+            int key = key0 + r;
+            bool ok = key < key_end;
+            int64_t off = 0;
+            if (ok)
+                off = (kv_row(a, b, key) * a.n_kv + kvh) * D;
+            if (!INT8) {
+                const __half *gk = (const __half *)a.k + off + cc * 8;
+                const __half *gv = (const __half *)a.v + off + cc * 8;
+                cp_async16(sk + r * kRowH + cc * 8, ok ? (const void *)gk : a.k, ok ? 16 : 0);
+                cp_async16(sv + r * kRowH + cc * 8, ok ? (const void *)gv : a.v, ok ? 16 : 0);
+            } else {
+                uint4 z = make_uint4(0, 0, 0, 0);
+                rk[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.k + off + cc * 16)) : z;
+                rv[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.v + off + cc * 16)) : z;
+            }
+        }
+        if (!INT8) {
+            cp_async_commit();
+        } else {
+            /* threads 0..63: K scales, 64..127: V scales */
+            int key = key0 + (t & (kTileKeys - 1));
+            rscale = 0.f;
+            if (key < key_end) {
+                int64_t si = kv_row(a, b, key) * a.n_kv + kvh;
+                rscale = __ldg((t < kTileKeys ? a.ks : a.vs) + si);
+            }
+        }
+    }
+
+    __device__ __forceinline__ void commit(__half *sk, __half *sv, float *sks, float *svs)
+    {
+        if (!INT8)
+            return;
+        const int t = threadIdx.x;
+#pragma unroll
+        for (int i = 0; i < kPerThread; i++) {
+            int c = t + i * kThreads;
+            int r = c / kChunksPerRow, cc = c % kChunksPerRow;
+            uint4 o0, o1;
+            i8x4_to_h4(rk[i].x, o0.x, o0.y);
+            i8x4_to_h4(rk[i].y, o0.z, o0.w);
+            i8x4_to_h4(rk[i].z, o1.x, o1.y);
+            i8x4_to_h4(rk[i].w, o1.z, o1.w);
+            *(uint4 *)(sk + r * kRowH + cc * 16) = o0;
+            *(uint4 *)(sk + r * kRowH + cc * 16 + 8) = o1;
+            i8x4_to_h4(rv[i].x, o0.x, o0.y);
+            i8x4_to_h4(rv[i].y, o0.z, o0.w);
+            i8x4_to_h4(rv[i].z, o1.x, o1.y);
+            i8x4_to_h4(rv[i].w, o1.z, o1.w);
+            *(uint4 *)(sv + r * kRowH + cc * 16) = o0;
+            *(uint4 *)(sv + r * kRowH + cc * 16 + 8) = o1;
+        }
+        (t < kTileKeys ? sks : svs)[t & (kTileKeys - 1)] = rscale;
+    }
+};
+
+/* Scores of one warp's 16 query rows against 16 keys: s[2][4] (C fragments
+ * of two 16x8 blocks) += Q (qf, D/16 A fragments) . K^T, K rows read from
+ * shared memory at sk_rows (the first of the 16 keys). */
+template <int D>
+__device__ __forceinline__ void qk_16keys(float s[2][4], const uint32_t (*qf)[4],
+                                          const __half *sk_rows)
+{
+    const int lane = threadIdx.x & 31;
+    const __half *base =
+        sk_rows + ((lane & 7) + (lane >> 4) * 8) * (D + 8) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t b[4];
+        ldsm_x4(b, base + kk * 16);
+        mma16816(s[0], qf[kk], b[0], b[1]);
+        mma16816(s[1], qf[kk], b[2], b[3]);
+    }
+}
+
+/* o[D/8][4] += P (one A fragment: 16 rows x 16 keys) . V (16 keys from
+ * sv_rows, all D dims). */
+template <int D>
+__device__ __forceinline__ void pv_16keys(float (*o)[4], const uint32_t pa[4],
+                                          const __half *sv_rows)
+{
+    const int lane = threadIdx.x & 31;
+    const __half *base =
+        sv_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D + 8) + (lane >> 4) * 8;
+#pragma unroll
+    for (int dp = 0; dp < D / 16; dp++) {
+        uint32_t b[4];
+        ldsm_x4_t(b, base + dp * 16);
+        mma16816(o[2 * dp], pa, b[0], b[1]);
+        mma16816(o[2 * dp + 1], pa, b[2], b[3]);
+    }
+}
+
+/* Load 16 rows x D of Q (bf16 -> fp16) as A fragments, through shared
+ * memory sq [16][D+8] (rows of this warp; already filled by the block). */
+template <int D>
+__device__ __forceinline__ void load_q_frags(uint32_t (*qf)[4], const __half *sq_rows)
+{
+    const int lane = threadIdx.x & 31;
+    const __half *base =
+        sq_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D + 8) + (lane >> 4) * 8;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        ldsm_x4(qf[kk], base + kk * 16);
+}
+
+__device__ __forceinline__ float quad_max(float x)
+{
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x)
+{
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* Host: argument checks common to the launchers. */
+static inline bool kv_ok(const dsq_attn_kv *kv)
+{
+    if (!kv || !kv->k || !kv->v || !kv->block_table || kv->block_size <= 0 ||
+        kv->bt_stride <= 0 || kv->n_kv_heads <= 0)
+        return false;
+    if (kv->head_dim != 64 && kv->head_dim != 128)
+        return false;
+    if (kv->dtype == DSQ_ATTN_KV_INT8)
+        return kv->k_scale && kv->v_scale;
+    return kv->dtype == DSQ_ATTN_KV_F16;
+}
+
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+} /* namespace dsq_attn */
+
+#endif /* DSQ_ATTENTION_TILE_CUH */

@@ -1,0 +1,58 @@
+/* common.cuh - small device helpers shared by the kernels in this folder
+ * (bf16 unpacking, warp/block sums, the launch check).  Device code only. */
+#ifndef DSQ_CUDA_COMMON_CUH
+#define DSQ_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+/* bf16 -> fp32 is a shift: the two halves of a 32-bit word hold two bf16s,
+ * the low half is the element with the lower index (little endian). */
+__device__ __forceinline__ float dsq_bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float dsq_bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+/* Unpack 8 bf16s (one 16-byte load) into fp32. */
+__device__ __forceinline__ void dsq_unpack8(uint4 v, float f[8])
+{
+    f[0] = dsq_bf16_lo(v.x); f[1] = dsq_bf16_hi(v.x);
+    f[2] = dsq_bf16_lo(v.y); f[3] = dsq_bf16_hi(v.y);
+    f[4] = dsq_bf16_lo(v.z); f[5] = dsq_bf16_hi(v.z);
+    f[6] = dsq_bf16_lo(v.w); f[7] = dsq_bf16_hi(v.w);
+}
+
+/* fp32 -> bf16 bits, round to nearest even (what torch's .to(bfloat16) does). */
+__device__ __forceinline__ uint16_t dsq_f2bf(float f)
+{
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+__device__ __forceinline__ float dsq_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread
+ * gets the result.  `red` is __shared__ float[32]. */
+__device__ __forceinline__ float dsq_block_sum(float v, float *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nwarps = blockDim.x >> 5;
+    v = dsq_warp_sum(v);
+    __syncthreads(); /* red may still be read by a previous call */
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float s = lane < nwarps ? red[lane] : 0.0f;
+    return dsq_warp_sum(s);
+}
+
+/* After a launch: launch-configuration errors become a dsq_status. */
+#define DSQ_CU_LAUNCHED(what) dsq_cu_status(cudaGetLastError(), what)
+
+#endif /* DSQ_CUDA_COMMON_CUH */

@@ -1,0 +1,214 @@
+/* gemv.cu - y = epilogue(x W^T) for a handful of rows of x (decode at small
+ * batch), where the product is bound by streaming W once from memory.
+ *
+ * Work split: a block of 256 threads owns R consecutive output rows n (all T
+ * tokens at once, so W is read exactly once); its threads split K in 16-byte
+ * pieces (8 bf16) strided by the block, U pieces per row in flight before the
+ * first use.  Partial sums are reduced in the warp, then across the 8 warps
+ * in shared memory, and the epilogue runs on the reduced values.  x (at most
+ * 8 rows of K bf16) is small and read through L1; W goes through streaming
+ * loads so it does not evict x or the KV cache from L2. */
+#include "common.cuh"
+
+#define GEMV_THREADS 256
+#define GEMV_UNROLL 4
+
+template <int T, int R, int EPI>
+__device__ __forceinline__ void gemv_epilogue(float (&acc)[T][R], float *red, int row0, int N,
+                                              const float *__restrict__ bias, void *y)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int NW = GEMV_THREADS / 32;
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = dsq_warp_sum(acc[t][r]);
+            if (lane == 0)
+                red[(t * R + r) * NW + warp] = v;
+        }
+    __syncthreads();
+    if (EPI == DSQ_EPI_SILU_MUL) {
+        /* one thread per (token, gate/up pair) */
+        const int j = threadIdx.x;
+        if (j < T * (R / 2)) {
+            const int t = j / (R / 2), p = j % (R / 2);
+            const int n = row0 + 2 * p;
+            if (n + 1 < N) {
+                float g = 0.0f, u = 0.0f;
+#pragma unroll
+                for (int w = 0; w < NW; w++) {
+                    g += red[(t * R + 2 * p) * NW + w];
+                    u += red[(t * R + 2 * p + 1) * NW + w];
+                }
+                float s = g / (1.0f + expf(-g));
+                static_cast<uint16_t *>(y)[(size_t)t * (N / 2) + n / 2] = dsq_f2bf(s * u);
+            }
+        }
+    } else {
+        const int j = threadIdx.x;
+        if (j < T * R) {
+            const int t = j / R, r = j % R;
+            const int n = row0 + r;
+            if (n < N) {
+                float v = 0.0f;
+#pragma unroll
+                for (int w = 0; w < NW; w++)
+                    v += red[j * NW + w];
+                float *yo = static_cast<float *>(y) + (size_t)t * N + n;
+                if (EPI == DSQ_EPI_BIAS)
+                    v += bias[n];
+                if (EPI == DSQ_EPI_ADD)
+                    v += *yo;
+                *yo = v;
+            }
+        }
+    }
+}
+
+/* 16-byte path: K % 8 == 0, x and W 16-byte aligned. */
+template <int T, int R, int EPI>
+__global__ void __launch_bounds__(GEMV_THREADS)
+gemv_vec_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
+                const float *__restrict__ bias, int N, int K, void *y)
+{
+    __shared__ float red[T * R * (GEMV_THREADS / 32)];
+    const int row0 = blockIdx.x * R;
+    const int K8 = K / 8;
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* rows past N repeat the last one; never stored */
+        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+
+    float acc[T][R];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[t][r] = 0.0f;
+
+    int v = threadIdx.x;
+    for (; v + (GEMV_UNROLL - 1) * GEMV_THREADS < K8; v += GEMV_UNROLL * GEMV_THREADS) {
+        uint4 wv[GEMV_UNROLL][R];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                wv[u][r] = __ldcs(wr[r] + v + u * GEMV_THREADS);
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                float xf[8];
+                dsq_unpack8(__ldg(xv + (size_t)t * K8 + v + u * GEMV_THREADS), xf);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float wf[8];
+                    dsq_unpack8(wv[u][r], wf);
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        acc[t][r] = fmaf(xf[e], wf[e], acc[t][r]);
+                }
+            }
+        }
+    }
+    for (; v < K8; v += GEMV_THREADS) {
+        uint4 wv[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            wv[r] = __ldcs(wr[r] + v);
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            float xf[8];
+            dsq_unpack8(__ldg(xv + (size_t)t * K8 + v), xf);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float wf[8];
+                dsq_unpack8(wv[r], wf);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    acc[t][r] = fmaf(xf[e], wf[e], acc[t][r]);
+            }
+        }
+    }
+    gemv_epilogue<T, R, EPI>(acc, red, row0, N, bias, y);
+}
+
+/* Scalar path for any K and alignment (odd test sizes, exotic configs). */
+template <int T, int R, int EPI>
+__global__ void __launch_bounds__(GEMV_THREADS)
+gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
+                   const float *__restrict__ bias, int N, int K, void *y)
+{
+    __shared__ float red[T * R * (GEMV_THREADS / 32)];
+    const int row0 = blockIdx.x * R;
+    float acc[T][R];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[t][r] = 0.0f;
+    for (int k = threadIdx.x; k < K; k += GEMV_THREADS) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float wf = __uint_as_float((uint32_t)w[(size_t)min(row0 + r, N - 1) * K + k] << 16);
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                acc[t][r] = fmaf(__uint_as_float((uint32_t)x[(size_t)t * K + k] << 16), wf, acc[t][r]);
+        }
+    }
+    gemv_epilogue<T, R, EPI>(acc, red, row0, N, bias, y);
+}
+
+template <int T, int EPI>
+static void launch_gemv(bool vec, const uint16_t *x, const uint16_t *w, const float *bias, int N,
+                        int K, void *y, cudaStream_t s)
+{
+    /* Few tokens: 2 rows per block keeps enough blocks in flight for the
+     * small matrices (N = 1536); more tokens: 4 rows halve the x re-reads. */
+    constexpr int R = T <= 2 ? 2 : 4;
+    const unsigned blocks = (unsigned)((N + R - 1) / R);
+    if (vec)
+        gemv_vec_kernel<T, R, EPI><<<blocks, GEMV_THREADS, 0, s>>>(x, w, bias, N, K, y);
+    else
+        gemv_scalar_kernel<T, R, EPI><<<blocks, GEMV_THREADS, 0, s>>>(x, w, bias, N, K, y);
+}
+
+template <int EPI>
+static void dispatch_tokens(int T, bool vec, const uint16_t *x, const uint16_t *w, const float *bias,
+                            int N, int K, void *y, cudaStream_t s)
+{
+    switch (T) {
+    case 1: launch_gemv<1, EPI>(vec, x, w, bias, N, K, y, s); break;
+    case 2: launch_gemv<2, EPI>(vec, x, w, bias, N, K, y, s); break;
+    case 3: launch_gemv<3, EPI>(vec, x, w, bias, N, K, y, s); break;
+    case 4: launch_gemv<4, EPI>(vec, x, w, bias, N, K, y, s); break;
+    case 5: launch_gemv<5, EPI>(vec, x, w, bias, N, K, y, s); break;
+    case 6: launch_gemv<6, EPI>(vec, x, w, bias, N, K, y, s); break;
+    case 7: launch_gemv<7, EPI>(vec, x, w, bias, N, K, y, s); break;
+    default: launch_gemv<8, EPI>(vec, x, w, bias, N, K, y, s); break;
+    }
+}
+
+extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
+                                  int32_t N, int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream)
+{
+    if (T < 1 || T > DSQ_GEMV_MAX_TOKENS)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: %d rows; the kernel takes 1..%d", T, DSQ_GEMV_MAX_TOKENS);
+    if (N < 1 || K < 1)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: empty matrix %d x %d", N, K);
+    if (epi == DSQ_EPI_SILU_MUL && N % 2 != 0)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: silu*mul needs an even row count (got %d)", N);
+    if (epi == DSQ_EPI_BIAS && !bias)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: bias epilogue without a bias");
+    const bool vec = K % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w & 15) == 0;
+    switch (epi) {
+    case DSQ_EPI_STORE: dispatch_tokens<DSQ_EPI_STORE>(T, vec, x, w, bias, N, K, y, stream); break;
+    case DSQ_EPI_BIAS: dispatch_tokens<DSQ_EPI_BIAS>(T, vec, x, w, bias, N, K, y, stream); break;
+    case DSQ_EPI_ADD: dispatch_tokens<DSQ_EPI_ADD>(T, vec, x, w, bias, N, K, y, stream); break;
+    case DSQ_EPI_SILU_MUL: dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, x, w, bias, N, K, y, stream); break;
+    default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
+    }
+    return DSQ_CU_LAUNCHED("gemv kernel");
+}

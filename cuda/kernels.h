@@ -1,0 +1,137 @@
+/*
+ * kernels.h - C-callable launchers of the CUDA backend's dense kernels
+ * (everything but attention and the KV cache, which live in attention.h).
+ *
+ * Conventions:
+ *  - Every launcher only enqueues work on `stream`: it never allocates, never
+ *    synchronizes and never reads device memory on the host, so a decode step
+ *    built from them can be captured as a CUDA graph.
+ *  - Each returns DSQ_OK or a dsq_status made with dsq_fail() naming the
+ *    kernel and the CUDA error (launch configuration errors are caught with
+ *    cudaGetLastError(); faults inside a kernel surface at the next sync).
+ *  - Matrices are row-major.  Linear weights are [N out, K in] bf16, as in
+ *    the checkpoint.  Activations that feed a matrix product are bf16;
+ *    everything between products (residual stream, q/k/v, gate/up) is fp32,
+ *    so rounding happens only where the tensor cores need it.
+ *  - Runtime sizes are mapped to template constants in one switch per family
+ *    (GEMV: tokens 1..DSQ_GEMV_MAX_TOKENS); other sizes take a generic path.
+ */
+#ifndef DSQ_CUDA_KERNELS_H
+#define DSQ_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Raw bf16 bits on the host side of the interface (device code reinterprets
+ * them as __nv_bfloat16). */
+typedef uint16_t dsq_bf16;
+
+/* Map a CUDA runtime error to a dsq_status with a message naming `what`:
+ * allocation failures -> DSQ_ERR_DEVICE_OOM, the rest -> DSQ_ERR_DEVICE. */
+dsq_status dsq_cu_status(cudaError_t err, const char *what);
+
+/* What a matrix product does with its result y (fp32 unless noted):
+ *  STORE     y = x W^T
+ *  BIAS      y = x W^T + bias             (bias fp32 [N])
+ *  ADD       y = y + x W^T                (residual add, in place)
+ *  SILU_MUL  rows of W come in (gate_i, up_i) pairs (row 2i = gate_i,
+ *            row 2i+1 = up_i); y is bf16 [T][N/2] = silu(gate) * up.
+ *            GEMV only (the GEMM path stores [T][N] and calls dsq_cu_silu_mul). */
+typedef enum dsq_epilogue {
+    DSQ_EPI_STORE = 0,
+    DSQ_EPI_BIAS = 1,
+    DSQ_EPI_ADD = 2,
+    DSQ_EPI_SILU_MUL = 3
+} dsq_epilogue;
+
+/* ---- embed.cu ------------------------------------------------------------ */
+
+/* x[t][:] = (float)table[tokens[t]][:].  table bf16 [V][E], tokens device
+ * int32 [T] (already validated by the host), x fp32 [T][E]. */
+dsq_status dsq_cu_embed(const dsq_bf16 *table, const int32_t *tokens, int32_t T, int32_t E,
+                        float *x, cudaStream_t stream);
+
+/* ---- norm.cu ------------------------------------------------------------- */
+
+/* RMSNorm in fp32, as Hugging Face Qwen2 computes it on fp32 activations:
+ * out[t] = bf16( w * (x[r] * rsqrt(mean(x[r]^2) + eps)) ), r = rows ? rows[t] : t.
+ * x fp32 [*][E], rows device int32 [T] or NULL (gathers the rows the logits
+ * need before the head), w fp32 [E], out bf16 [T][E]. */
+dsq_status dsq_cu_rmsnorm(const float *x, const int32_t *rows, int32_t T, int32_t E,
+                          const float *w, float eps, dsq_bf16 *out, cudaStream_t stream);
+
+/* ---- rope.cu ------------------------------------------------------------- */
+
+/* Rotary embedding, non-interleaved ("neox": dimension i pairs with i+D/2),
+ * fused with the conversion to bf16 that attention takes.  qkv fp32
+ * [T][row_stride] (the fused q|k|v product, bias added), head h at columns
+ * h*D..h*D+D-1; the first n_rot_heads heads (q then k) are rotated, heads up
+ * to n_heads (v) only converted; out bf16 [T][row_stride], same columns.
+ * Angles as HF computes them: fp32 ang = (float)pos[t] * inv_freq[i], then
+ * cos/sin in fp32 (full-precision sincosf: positions reach thousands of
+ * radians).  pos device int32 [T]; inv_freq device fp32 [D/2]; D even. */
+dsq_status dsq_cu_rope(const float *qkv, int32_t row_stride, const int32_t *pos, int32_t T,
+                       int32_t n_rot_heads, int32_t n_heads, int32_t D, const float *inv_freq,
+                       dsq_bf16 *out, cudaStream_t stream);
+
+/* ---- elementwise.cu ------------------------------------------------------ */
+
+/* out[t][i] = bf16( silu(gu[t][2i]) * gu[t][2i+1] ), silu(g) = g / (1 + e^-g),
+ * in fp32.  gu fp32 [T][2F] with gate/up interleaved by row pairs (the
+ * layout of the fused gate/up weight), out bf16 [T][F]. */
+dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq_bf16 *out,
+                           cudaStream_t stream);
+
+/* y[i] += x[i] for n fp32 values (a standalone residual add; the forward
+ * pass fuses the residual into the o_proj/down products instead). */
+dsq_status dsq_cu_add(float *y, const float *x, int64_t n, cudaStream_t stream);
+
+/* out[i] = bf16(x[i]) for n fp32 values. */
+dsq_status dsq_cu_f32_to_bf16(const float *x, int64_t n, dsq_bf16 *out, cudaStream_t stream);
+
+/* ---- gemv.cu: few rows, bandwidth bound ------------------------------------ */
+
+/* The GEMV kernel is specialised for 1..DSQ_GEMV_MAX_TOKENS rows of x. */
+#define DSQ_GEMV_MAX_TOKENS 8
+
+/* y = epilogue(x W^T) for T <= DSQ_GEMV_MAX_TOKENS: x bf16 [T][K], W bf16
+ * [N][K], y as dsq_epilogue says.  Every weight byte is read once with
+ * 16-byte streaming loads (when K % 8 == 0 and the pointers are 16-byte
+ * aligned; a scalar path covers the rest), x stays in L1.  N must be even
+ * for SILU_MUL. */
+dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
+                       int32_t N, int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream);
+
+/* ---- gemm.cu: many rows, cuBLASLt ------------------------------------------- */
+
+/* A cuBLASLt handle, its workspace and a cache of chosen algorithms (so the
+ * steady state runs no heuristic query and allocates nothing).  One per
+ * context: it is used from one thread at a time. */
+typedef struct dsq_gemm dsq_gemm;
+
+/* Create the handle and a device workspace of `workspace_bytes` on the
+ * current device.  DSQ_ERR_DEVICE_OOM / DSQ_ERR_DEVICE / DSQ_ERR_OUT_OF_MEMORY. */
+dsq_status dsq_gemm_create(size_t workspace_bytes, dsq_gemm **out);
+void dsq_gemm_destroy(dsq_gemm *g);
+/* Device bytes held (the workspace). */
+size_t dsq_gemm_device_bytes(const dsq_gemm *g);
+
+/* y = epilogue(x W^T) with bf16 operands, fp32 accumulation and fp32 y
+ * [T][N] (STORE, BIAS, ADD; not SILU_MUL).  x bf16 [T][K], W bf16 [N][K]. */
+dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
+                        int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
+                        cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSQ_CUDA_KERNELS_H */

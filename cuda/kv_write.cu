@@ -1,0 +1,134 @@
+/*
+ * kv_write.cu - append the K and V of a batch of new tokens to the KV cache
+ * (layout in attention.h), rounding to fp16 or quantizing to int8 with one
+ * fp32 scale per (token, kv head).
+ *
+ * One warp per (token, kv head, K|V): the head's D values are one coalesced
+ * read and one coalesced write, and the int8 scale (max |x| over the head)
+ * is a warp reduction with no shared memory.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "attention.h"
+#include "attention_tile.cuh"
+
+namespace dsq_attn {
+
+template <int D, bool INT8>
+__global__ void __launch_bounds__(128)
+    kv_write_kernel(KvArgs a, const __nv_bfloat16 *k, int64_t k_stride, const __nv_bfloat16 *v,
+                    int64_t v_stride, const int32_t *tok_seq, const int32_t *pos, int n_items)
+{
+    constexpr int E = D / 32; /* values per lane: 4 (D=128) or 2 (D=64) */
+    const int lane = threadIdx.x & 31;
+    const int item = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (item >= n_items)
+        return;
+    /* item = (token * n_kv + head) * 2 + is_v */
+    const int is_v = item & 1;
+    const int th = item >> 1;
+    const int t = th / a.n_kv, h = th % a.n_kv;
+    const __nv_bfloat16 *src =
+        (is_v ? v + (int64_t)t * v_stride : k + (int64_t)t * k_stride) + h * D + lane * E;
+    float x[E];
+    if (E == 4) {
+        uint2 w = *(const uint2 *)src;
+        float2 f0 = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w.x));
+        float2 f1 = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w.y));
+        x[0] = f0.x;
+        x[1] = f0.y;
+        x[E > 2 ? 2 : 0] = f1.x;
+        x[E > 3 ? 3 : 0] = f1.y;
+    } else {
+        uint32_t w = *(const uint32_t *)src;
+        float2 f0 = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w));
+        x[0] = f0.x;
+        x[1] = f0.y;
+    }
+    const int64_t row = kv_row(a, tok_seq[t], pos[t]);
+    const int64_t off = (row * a.n_kv + h) * D + lane * E;
+    if (!INT8) {
+        __half *dst = (__half *)(is_v ? a.v : a.k) + off;
+        uint32_t o[E / 2];
+#pragma unroll
+        for (int i = 0; i < E / 2; i++)
+            o[i] = pack_half2(fminf(fmaxf(x[2 * i], -65504.f), 65504.f),
+                              fminf(fmaxf(x[2 * i + 1], -65504.f), 65504.f));
+        if (E == 4)
+            *(uint2 *)dst = make_uint2(o[0], o[E / 2 - 1]);
+        else
+            *(uint32_t *)dst = o[0];
+    } else {
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < E; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+        const float scale = amax / 127.0f; /* IEEE division: matches the CPU */
+        uint32_t packed = 0;
+#pragma unroll
+        for (int i = 0; i < E; i++) {
+            int qi = 0;
+            if (scale > 0.f) {
+                float r = rintf(__fdiv_rn(x[i], scale));
+                qi = (int)fminf(fmaxf(r, -127.f), 127.f);
+            }
+            packed |= (uint32_t)(qi & 0xff) << (8 * i);
+        }
+        int8_t *dst = (int8_t *)(is_v ? a.v : a.k) + off;
+        if (E == 4)
+            *(uint32_t *)dst = packed;
+        else
+            *(uint16_t *)dst = (uint16_t)packed;
+        if (lane == 0)
+            (is_v ? (float *)a.vs : (float *)a.ks)[row * a.n_kv + h] = scale;
+    }
+}
+
+} /* namespace dsq_attn */
+
+using namespace dsq_attn;
+
+extern "C" cudaError_t dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, int64_t k_stride,
+                                         const void *v, int64_t v_stride,
+                                         const int32_t *tok_seq, const int32_t *pos,
+                                         int32_t n_tokens, cudaStream_t stream)
+{
+    if (n_tokens < 0 || !kv_ok(kv))
+        return cudaErrorInvalidValue;
+    if (n_tokens == 0)
+        return cudaSuccess;
+    const int D = kv->head_dim;
+    /* each lane reads D/32 bf16 = 8 or 4 bytes */
+    const uintptr_t need = D == 128 ? 7u : 3u;
+    if (!k || !v || !tok_seq || !pos || ((uintptr_t)k & need) || ((uintptr_t)v & need) ||
+        (k_stride * 2) % (int64_t)(need + 1) || (v_stride * 2) % (int64_t)(need + 1) ||
+        k_stride < (int64_t)kv->n_kv_heads * D || v_stride < (int64_t)kv->n_kv_heads * D)
+        return cudaErrorInvalidValue;
+    const int64_t n_items = (int64_t)n_tokens * kv->n_kv_heads * 2;
+    if (n_items > (int64_t)1 << 30)
+        return cudaErrorInvalidValue;
+    KvArgs a = kv_args(kv);
+    dim3 grid((unsigned)((n_items + 3) / 4)), block(128);
+    const __nv_bfloat16 *kb = (const __nv_bfloat16 *)k, *vb = (const __nv_bfloat16 *)v;
+    const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
+    if (D == 128) {
+        if (i8)
+            kv_write_kernel<128, true><<<grid, block, 0, stream>>>(a, kb, k_stride, vb, v_stride,
+                                                                   tok_seq, pos, (int)n_items);
+        else
+            kv_write_kernel<128, false><<<grid, block, 0, stream>>>(a, kb, k_stride, vb, v_stride,
+                                                                    tok_seq, pos, (int)n_items);
+    } else {
+        if (i8)
+            kv_write_kernel<64, true><<<grid, block, 0, stream>>>(a, kb, k_stride, vb, v_stride,
+                                                                  tok_seq, pos, (int)n_items);
+        else
+            kv_write_kernel<64, false><<<grid, block, 0, stream>>>(a, kb, k_stride, vb, v_stride,
+                                                                   tok_seq, pos, (int)n_items);
+    }
+    return cudaGetLastError();
+}

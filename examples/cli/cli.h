@@ -1,0 +1,113 @@
+/* cli.h - shared pieces of the `dsqwen` command-line tool: options, model and
+ * context setup, prompt building, streamed output, timing. */
+#ifndef DSQ_CLI_H
+#define DSQ_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsqwen.h"
+
+typedef struct cli_opts {
+    const char *model;       /* --model DIR ("tiny" = bundled test model)   */
+    int32_t backend;         /* dsq_backend                                 */
+    int32_t kv_dtype;        /* dsq_kv_dtype                                */
+    int32_t kv_layout;       /* dsq_kv_layout                               */
+    dsq_sampler_params sp;   /* --temperature --top-p --top-k --min-p ...   */
+    int32_t max_tokens;      /* tokens to generate (bench: decode steps)    */
+    int32_t ctx;             /* --ctx: max context per sequence, 0 = default */
+    int32_t threads;         /* --threads, 0 = all cores                    */
+    int show_thinking;       /* 1: print <think>..</think> text             */
+    const char *tokens;      /* --tokens "1,2,3": prompt as ids             */
+    int raw;                 /* --raw: no chat template                     */
+    const char *system;      /* --system TEXT (chat / templated generate)   */
+    const char *batch;       /* --batch "1,8,32" (bench)                    */
+    int32_t prompt_len;      /* --prompt-len N (bench)                      */
+    const char *prompt;      /* positional prompt text (generate)           */
+} cli_opts;
+
+/* Everything a command needs once the model is up. */
+typedef struct cli_session {
+    dsq_model *model;
+    dsq_ctx *ctx;
+    dsq_sampler *sampler;
+    const dsq_tokenizer *tok;     /* borrowed from the model; may be NULL    */
+    dsq_model_info info;
+    int32_t n_vocab_valid;        /* ids >= this are padding rows            */
+    int32_t eos;                  /* -1 if unknown                           */
+    int32_t think_open, think_close; /* ids of <think> / </think>, or -1   */
+    int32_t max_context;          /* tokens one sequence may hold            */
+    float *logits;                /* [max_seqs][n_vocab] host buffer         */
+} cli_session;
+
+/* Print "dsqwen: WHAT: STATUS: message" to stderr; returns 1 (exit code). */
+int cli_report(dsq_status st, const char *what);
+
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+
+/* Load model, create a context for `max_seqs` sequences and a sampler.
+ * Prints its own errors; returns 0 on success.  `max_batch` raises the
+ * context's max_batch_tokens when a decode step batches more sequences. */
+int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_t max_batch);
+void cli_session_close(cli_session *s);
+
+/* Parse "1,2,3" into a malloc'ed array; prints its own errors. */
+int cli_parse_ids(const char *list, int32_t **ids, int32_t *n);
+
+/* Tokenize `text` (special-token text is recognised; no BOS added: the chat
+ * format already holds it, raw callers pass add_bos).  Prints its own
+ * errors. */
+int cli_tokenize(const cli_session *s, const char *text, int add_bos, int32_t **ids,
+                 int32_t *n);
+
+/* Streams generated tokens to stdout: text through dsq_detok_stream when the
+ * model has a tokenizer (hiding <think>..</think> unless asked), else ids. */
+typedef struct cli_printer {
+    const cli_session *s;
+    dsq_detok_stream *stream;
+    int show_thinking;
+    int in_think;      /* currently between <think> and </think>            */
+    int skip_space;    /* drop whitespace right after a hidden </think>     */
+    int printed_ids;   /* ids printed so far (id mode, for separators)      */
+    char buf[1024];
+} cli_printer;
+
+/* `prompt` sets the initial think state (a prompt ending in "<think>\n" puts
+ * the reply inside a thought). */
+int cli_printer_init(cli_printer *p, const cli_session *s, int show_thinking,
+                     const int32_t *prompt, int32_t n_prompt);
+int cli_printer_push(cli_printer *p, int32_t token);
+int cli_printer_finish(cli_printer *p); /* flush held bytes, newline */
+void cli_printer_free(cli_printer *p);
+
+/* Timing of one prompt + reply. */
+typedef struct cli_stats {
+    int32_t n_prompt;   /* tokens prefilled                                  */
+    double t_first;     /* seconds from prefill start to first sampled token */
+    int32_t n_decode;   /* decode steps run                                  */
+    double t_decode;    /* seconds spent after the first token               */
+} cli_stats;
+
+/* Outcome of cli_run_turn, for continuing the conversation. */
+typedef struct cli_turn {
+    int32_t last;       /* last sampled token, not yet in the KV cache       */
+    int ended_eos;      /* reply ended with the EOS token                    */
+    int context_full;   /* stopped because the sequence filled its context   */
+} cli_turn;
+
+/* Prefill `prompt` onto sequence 0 (extending what it holds), then sample,
+ * stream and decode until EOS, `max_tokens` sampled tokens or a full
+ * context.  Prints its own errors; returns 0 on success. */
+int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t n_prompt,
+                 int32_t max_tokens, cli_stats *stats, cli_turn *turn);
+/* "prompt N tokens, time to first token X ms, decode M tokens at Y tokens/s"
+ * on stderr. */
+void cli_print_stats(const cli_stats *stats);
+
+/* Subcommands; each returns the process exit code. */
+int cli_generate(const cli_opts *o);
+int cli_chat(const cli_opts *o);
+int cli_bench(const cli_opts *o);
+
+#endif

@@ -1,0 +1,265 @@
+/* common.c - model/context/sampler setup, tokenizing, streamed output and
+ * timing shared by the dsqwen subcommands. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+int cli_report(dsq_status st, const char *what)
+{
+    const char *msg = dsq_last_error_message();
+    fprintf(stderr, "dsqwen: %s: %s%s%s\n", what, dsq_status_string(st), msg[0] ? ": " : "",
+            msg);
+    return 1;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_t max_batch)
+{
+    memset(s, 0, sizeof *s);
+    s->think_open = s->think_close = -1;
+    const char *path = o->model;
+    if (strcmp(path, "tiny") == 0)
+        path = DSQ_DEFAULT_TINY_MODEL;
+
+    dsq_model_params mp = dsq_model_default_params();
+    mp.backend = o->backend;
+    mp.n_threads = o->threads;
+    dsq_status st = dsq_model_load(path, &mp, &s->model);
+    if (st != DSQ_OK) {
+        cli_report(st, "loading the model");
+        return 1;
+    }
+    s->info.struct_size = sizeof s->info;
+    if ((st = dsq_model_get_info(s->model, &s->info)) != DSQ_OK)
+        goto fail_report;
+    s->tok = dsq_model_tokenizer(s->model);
+
+    dsq_ctx_params cp = dsq_ctx_default_params();
+    cp.max_seqs = max_seqs;
+    if (o->ctx > 0)
+        cp.max_context = o->ctx;
+    if (o->kv_dtype >= 0)
+        cp.kv_dtype = o->kv_dtype;
+    cp.kv_layout = o->kv_layout;
+    cp.n_threads = o->threads;
+    if (max_batch > cp.max_batch_tokens)
+        cp.max_batch_tokens = max_batch;
+    if ((st = dsq_ctx_new(s->model, &cp, &s->ctx)) != DSQ_OK)
+        goto fail_report;
+    dsq_ctx_info ci = { sizeof ci };
+    if ((st = dsq_ctx_get_info(s->ctx, &ci)) != DSQ_OK)
+        goto fail_report;
+    s->max_context = ci.max_context;
+
+    /* The embedding has padding rows past the tokenizer's last id; a sampler
+     * must never pick them (their logits are meaningless). */
+    dsq_sampler_params sp = o->sp;
+    if (sp.n_vocab_valid == 0 && s->tok) {
+        int32_t n = dsq_tokenizer_n_tokens(s->tok);
+        if (n > 0 && n < s->info.n_vocab)
+            sp.n_vocab_valid = n;
+    }
+    s->n_vocab_valid = sp.n_vocab_valid > 0 ? sp.n_vocab_valid : s->info.n_vocab;
+    if ((st = dsq_sampler_new(&sp, &s->sampler)) != DSQ_OK)
+        goto fail_report;
+
+    s->eos = s->tok ? dsq_tokenizer_eos(s->tok) : -1;
+    if (s->eos < 0)
+        s->eos = s->info.eos_token;
+    if (s->tok) {
+        s->think_open = dsq_tokenizer_token_id(s->tok, "<think>");
+        s->think_close = dsq_tokenizer_token_id(s->tok, "</think>");
+    }
+    s->logits = malloc(sizeof(float) * (size_t)max_seqs * (size_t)s->info.n_vocab);
+    if (!s->logits) {
+        fprintf(stderr, "dsqwen: no memory for the logits buffer\n");
+        cli_session_close(s);
+        return 1;
+    }
+    return 0;
+
+fail_report:
+    cli_report(st, "setting up the model");
+    cli_session_close(s);
+    return 1;
+}
+
+void cli_session_close(cli_session *s)
+{
+    free(s->logits);
+    dsq_sampler_free(s->sampler);
+    dsq_ctx_free(s->ctx);
+    dsq_model_free(s->model);
+    memset(s, 0, sizeof *s);
+}
+
+int cli_parse_ids(const char *list, int32_t **ids, int32_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 1;
+    for (const char *p = list; *p; p++)
+        cap += *p == ',';
+    int32_t *v = malloc(sizeof(int32_t) * cap);
+    if (!v) {
+        fprintf(stderr, "dsqwen: no memory\n");
+        return 1;
+    }
+    const char *p = list;
+    int32_t k = 0;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "dsqwen: bad token id list '%s' (expected e.g. 1,2,3)\n", list);
+            free(v);
+            return 1;
+        }
+        v[k++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0) {
+        fprintf(stderr, "dsqwen: empty token id list\n");
+        free(v);
+        return 1;
+    }
+    *ids = v;
+    *n = k;
+    return 0;
+}
+
+int cli_tokenize(const cli_session *s, const char *text, int add_bos, int32_t **ids,
+                 int32_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!s->tok) {
+        fprintf(stderr, "dsqwen: this model directory has no tokenizer.json; give the prompt "
+                        "as token ids with --tokens 1,2,3\n");
+        return 1;
+    }
+    uint32_t flags = add_bos ? DSQ_TOKENIZE_ADD_SPECIAL : 0u;
+    size_t len = strlen(text), need = 0;
+    dsq_status st = dsq_tokenize(s->tok, text, len, flags, NULL, 0, &need);
+    if (st != DSQ_OK && st != DSQ_ERR_BUFFER_TOO_SMALL)
+        return cli_report(st, "tokenizing the prompt");
+    int32_t *v = malloc(sizeof(int32_t) * (need ? need : 1));
+    if (!v) {
+        fprintf(stderr, "dsqwen: no memory\n");
+        return 1;
+    }
+    st = dsq_tokenize(s->tok, text, len, flags, v, need, &need);
+    if (st != DSQ_OK) {
+        free(v);
+        return cli_report(st, "tokenizing the prompt");
+    }
+    *ids = v;
+    *n = (int32_t)need;
+    return 0;
+}
+
+/* ---- streamed output ------------------------------------------------------- */
+
+int cli_printer_init(cli_printer *p, const cli_session *s, int show_thinking,
+                     const int32_t *prompt, int32_t n_prompt)
+{
+    memset(p, 0, sizeof *p);
+    p->s = s;
+    p->show_thinking = show_thinking;
+    if (!s->tok)
+        return 0;
+    dsq_status st = dsq_detok_stream_new(s->tok, 1, &p->stream);
+    if (st != DSQ_OK)
+        return cli_report(st, "creating the detokenizer");
+    for (int32_t i = 0; i < n_prompt; i++) {
+        if (prompt[i] == s->think_open)
+            p->in_think = 1;
+        else if (prompt[i] == s->think_close)
+            p->in_think = 0;
+    }
+    /* The generation prompt ends in "<think>\n": show where the thought
+     * starts, since that tag was part of the prompt, not of the output. */
+    if (p->in_think && show_thinking)
+        fputs("<think>\n", stdout);
+    return 0;
+}
+
+static void put_text(cli_printer *p, const char *text, size_t len)
+{
+    if (p->in_think && !p->show_thinking)
+        return;
+    if (p->skip_space) {
+        while (len > 0 && isspace((unsigned char)*text)) {
+            text++;
+            len--;
+        }
+        if (len == 0)
+            return;
+        p->skip_space = 0;
+    }
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+int cli_printer_push(cli_printer *p, int32_t token)
+{
+    const cli_session *s = p->s;
+    if (!p->stream) {
+        printf("%s%d", p->printed_ids++ ? " " : "", (int)token);
+        fflush(stdout);
+        return 0;
+    }
+    if (token == s->eos)
+        return 0;
+    if (token == s->think_open || token == s->think_close) {
+        int open = token == s->think_open;
+        if (p->show_thinking) {
+            fputs(open ? "<think>" : "</think>", stdout);
+            fflush(stdout);
+        } else if (!open) {
+            /* the answer after a hidden thought usually starts with blank
+             * lines that belonged to the thought's layout */
+            p->skip_space = 1;
+        }
+        p->in_think = open;
+        return 0;
+    }
+    size_t len = 0;
+    dsq_status st = dsq_detok_stream_push(p->stream, token, p->buf, sizeof p->buf, &len);
+    if (st != DSQ_OK)
+        return cli_report(st, "detokenizing");
+    put_text(p, p->buf, len);
+    return 0;
+}
+
+int cli_printer_finish(cli_printer *p)
+{
+    if (p->stream) {
+        size_t len = 0;
+        dsq_status st = dsq_detok_stream_flush(p->stream, p->buf, sizeof p->buf, &len);
+        if (st != DSQ_OK)
+            return cli_report(st, "detokenizing");
+        put_text(p, p->buf, len);
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    return 0;
+}
+
+void cli_printer_free(cli_printer *p)
+{
+    dsq_detok_stream_free(p->stream);
+    p->stream = NULL;
+}

@@ -1,0 +1,356 @@
+/* cpu_ops.c - numeric building blocks of the CPU backend.
+ *
+ * Inner loops use GCC/Clang vector extensions (8 floats) rather than relying
+ * on auto-vectorization: without -ffast-math the compiler may not reorder a
+ * float reduction, and we want one fixed, documented order anyway (see
+ * dsq_cpu_dot).  Floating-point contraction stays off (ISO C mode for GCC,
+ * the pragma for Clang) so every path rounds the same way.  On x86-64 with
+ * GCC the hot functions are also compiled for AVX2 and AVX-512 and picked
+ * at load time (target_clones); all clones give identical results. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(DSQ_NO_TARGET_CLONES)
+#define DSQ_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DSQ_CLONES
+#endif
+#define DSQ_INLINE static inline __attribute__((always_inline))
+
+typedef float v8f __attribute__((vector_size(32)));
+
+DSQ_INLINE v8f ld8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Fixed pairwise combination of the 8 partial sums. */
+DSQ_INLINE float hsum8(v8f v)
+{
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+DSQ_INLINE float dot_inl(const float *a, const float *b, int64_t n)
+{
+    v8f acc = {0};
+    int64_t n8 = n & ~(int64_t)7;
+    for (int64_t k = 0; k < n8; k += 8)
+        acc += ld8(a + k) * ld8(b + k);
+    float s = hsum8(acc);
+    for (int64_t k = n8; k < n; k++)
+        s += a[k] * b[k];
+    return s;
+}
+
+float dsq_cpu_dot(const float *a, const float *b, int64_t n) { return dot_inl(a, b, n); }
+
+DSQ_INLINE void row_to_f32_inl(float *dst, const void *src, dsq_dtype dt, int64_t n)
+{
+    switch (dt) {
+    case DSQ_DT_BF16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) {
+            union { uint32_t u; float f; } v = { .u = (uint32_t)s[i] << 16 };
+            dst[i] = v.f;
+        }
+        break;
+    }
+    case DSQ_DT_F16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = dsq_cpu_f16_to_f32(s[i]);
+        break;
+    }
+    case DSQ_DT_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    default: memset(dst, 0, (size_t)n * sizeof(float)); break; /* refused at load */
+    }
+}
+
+DSQ_CLONES void dsq_cpu_row_to_f32(float *dst, const void *src, dsq_dtype dt, int64_t n)
+{
+    row_to_f32_inl(dst, src, dt, n);
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+/* out[t][r] = dot(x_t, w_r) for 2 tokens x 4 rows, each in dot_inl's order. */
+DSQ_INLINE void tile_2x4(const float *x0, const float *x1, const float *const w[4], int64_t K,
+                         float out[2][4])
+{
+    v8f a00 = {0}, a01 = {0}, a02 = {0}, a03 = {0};
+    v8f a10 = {0}, a11 = {0}, a12 = {0}, a13 = {0};
+    const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int64_t K8 = K & ~(int64_t)7;
+    for (int64_t k = 0; k < K8; k += 8) {
+        v8f xa = ld8(x0 + k), xb = ld8(x1 + k);
+        v8f b0 = ld8(w0 + k), b1 = ld8(w1 + k), b2 = ld8(w2 + k), b3 = ld8(w3 + k);
+        a00 += xa * b0;
+        a01 += xa * b1;
+        a02 += xa * b2;
+        a03 += xa * b3;
+        a10 += xb * b0;
+        a11 += xb * b1;
+        a12 += xb * b2;
+        a13 += xb * b3;
+    }
+    out[0][0] = hsum8(a00);
+    out[0][1] = hsum8(a01);
+    out[0][2] = hsum8(a02);
+    out[0][3] = hsum8(a03);
+    out[1][0] = hsum8(a10);
+    out[1][1] = hsum8(a11);
+    out[1][2] = hsum8(a12);
+    out[1][3] = hsum8(a13);
+    for (int64_t k = K8; k < K; k++)
+        for (int r = 0; r < 4; r++) {
+            out[0][r] += x0[k] * w[r][k];
+            out[1][r] += x1[k] * w[r][k];
+        }
+}
+
+/* The same for one token (an odd batch's last one, or batch-1 decode). */
+DSQ_INLINE void tile_1x4(const float *x0, const float *const w[4], int64_t K, float out[4])
+{
+    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int64_t K8 = K & ~(int64_t)7;
+    for (int64_t k = 0; k < K8; k += 8) {
+        v8f xa = ld8(x0 + k);
+        a0 += xa * ld8(w0 + k);
+        a1 += xa * ld8(w1 + k);
+        a2 += xa * ld8(w2 + k);
+        a3 += xa * ld8(w3 + k);
+    }
+    out[0] = hsum8(a0);
+    out[1] = hsum8(a1);
+    out[2] = hsum8(a2);
+    out[3] = hsum8(a3);
+    for (int64_t k = K8; k < K; k++)
+        for (int r = 0; r < 4; r++)
+            out[r] += x0[k] * w[r][k];
+}
+
+DSQ_INLINE void store_row(float *y, float v, float b, int accumulate)
+{
+    v = v + b;
+    *y = accumulate ? *y + v : v;
+}
+
+DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
+                                    const dsq_tensor *W, const dsq_tensor *bias, int64_t o0,
+                                    int64_t o1, int accumulate, float *wbuf)
+{
+    const int64_t K = W->shape[1];
+    const size_t esz = dsq_dtype_size(W->dtype);
+    const char *wdata = W->data;
+    /* Tokens per block: keep the block's activations (tb*K floats) within
+     * about half of a typical 1 MiB L2 while a converted row block is reused
+     * across them; a weight row is converted once per token block. */
+    int64_t tblk = (int64_t)(512 * 1024) / (K * (int64_t)sizeof(float));
+    tblk = tblk < 2 ? 2 : tblk & ~(int64_t)1;
+    for (int64_t t0 = 0; t0 < T; t0 += tblk) {
+        int64_t tb = T - t0 < tblk ? T - t0 : tblk;
+        for (int64_t o = o0; o < o1; o += DSQ_CPU_MM_ROWS) {
+            int nr = o1 - o < DSQ_CPU_MM_ROWS ? (int)(o1 - o) : DSQ_CPU_MM_ROWS;
+            const float *w[DSQ_CPU_MM_ROWS];
+            float b[DSQ_CPU_MM_ROWS];
+            for (int r = 0; r < DSQ_CPU_MM_ROWS; r++) {
+                if (r >= nr) { /* edge block: repeat the last row, drop its results */
+                    w[r] = w[nr - 1];
+                    b[r] = 0.0f;
+                    continue;
+                }
+                const char *src = wdata + (size_t)(o + r) * (size_t)K * esz;
+                if (W->dtype == DSQ_DT_F32) {
+                    w[r] = (const float *)src;
+                } else {
+                    row_to_f32_inl(wbuf + (size_t)r * (size_t)K, src, W->dtype, K);
+                    w[r] = wbuf + (size_t)r * (size_t)K;
+                }
+                b[r] = bias ? dsq_tensor_get(bias, o + r) : 0.0f;
+            }
+            int64_t t = t0;
+            for (; t + 1 < t0 + tb; t += 2) {
+                float out[2][4];
+                tile_2x4(X + t * ldx, X + (t + 1) * ldx, w, K, out);
+                for (int r = 0; r < nr; r++) {
+                    store_row(Y + t * ldy + o + r, out[0][r], b[r], accumulate);
+                    store_row(Y + (t + 1) * ldy + o + r, out[1][r], b[r], accumulate);
+                }
+            }
+            if (t < t0 + tb) {
+                float out[4];
+                tile_1x4(X + t * ldx, w, K, out);
+                for (int r = 0; r < nr; r++)
+                    store_row(Y + t * ldy + o + r, out[r], b[r], accumulate);
+            }
+        }
+    }
+}
+
+/* ---- normalization, rotary embedding, activation ------------------------------- */
+
+void dsq_cpu_rmsnorm(float *y, const float *x, const dsq_tensor *w, int64_t n, float eps)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * (double)x[i];
+    float var = (float)(ss / (double)n);
+    float r = 1.0f / sqrtf(var + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (x[i] * r) * dsq_tensor_get(w, i);
+}
+
+void dsq_cpu_rope_inv_freq(float *inv_freq, int32_t head_dim, float theta)
+{
+    for (int32_t i = 0; i < head_dim / 2; i++) {
+        float e = (float)(2 * i) / (float)head_dim;
+        float p = (float)pow((double)theta, (double)e);
+        inv_freq[i] = 1.0f / p;
+    }
+}
+
+void dsq_cpu_rope_table(float *cs, const float *inv_freq, int32_t half, int32_t pos)
+{
+    for (int32_t i = 0; i < half; i++) {
+        float a = (float)pos * inv_freq[i];
+        cs[i] = (float)cos((double)a);
+        cs[half + i] = (float)sin((double)a);
+    }
+}
+
+void dsq_cpu_rope_apply(float *x, const float *cs, int32_t head_dim)
+{
+    int32_t h = head_dim / 2;
+    const float *c = cs, *s = cs + h;
+    for (int32_t i = 0; i < h; i++) {
+        float a = x[i], b = x[i + h];
+        x[i] = a * c[i] - b * s[i];
+        x[i + h] = b * c[i] + a * s[i];
+    }
+}
+
+void dsq_cpu_silu_mul(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        g[i] = (x / (1.0f + expf(-x))) * u[i];
+    }
+}
+
+/* ---- KV cache ------------------------------------------------------------------------ */
+
+size_t dsq_cpu_kv_elem_size(int32_t kv_dtype)
+{
+    return kv_dtype == DSQ_KV_F32 ? 4 : kv_dtype == DSQ_KV_F16 ? 2 : 1;
+}
+
+void dsq_cpu_kv_store(void *dst, float *scale, int32_t kv_dtype, const float *x, int32_t D)
+{
+    if (kv_dtype == DSQ_KV_F32) {
+        memcpy(dst, x, (size_t)D * sizeof(float));
+    } else if (kv_dtype == DSQ_KV_F16) {
+        uint16_t *h = dst;
+        for (int32_t d = 0; d < D; d++)
+            h[d] = dsq_f32_to_f16(x[d]);
+    } else {
+        int8_t *q = dst;
+        float amax = 0.0f;
+        for (int32_t d = 0; d < D; d++)
+            amax = fabsf(x[d]) > amax ? fabsf(x[d]) : amax;
+        float s = amax / 127.0f;
+        *scale = s;
+        for (int32_t d = 0; d < D; d++) {
+            float r = s > 0.0f ? rintf(x[d] / s) : 0.0f;
+            r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+            q[d] = (int8_t)r;
+        }
+    }
+}
+
+DSQ_INLINE void kv_load_inl(float *x, const void *src, const float *scale, int32_t kv_dtype,
+                            int32_t D)
+{
+    if (kv_dtype == DSQ_KV_F32) {
+        memcpy(x, src, (size_t)D * sizeof(float));
+    } else if (kv_dtype == DSQ_KV_F16) {
+        const uint16_t *h = src;
+        for (int32_t d = 0; d < D; d++)
+            x[d] = dsq_cpu_f16_to_f32(h[d]);
+    } else {
+        const int8_t *q = src;
+        float s = *scale;
+        for (int32_t d = 0; d < D; d++)
+            x[d] = (float)q[d] * s;
+    }
+}
+
+void dsq_cpu_kv_load(float *x, const void *src, const float *scale, int32_t kv_dtype, int32_t D)
+{
+    kv_load_inl(x, src, scale, kv_dtype, D);
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+DSQ_CLONES void dsq_cpu_attend(const dsq_cpu_kv_view *kv, int32_t head, const int64_t *rows,
+                               int32_t n_ctx, const float *q, int32_t n_rep, float scale,
+                               float *out, float *scores, float *kv_tmp)
+{
+    const int32_t D = kv->head_dim;
+    const size_t esz = dsq_cpu_kv_elem_size(kv->kv_dtype);
+    const char *kb = kv->k, *vb = kv->v;
+    for (int32_t p = 0; p < n_ctx; p++) {
+        int64_t slot = rows[p] * kv->n_kv + head; /* (row, head) vector index */
+        const char *src = kb + (size_t)slot * (size_t)D * esz;
+        const float *k;
+        if (kv->kv_dtype == DSQ_KV_F32) {
+            k = (const float *)src;
+        } else {
+            kv_load_inl(kv_tmp, src, kv->ks ? kv->ks + slot : NULL, kv->kv_dtype, D);
+            k = kv_tmp;
+        }
+        for (int32_t r = 0; r < n_rep; r++)
+            scores[(size_t)r * n_ctx + p] = dot_inl(q + (size_t)r * D, k, D) * scale;
+    }
+    for (int32_t r = 0; r < n_rep; r++) {
+        float *s = scores + (size_t)r * n_ctx;
+        float m = s[0];
+        for (int32_t p = 1; p < n_ctx; p++)
+            m = s[p] > m ? s[p] : m;
+        double sum = 0.0;
+        for (int32_t p = 0; p < n_ctx; p++) {
+            s[p] = expf(s[p] - m);
+            sum += s[p];
+        }
+        float fs = (float)sum;
+        for (int32_t p = 0; p < n_ctx; p++)
+            s[p] = s[p] / fs;
+    }
+    memset(out, 0, (size_t)n_rep * D * sizeof(float));
+    for (int32_t p = 0; p < n_ctx; p++) {
+        int64_t slot = rows[p] * kv->n_kv + head;
+        const char *src = vb + (size_t)slot * (size_t)D * esz;
+        const float *v;
+        if (kv->kv_dtype == DSQ_KV_F32) {
+            v = (const float *)src;
+        } else {
+            kv_load_inl(kv_tmp, src, kv->vs ? kv->vs + slot : NULL, kv->kv_dtype, D);
+            v = kv_tmp;
+        }
+        for (int32_t r = 0; r < n_rep; r++) {
+            float w = scores[(size_t)r * n_ctx + p];
+            float *o = out + (size_t)r * D;
+            for (int32_t d = 0; d < D; d++)
+                o[d] += w * v[d];
+        }
+    }
+}

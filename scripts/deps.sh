@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install the Debian packages libdsqwen needs to build and test, if missing.
+# The CUDA toolkit is not a Debian package here: when nvcc is absent the build
+# is CPU-only (the CMake option DSQ_CUDA=AUTO decides).
+set -euo pipefail
+PKGS="cmake make gcc pkg-config python3 python3-numpy libcjson-dev libcmocka-dev libpcre2-dev libutf8proc-dev"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "deps.sh: installing:$missing"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi

@@ -1,0 +1,9 @@
+# Source on the GPU test machine (no -dev packages, no network there): unpacks
+# the carried Debian packages from .deps/ into /tmp/deps and points pkg-config,
+# CMake and the loader at them.  Usage: `source scripts/device_env.sh`.
+mkdir -p /tmp/deps
+for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+export PKG_CONFIG_SYSROOT_DIR=/tmp/deps
+export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CMAKE_PREFIX_PATH=/tmp/deps/usr
