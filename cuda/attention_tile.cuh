@@ -285,6 +285,10 @@ static inline bool kv_ok(const dsq_attn_kv *kv)
 
 static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* Shared-memory attribute setters, one per kernel family (dsq_attn_init). */
+cudaError_t prefill_init();
+cudaError_t decode_init();
+
 } /* namespace dsq_attn */
 
 #endif /* DSQ_ATTENTION_TILE_CUH */

@@ -24,8 +24,9 @@ int main(int argc, char **argv)
     float *logits = NULL;
     dsq_model *model = NULL;
     dsq_ctx *ctx = NULL;
-    dsq_model_info info = { sizeof info };
-    for (int i = 0; i < n_prompt; i++)
+    dsq_model_info info;
+    info.struct_size = sizeof info;
+    for (int i = 0; prompt && i < n_prompt; i++)
         prompt[i] = (int32_t)atoi(argv[i + 2]);
 
     if (check(dsq_model_load(argv[1], NULL, &model), "load") ||

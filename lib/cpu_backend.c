@@ -1,8 +1,495 @@
-/* PLACEHOLDER until the CPU backend lands (issue 2). */
+/* cpu_backend.c - the CPU backend: the Qwen2 forward pass in fp32 over the
+ * mmapped BF16/F16/F32 weights, and the numeric reference for the GPU.
+ *
+ * Per layer, over all tokens of the batch (T = b->n_tokens):
+ *   xn = rmsnorm(x)                                       main thread
+ *   q,k,v = xn W^T + b; rope(q,k); k,v -> cache rows      one task per head
+ *   att = softmax(q k^T / sqrt(D)) v  (causal, GQA)       one task per (token, KV head)
+ *   x += att Wo^T                                          tasks over row chunks
+ *   xn = rmsnorm(x)                                       main thread
+ *   g = silu(xn Wg^T) * (xn Wu^T)                          tasks over row chunks
+ *   x += g Wd^T                                            tasks over row chunks
+ * then the final norm and the output head for the requested rows only.
+ * Weight rows are converted to fp32 inside the matmul and reused by every
+ * token of the batch (see dsq_cpu_matmul_rows); nothing is allocated here
+ * after ctx_init. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "cpu_threadpool.h"
 #include "internal.h"
-static dsq_status ml(dsq_model *m, const dsq_model_params *p) { return dsq_fail(DSQ_ERR_UNSUPPORTED, "cpu backend not implemented yet"); }
-static void mf(dsq_model *m) { (void)m; }
-static dsq_status ci(dsq_ctx *c) { return dsq_fail(DSQ_ERR_UNSUPPORTED, "cpu backend not implemented yet"); }
-static void cf(dsq_ctx *c) { (void)c; }
-static dsq_status fw(dsq_ctx *c, const dsq_batch *b, float *l) { return dsq_fail(DSQ_ERR_UNSUPPORTED, "cpu backend not implemented yet"); }
-const dsq_backend_ops dsq_cpu_backend = { "cpu", DSQ_BACKEND_CPU, ml, mf, ci, cf, fw, NULL };
+
+typedef struct cpu_ctx {
+    dsq_cpu_pool *pool;
+    int n_threads;
+    int32_t T;            /* max_batch_tokens: rows of every activation buffer */
+    int64_t kv_rows;      /* physical KV rows (static: max_seqs*max_context) */
+    size_t kv_esz;        /* bytes per cached value */
+    /* KV cache, per layer l: K at k + l*layer_kv_bytes, laid out
+     * [kv_rows][n_kv_heads][head_dim] elements; V the same.  INT8 scales:
+     * [n_layers][kv_rows][n_kv_heads] floats for K and for V. */
+    char *k, *v;
+    float *ks, *vs;
+    size_t layer_kv_bytes;
+    /* activations */
+    float *x;             /* [T][E] residual stream */
+    float *xn;            /* [T][E] normalized input of a sublayer / final norm */
+    float *q;             /* [T][H*D] queries (roped in place) */
+    float *kx, *vx;       /* [T][K*D] new keys (roped) / values before caching */
+    float *att;           /* [T][H*D] attention output */
+    float *g, *u;         /* [T][F] gate (then silu(gate)*up) and up */
+    float *rope;          /* [T][D]: cos[D/2] then sin[D/2] of each token's position */
+    float *inv_freq;      /* [D/2] */
+    /* per thread */
+    float *wbuf;          /* [n_threads][DSQ_CPU_MM_ROWS][k_max] converted weight rows */
+    size_t wbuf_stride;
+    float *scores;        /* [n_threads][n_rep][max_context] */
+    size_t scores_stride;
+    float *kv_tmp;        /* [n_threads][D] one dequantized K or V vector */
+    int64_t *rows;        /* [n_threads][max_context] physical rows of a sequence */
+} cpu_ctx;
+
+/* ---- model ----------------------------------------------------------------- */
+
+static dsq_status check_tensor(const dsq_tensor *t, const char *what, int layer)
+{
+    if (!t->data)
+        return dsq_fail(DSQ_ERR_MISSING_TENSOR, "cpu backend: %s of layer %d has no data", what, layer);
+    if (t->dtype != DSQ_DT_BF16 && t->dtype != DSQ_DT_F16 && t->dtype != DSQ_DT_F32)
+        return dsq_fail(DSQ_ERR_DTYPE, "cpu backend: %s of layer %d is %s; need BF16, F16 or F32",
+                        what, layer, dsq_dtype_name(t->dtype));
+    return DSQ_OK;
+}
+
+/* The CPU computes straight from the views in m->w (the file mapping), so
+ * there is nothing to copy; only check what the forward pass relies on. */
+static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
+{
+    (void)p;
+    const dsq_config *cfg = &m->cfg;
+    if (cfg->head_dim <= 0 || cfg->head_dim % 2 != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "cpu backend: head_dim %d must be even", cfg->head_dim);
+    if (cfg->n_kv_heads <= 0 || cfg->n_heads % cfg->n_kv_heads != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "cpu backend: %d query heads are not a multiple of %d KV heads",
+                        cfg->n_heads, cfg->n_kv_heads);
+    if (!m->w.layers)
+        return dsq_fail(DSQ_ERR_MISSING_TENSOR, "cpu backend: the model has no layer weights");
+    dsq_status st;
+    if ((st = check_tensor(&m->w.tok_embd, "token embedding", -1)) != DSQ_OK ||
+        (st = check_tensor(&m->w.out_norm, "final norm", -1)) != DSQ_OK ||
+        (st = check_tensor(&m->w.lm_head, "output head", -1)) != DSQ_OK)
+        return st;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const dsq_layer_weights *L = &m->w.layers[l];
+        const struct { const dsq_tensor *t; const char *name; } all[] = {
+            {&L->attn_norm, "input_layernorm"}, {&L->wq, "q_proj"}, {&L->wk, "k_proj"},
+            {&L->wv, "v_proj"}, {&L->bq, "q_proj bias"}, {&L->bk, "k_proj bias"},
+            {&L->bv, "v_proj bias"}, {&L->wo, "o_proj"}, {&L->ffn_norm, "post_attention_layernorm"},
+            {&L->w_gate, "gate_proj"}, {&L->w_up, "up_proj"}, {&L->w_down, "down_proj"},
+        };
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if ((st = check_tensor(all[i].t, all[i].name, l)) != DSQ_OK)
+                return st;
+    }
+    m->be = NULL;
+    m->device_bytes = 0;
+    return DSQ_OK;
+}
+
+static void cpu_model_free(dsq_model *m) { (void)m; /* nothing allocated */ }
+
+/* ---- context ----------------------------------------------------------------- */
+
+static void cpu_ctx_release(cpu_ctx *cc)
+{
+    if (!cc)
+        return;
+    dsq_cpu_pool_free(cc->pool);
+    free(cc->k);
+    free(cc->v);
+    free(cc->ks);
+    free(cc->vs);
+    free(cc->x);
+    free(cc->xn);
+    free(cc->q);
+    free(cc->kx);
+    free(cc->vx);
+    free(cc->att);
+    free(cc->g);
+    free(cc->u);
+    free(cc->rope);
+    free(cc->inv_freq);
+    free(cc->wbuf);
+    free(cc->scores);
+    free(cc->kv_tmp);
+    free(cc->rows);
+    free(cc);
+}
+
+/* a*b*c... in size_t, 0 on overflow */
+static size_t mul_sz(size_t a, size_t b)
+{
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? 0 : r;
+}
+
+static void *alloc_floats(size_t n, int64_t *total)
+{
+    size_t bytes = mul_sz(n, sizeof(float));
+    if (!bytes)
+        return NULL;
+    *total += (int64_t)bytes;
+    return malloc(bytes);
+}
+
+static dsq_status cpu_ctx_init(dsq_ctx *c)
+{
+    const dsq_config *cfg = &c->model->cfg;
+    const int32_t E = cfg->n_embd, H = cfg->n_heads, KV = cfg->n_kv_heads, D = cfg->head_dim,
+                  F = cfg->n_ff, NL = cfg->n_layers;
+    const int32_t n_rep = H / KV;
+    cpu_ctx *cc = calloc(1, sizeof *cc);
+    if (!cc)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU context");
+    cc->n_threads = c->p.n_threads > 0 ? c->p.n_threads : 1;
+    cc->T = c->p.max_batch_tokens;
+    cc->kv_esz = dsq_cpu_kv_elem_size(c->p.kv_dtype);
+    cc->kv_rows = c->p.kv_layout == DSQ_KV_PAGED
+                      ? (int64_t)c->pages.n_blocks * c->pages.block_size
+                      : (int64_t)c->p.max_seqs * c->p.max_context;
+    const int is_int8 = c->p.kv_dtype == DSQ_KV_INT8;
+    c->kv_bytes_per_token = (int64_t)NL * 2 * KV * ((int64_t)D * (int64_t)cc->kv_esz + (is_int8 ? 4 : 0));
+
+    /* KV cache */
+    size_t vecs = mul_sz((size_t)cc->kv_rows, (size_t)KV); /* (row, head) vectors per layer */
+    cc->layer_kv_bytes = mul_sz(vecs, (size_t)D * cc->kv_esz);
+    size_t kv_all = mul_sz(cc->layer_kv_bytes, (size_t)NL);
+    int64_t kv_bytes = 0, scratch = 0;
+    if (!vecs || !kv_all) {
+        cpu_ctx_release(cc);
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "KV cache of %lld rows does not fit in memory",
+                        (long long)cc->kv_rows);
+    }
+    /* calloc: large blocks come zeroed from mmap and are only touched as
+     * sequences grow */
+    cc->k = calloc(kv_all, 1);
+    cc->v = calloc(kv_all, 1);
+    kv_bytes += 2 * (int64_t)kv_all;
+    if (is_int8) {
+        size_t ns = mul_sz(vecs, (size_t)NL);
+        cc->ks = ns ? calloc(ns, sizeof(float)) : NULL;
+        cc->vs = ns ? calloc(ns, sizeof(float)) : NULL;
+        kv_bytes += 2 * (int64_t)ns * (int64_t)sizeof(float);
+        if (!cc->ks || !cc->vs) {
+            cpu_ctx_release(cc);
+            return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for INT8 KV scales");
+        }
+    }
+    if (!cc->k || !cc->v) {
+        cpu_ctx_release(cc);
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for a KV cache of %lld bytes",
+                        (long long)kv_bytes);
+    }
+
+    /* activations and per-thread scratch, all sized for T tokens */
+    size_t T = (size_t)cc->T, nt = (size_t)cc->n_threads;
+    size_t k_max = (size_t)E;
+    if ((size_t)F > k_max)
+        k_max = (size_t)F;
+    if ((size_t)H * D > k_max)
+        k_max = (size_t)H * D;
+    cc->wbuf_stride = DSQ_CPU_MM_ROWS * k_max;
+    cc->scores_stride = (size_t)n_rep * (size_t)c->p.max_context;
+    cc->x = alloc_floats(T * E, &scratch);
+    cc->xn = alloc_floats(T * E, &scratch);
+    cc->q = alloc_floats(T * H * D, &scratch);
+    cc->kx = alloc_floats(T * KV * D, &scratch);
+    cc->vx = alloc_floats(T * KV * D, &scratch);
+    cc->att = alloc_floats(T * H * D, &scratch);
+    cc->g = alloc_floats(T * F, &scratch);
+    cc->u = alloc_floats(T * F, &scratch);
+    cc->rope = alloc_floats(T * D, &scratch);
+    cc->inv_freq = alloc_floats((size_t)D / 2, &scratch);
+    cc->wbuf = alloc_floats(nt * cc->wbuf_stride, &scratch);
+    cc->scores = alloc_floats(nt * cc->scores_stride, &scratch);
+    cc->kv_tmp = alloc_floats(nt * D, &scratch);
+    size_t rows_bytes = mul_sz(nt * (size_t)c->p.max_context, sizeof(int64_t));
+    cc->rows = rows_bytes ? malloc(rows_bytes) : NULL;
+    scratch += (int64_t)rows_bytes;
+    if (!cc->x || !cc->xn || !cc->q || !cc->kx || !cc->vx || !cc->att || !cc->g || !cc->u ||
+        !cc->rope || !cc->inv_freq || !cc->wbuf || !cc->scores || !cc->kv_tmp || !cc->rows) {
+        cpu_ctx_release(cc);
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY,
+                        "no memory for CPU scratch (%lld bytes for %d batch tokens, %d threads)",
+                        (long long)scratch, cc->T, cc->n_threads);
+    }
+    dsq_cpu_rope_inv_freq(cc->inv_freq, D, cfg->rope_theta);
+
+    dsq_status st = dsq_cpu_pool_new(cc->n_threads, &cc->pool);
+    if (st != DSQ_OK) {
+        cpu_ctx_release(cc);
+        return st;
+    }
+    c->kv_bytes = kv_bytes;
+    c->scratch_bytes = scratch;
+    c->be = cc;
+    return DSQ_OK;
+}
+
+static void cpu_ctx_free(dsq_ctx *c)
+{
+    cpu_ctx_release(c->be);
+    c->be = NULL;
+}
+
+/* ---- forward ----------------------------------------------------------------- */
+
+typedef struct fwd_job {
+    const dsq_ctx *c;
+    cpu_ctx *cc;
+    const dsq_config *cfg;
+    const dsq_layer_weights *L;
+    const dsq_batch *b;
+    int32_t layer;
+    int64_t chunk;   /* output rows per task in a matmul region */
+    const dsq_tensor *w_head;
+    float *logits;
+} fwd_job;
+
+/* Rows per task: about 8 tasks per thread (so a thread slowed by other load
+ * does not hold up the region), a multiple of the matmul row block. */
+static int64_t pick_chunk(int64_t n_rows, int n_threads)
+{
+    int64_t ch = (n_rows + (int64_t)n_threads * 8 - 1) / ((int64_t)n_threads * 8);
+    if (ch < 16)
+        ch = 16;
+    return (ch + DSQ_CPU_MM_ROWS - 1) / DSQ_CPU_MM_ROWS * DSQ_CPU_MM_ROWS;
+}
+
+static int64_t n_chunks(int64_t n_rows, int64_t chunk) { return (n_rows + chunk - 1) / chunk; }
+
+static float *thread_wbuf(const cpu_ctx *cc, int thread) { return cc->wbuf + (size_t)thread * cc->wbuf_stride; }
+
+/* One head of q, k or v for all tokens: project, add bias, rotate, and for
+ * k/v store into the cache rows of the tokens' (sequence, position). */
+static void task_qkv(void *arg, int64_t task, int thread)
+{
+    const fwd_job *J = arg;
+    const dsq_config *cfg = J->cfg;
+    cpu_ctx *cc = J->cc;
+    const dsq_batch *b = J->b;
+    const int32_t E = cfg->n_embd, H = cfg->n_heads, KV = cfg->n_kv_heads, D = cfg->head_dim;
+    const int32_t T = b->n_tokens;
+    const dsq_layer_weights *L = J->L;
+    int kind, head;
+    if (task < H) {
+        kind = 0;
+        head = (int)task;
+    } else if (task < H + KV) {
+        kind = 1;
+        head = (int)(task - H);
+    } else {
+        kind = 2;
+        head = (int)(task - H - KV);
+    }
+    const dsq_tensor *W = kind == 0 ? &L->wq : kind == 1 ? &L->wk : &L->wv;
+    const dsq_tensor *B = kind == 0 ? &L->bq : kind == 1 ? &L->bk : &L->bv;
+    float *Y = kind == 0 ? cc->q : kind == 1 ? cc->kx : cc->vx;
+    int64_t ldy = kind == 0 ? (int64_t)H * D : (int64_t)KV * D;
+    int64_t o0 = (int64_t)head * D;
+    dsq_cpu_matmul_rows(Y, ldy, cc->xn, E, T, W, B, o0, o0 + D, 0, thread_wbuf(cc, thread));
+    if (kind != 2)
+        for (int32_t t = 0; t < T; t++)
+            dsq_cpu_rope_apply(Y + (size_t)t * ldy + o0, cc->rope + (size_t)t * D, D);
+    if (kind == 0)
+        return;
+    const int32_t kvd = J->c->p.kv_dtype;
+    char *base = (kind == 1 ? cc->k : cc->v) + (size_t)J->layer * cc->layer_kv_bytes;
+    float *sbase = kind == 1 ? cc->ks : cc->vs;
+    for (int32_t t = 0; t < T; t++) {
+        int64_t row = dsq_kv_row(J->c, b->seq_ids[b->tok_seq[t]], b->pos[t]);
+        size_t slot = (size_t)row * KV + head;
+        float *scale = sbase ? sbase + ((size_t)J->layer * cc->kv_rows * KV + slot) : NULL;
+        dsq_cpu_kv_store(base + slot * D * cc->kv_esz, scale, kvd, Y + (size_t)t * ldy + o0, D);
+    }
+}
+
+/* Attention of one token's query heads that share KV head g. */
+static void task_attn(void *arg, int64_t task, int thread)
+{
+    const fwd_job *J = arg;
+    const dsq_config *cfg = J->cfg;
+    cpu_ctx *cc = J->cc;
+    const dsq_batch *b = J->b;
+    const int32_t H = cfg->n_heads, KV = cfg->n_kv_heads, D = cfg->head_dim;
+    const int32_t n_rep = H / KV;
+    int32_t t = (int32_t)(task / KV), g = (int32_t)(task % KV);
+    int32_t seq = b->seq_ids[b->tok_seq[t]];
+    int32_t n_ctx = b->pos[t] + 1;
+    int64_t *rows = cc->rows + (size_t)thread * J->c->p.max_context;
+    for (int32_t p = 0; p < n_ctx; p++)
+        rows[p] = dsq_kv_row(J->c, seq, p);
+    size_t lo = (size_t)J->layer * cc->kv_rows * KV;
+    dsq_cpu_kv_view kv = {
+        .k = cc->k + (size_t)J->layer * cc->layer_kv_bytes,
+        .v = cc->v + (size_t)J->layer * cc->layer_kv_bytes,
+        .ks = cc->ks ? cc->ks + lo : NULL,
+        .vs = cc->vs ? cc->vs + lo : NULL,
+        .kv_dtype = J->c->p.kv_dtype,
+        .n_kv = KV,
+        .head_dim = D,
+    };
+    size_t off = (size_t)t * H * D + (size_t)g * n_rep * D;
+    dsq_cpu_attend(&kv, g, rows, n_ctx, cc->q + off, n_rep, (float)(1.0 / sqrt((double)D)), cc->att + off,
+                   cc->scores + (size_t)thread * cc->scores_stride, cc->kv_tmp + (size_t)thread * D);
+}
+
+/* x += att Wo^T over a chunk of output features. */
+static void task_oproj(void *arg, int64_t task, int thread)
+{
+    const fwd_job *J = arg;
+    const dsq_config *cfg = J->cfg;
+    int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
+    if (o1 > cfg->n_embd)
+        o1 = cfg->n_embd;
+    dsq_cpu_matmul_rows(J->cc->x, cfg->n_embd, J->cc->att, (int64_t)cfg->n_heads * cfg->head_dim,
+                        J->b->n_tokens, &J->L->wo, NULL, o0, o1, 1, thread_wbuf(J->cc, thread));
+}
+
+/* g = silu(xn Wg^T) * (xn Wu^T) over a chunk of MLP features. */
+static void task_gate_up(void *arg, int64_t task, int thread)
+{
+    const fwd_job *J = arg;
+    const dsq_config *cfg = J->cfg;
+    cpu_ctx *cc = J->cc;
+    const int32_t F = cfg->n_ff, T = J->b->n_tokens;
+    int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
+    if (o1 > F)
+        o1 = F;
+    float *wb = thread_wbuf(cc, thread);
+    dsq_cpu_matmul_rows(cc->g, F, cc->xn, cfg->n_embd, T, &J->L->w_gate, NULL, o0, o1, 0, wb);
+    dsq_cpu_matmul_rows(cc->u, F, cc->xn, cfg->n_embd, T, &J->L->w_up, NULL, o0, o1, 0, wb);
+    for (int32_t t = 0; t < T; t++)
+        dsq_cpu_silu_mul(cc->g + (size_t)t * F + o0, cc->u + (size_t)t * F + o0, o1 - o0);
+}
+
+/* x += g Wd^T over a chunk of output features. */
+static void task_down(void *arg, int64_t task, int thread)
+{
+    const fwd_job *J = arg;
+    const dsq_config *cfg = J->cfg;
+    int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
+    if (o1 > cfg->n_embd)
+        o1 = cfg->n_embd;
+    dsq_cpu_matmul_rows(J->cc->x, cfg->n_embd, J->cc->g, cfg->n_ff, J->b->n_tokens, &J->L->w_down,
+                        NULL, o0, o1, 1, thread_wbuf(J->cc, thread));
+}
+
+/* logits[j] = xn[j] W_head^T over a chunk of the vocabulary. */
+static void task_head(void *arg, int64_t task, int thread)
+{
+    const fwd_job *J = arg;
+    const dsq_config *cfg = J->cfg;
+    int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
+    if (o1 > cfg->n_vocab)
+        o1 = cfg->n_vocab;
+    dsq_cpu_matmul_rows(J->logits, cfg->n_vocab, J->cc->xn, cfg->n_embd, J->b->n_logits, J->w_head,
+                        NULL, o0, o1, 0, thread_wbuf(J->cc, thread));
+}
+
+/* Reject a batch that would make the forward pass read or write out of
+ * bounds; api.c builds correct ones, so this only guards against bugs. */
+static dsq_status check_batch(const dsq_ctx *c, const dsq_batch *b, const float *logits)
+{
+    const cpu_ctx *cc = c->be;
+    if (b->n_tokens < 1 || b->n_tokens > cc->T)
+        return dsq_fail(DSQ_ERR_BATCH, "cpu forward: %d tokens; this context takes 1..%d",
+                        b->n_tokens, cc->T);
+    if (b->n_seqs < 1 || b->n_seqs > b->n_tokens)
+        return dsq_fail(DSQ_ERR_INTERNAL, "cpu forward: bad sequence count %d", b->n_seqs);
+    if (b->n_logits < 0 || b->n_logits > b->n_tokens || (b->n_logits > 0 && !logits))
+        return dsq_fail(DSQ_ERR_INTERNAL, "cpu forward: bad logits request (%d rows)", b->n_logits);
+    const int32_t nv = c->model->cfg.n_vocab;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        int32_t s = b->tok_seq[t];
+        if (b->tokens[t] < 0 || b->tokens[t] >= nv)
+            return dsq_fail(DSQ_ERR_TOKEN, "cpu forward: token %d out of range", b->tokens[t]);
+        if (s < 0 || s >= b->n_seqs || b->seq_ids[s] < 0 || b->seq_ids[s] >= c->p.max_seqs)
+            return dsq_fail(DSQ_ERR_INTERNAL, "cpu forward: token %d has a bad sequence", t);
+        if (b->pos[t] < 0 || b->pos[t] >= c->p.max_context)
+            return dsq_fail(DSQ_ERR_CONTEXT_FULL, "cpu forward: position %d outside max_context %d",
+                            b->pos[t], c->p.max_context);
+        if (c->p.kv_layout == DSQ_KV_PAGED) {
+            /* every row the token attends to must have a block */
+            int32_t need = b->pos[t] / c->pages.block_size + 1;
+            if (need > c->pages.n_seq_blocks[b->seq_ids[s]])
+                return dsq_fail(DSQ_ERR_INTERNAL, "cpu forward: sequence %d has no KV block for position %d",
+                                b->seq_ids[s], b->pos[t]);
+        }
+    }
+    for (int32_t j = 0; j < b->n_logits; j++)
+        if (b->logit_rows[j] < 0 || b->logit_rows[j] >= b->n_tokens)
+            return dsq_fail(DSQ_ERR_INTERNAL, "cpu forward: logit row %d out of range", b->logit_rows[j]);
+    return DSQ_OK;
+}
+
+static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
+{
+    if (!c || !c->be || !b)
+        return dsq_fail(DSQ_ERR_INTERNAL, "cpu forward: no context or batch");
+    dsq_status st = check_batch(c, b, logits);
+    if (st != DSQ_OK)
+        return st;
+    cpu_ctx *cc = c->be;
+    const dsq_model *m = c->model;
+    const dsq_config *cfg = &m->cfg;
+    const int32_t E = cfg->n_embd, D = cfg->head_dim, T = b->n_tokens;
+    const int nt = cc->n_threads;
+
+    for (int32_t t = 0; t < T; t++) {
+        const dsq_tensor *emb = &m->w.tok_embd;
+        const char *row = (const char *)emb->data + (size_t)b->tokens[t] * E * dsq_dtype_size(emb->dtype);
+        dsq_cpu_row_to_f32(cc->x + (size_t)t * E, row, emb->dtype, E);
+        dsq_cpu_rope_table(cc->rope + (size_t)t * D, cc->inv_freq, D / 2, b->pos[t]);
+    }
+
+    fwd_job J = { .c = c, .cc = cc, .cfg = cfg, .b = b, .logits = logits };
+    for (int32_t l = 0; l < cfg->n_layers; l++) {
+        J.layer = l;
+        J.L = &m->w.layers[l];
+        for (int32_t t = 0; t < T; t++)
+            dsq_cpu_rmsnorm(cc->xn + (size_t)t * E, cc->x + (size_t)t * E, &J.L->attn_norm, E, cfg->rms_eps);
+        dsq_cpu_pool_run(cc->pool, cfg->n_heads + 2 * cfg->n_kv_heads, task_qkv, &J);
+        dsq_cpu_pool_run(cc->pool, (int64_t)T * cfg->n_kv_heads, task_attn, &J);
+        J.chunk = pick_chunk(E, nt);
+        dsq_cpu_pool_run(cc->pool, n_chunks(E, J.chunk), task_oproj, &J);
+        for (int32_t t = 0; t < T; t++)
+            dsq_cpu_rmsnorm(cc->xn + (size_t)t * E, cc->x + (size_t)t * E, &J.L->ffn_norm, E, cfg->rms_eps);
+        J.chunk = pick_chunk(cfg->n_ff, nt);
+        dsq_cpu_pool_run(cc->pool, n_chunks(cfg->n_ff, J.chunk), task_gate_up, &J);
+        J.chunk = pick_chunk(E, nt);
+        dsq_cpu_pool_run(cc->pool, n_chunks(E, J.chunk), task_down, &J);
+    }
+    if (b->n_logits > 0) {
+        for (int32_t j = 0; j < b->n_logits; j++)
+            dsq_cpu_rmsnorm(cc->xn + (size_t)j * E, cc->x + (size_t)b->logit_rows[j] * E, &m->w.out_norm,
+                            E, cfg->rms_eps);
+        J.w_head = &m->w.lm_head;
+        J.chunk = pick_chunk(cfg->n_vocab, nt);
+        dsq_cpu_pool_run(cc->pool, n_chunks(cfg->n_vocab, J.chunk), task_head, &J);
+    }
+    return DSQ_OK;
+}
+
+const dsq_backend_ops dsq_cpu_backend = {
+    .name = "cpu",
+    .kind = DSQ_BACKEND_CPU,
+    .model_load = cpu_model_load,
+    .model_free = cpu_model_free,
+    .ctx_init = cpu_ctx_init,
+    .ctx_free = cpu_ctx_free,
+    .forward = cpu_forward,
+    .seq_removed = NULL,
+};

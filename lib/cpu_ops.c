@@ -14,6 +14,9 @@
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+/* the inline helpers pass 32-byte vectors; they are always inlined */
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \

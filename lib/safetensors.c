@@ -123,9 +123,13 @@ static size_t utf8_bad_offset(const uint8_t *s, size_t len)
 /* Lexical checks cJSON does not make (it skips any byte <= 0x20 as
  * whitespace, keeps raw control characters in strings, and stores every
  * number as a double so "2.0" and "2" look alike).  Returns NULL if the text
- * is fine, else a description of the problem with its offset in *at. */
-static const char *json_lex_problem(const uint8_t *s, size_t len, size_t *at)
+ * is fine, else a description of the problem with its offset in *at.
+ * *float_at gets the offset of the first number written with a fraction or
+ * exponent (or len if none): reported only after the per-tensor checks, which
+ * give a better message for values that are not integers at all. */
+static const char *json_lex_problem(const uint8_t *s, size_t len, size_t *at, size_t *float_at)
 {
+    *float_at = len;
     int in_str = 0, esc = 0, in_num = 0;
     for (size_t i = 0; i < len; i++) {
         uint8_t c = s[i];
@@ -142,9 +146,9 @@ static const char *json_lex_problem(const uint8_t *s, size_t len, size_t *at)
             continue;
         }
         if (in_num) {
-            if (c == '.' || c == 'e' || c == 'E')
-                return "number is not an integer literal (shapes and offsets must be integers)";
-            if ((c >= '0' && c <= '9') || c == '-' || c == '+')
+            if ((c == '.' || c == 'e' || c == 'E') && *float_at == len)
+                *float_at = i;
+            if (c == '.' || c == 'e' || c == 'E' || (c >= '0' && c <= '9') || c == '-' || c == '+')
                 continue;
             in_num = 0;
         }
@@ -267,6 +271,11 @@ static int range_cmp(const void *a, const void *b)
     if (x->end != y->end)
         return x->end < y->end ? -1 : 1;
     return 0;
+}
+
+static int range_name_cmp(const void *a, const void *b)
+{
+    return strcmp(((const st_range *)a)->name, ((const st_range *)b)->name);
 }
 
 /* Validate one header entry and append it.  `data`/`data_len` is the file's
@@ -413,20 +422,30 @@ static dsq_status parse_file(dsq_st_set *set, int32_t idx)
     size_t bad = utf8_bad_offset(h, (size_t)hlen);
     if (bad != hlen)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: header is not valid UTF-8 (byte %zu)", path, bad);
-    size_t at = 0;
-    const char *lex = json_lex_problem(h, (size_t)hlen, &at);
+    size_t at = 0, float_at = 0;
+    const char *lex = json_lex_problem(h, (size_t)hlen, &at, &float_at);
     if (lex)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: header JSON: %s (byte %zu)", path, lex, at);
 
+    /* Parse a NUL-terminated copy: the mapping may end right after the
+     * header, and the parser must never be one bug away from reading past. */
+    char *text = malloc((size_t)hlen + 1);
+    if (!text)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory for a %llu-byte header", path,
+                        (unsigned long long)hlen);
+    memcpy(text, h, (size_t)hlen);
+    text[hlen] = '\0';
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts((const char *)h, (size_t)hlen, &end, 0);
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
+    size_t end_off = root ? (size_t)(end - text) : 0;
+    free(text);
     if (!root)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: header is not valid JSON", path);
-    for (const uint8_t *p = (const uint8_t *)end; p < h + hlen; p++) {
-        if (!json_ws(*p)) {
+    for (size_t i = end_off; i < hlen; i++) {
+        if (!json_ws(h[i])) {
             cJSON_Delete(root);
             return dsq_fail(DSQ_ERR_FORMAT, "%s: header has bytes after the JSON object (byte %zu)",
-                            path, (size_t)(p - h));
+                            path, i);
         }
     }
     if (!cJSON_IsObject(root)) {
@@ -459,6 +478,14 @@ static dsq_status parse_file(dsq_st_set *set, int32_t idx)
 
     /* The tensors must tile the data section: sorted by offset, each begins
      * where the previous ended, and the last ends at the end of the file. */
+    /* Names first: a repeated entry would otherwise be reported as overlap. */
+    if (st == DSQ_OK) {
+        qsort(ranges, (size_t)n_ranges, sizeof *ranges, range_name_cmp);
+        for (int i = 1; i < n_ranges && st == DSQ_OK; i++)
+            if (strcmp(ranges[i - 1].name, ranges[i].name) == 0)
+                st = dsq_fail(DSQ_ERR_FORMAT, "%s: duplicate tensor name '%s'", path,
+                              ranges[i].name);
+    }
     if (st == DSQ_OK) {
         qsort(ranges, (size_t)n_ranges, sizeof *ranges, range_cmp);
         uint64_t pos = 0;
@@ -484,6 +511,11 @@ static dsq_status parse_file(dsq_st_set *set, int32_t idx)
                           "(trailing bytes belong to no tensor)",
                           path, (unsigned long long)data_len, (unsigned long long)pos);
     }
+    if (st == DSQ_OK && float_at != hlen)
+        st = dsq_fail(DSQ_ERR_FORMAT,
+                      "%s: header number at byte %zu is not an integer literal "
+                      "(shapes and offsets must be integers)",
+                      path, float_at);
     free(ranges);
     cJSON_Delete(root);
     return st;

@@ -242,10 +242,35 @@ static dsq_status ensure_buffers(dsq_sampler *s, int32_t n_vocab)
     return DSQ_OK;
 }
 
-static int cmp_i32(const void *a, const void *b)
+/* Heapsorts: O(n log n) worst case, in place.  glibc's qsort may malloc a
+ * merge buffer, and sampling must not allocate after the first call. */
+static void sift_i32(int32_t *a, size_t root, size_t n)
 {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
+    for (;;) {
+        size_t child = 2 * root + 1;
+        if (child >= n)
+            return;
+        if (child + 1 < n && a[child + 1] > a[child])
+            child++;
+        if (a[root] >= a[child])
+            return;
+        int32_t t = a[root];
+        a[root] = a[child];
+        a[child] = t;
+        root = child;
+    }
+}
+
+static void sort_i32(int32_t *a, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_i32(a, i, n);
+    for (size_t end = n; end-- > 1;) {
+        int32_t t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_i32(a, 0, end);
+    }
 }
 
 /* Copy logits[0..n) to s->work with the repetition penalty applied to each
@@ -257,7 +282,7 @@ static const float *apply_penalty(dsq_sampler *s, const float *logits, int32_t n
         return logits;
     memcpy(s->work, logits, sizeof(float) * (size_t)n);
     memcpy(s->pen_ids, s->hist, sizeof(int32_t) * (size_t)s->hist_len);
-    qsort(s->pen_ids, (size_t)s->hist_len, sizeof(int32_t), cmp_i32);
+    sort_i32(s->pen_ids, (size_t)s->hist_len);
     const float pen = s->p.repetition_penalty;
     for (int32_t i = 0; i < s->hist_len; i++) {
         int32_t id = s->pen_ids[i];
@@ -300,14 +325,41 @@ static float kth_largest(float *a, int32_t n, int32_t k)
     return a[lo];
 }
 
-/* descending by probability, then ascending id: a total order, so the result
- * does not depend on the qsort implementation */
-static int cmp_cand_desc(const void *a, const void *b)
+/* "a comes before b": descending probability, then ascending id -- a total
+ * order, so the draw does not depend on how the sort breaks ties */
+static inline int cand_before(const cand *a, const cand *b)
 {
-    const cand *x = a, *y = b;
-    if (x->v != y->v)
-        return x->v < y->v ? 1 : -1;
-    return (x->id > y->id) - (x->id < y->id);
+    return a->v > b->v || (a->v == b->v && a->id < b->id);
+}
+
+static void sift_cand(cand *a, size_t root, size_t n)
+{
+    for (;;) {
+        size_t child = 2 * root + 1;
+        if (child >= n)
+            return;
+        /* max-heap on "comes later", so the heap's root ends up last */
+        if (child + 1 < n && cand_before(&a[child], &a[child + 1]))
+            child++;
+        if (!cand_before(&a[root], &a[child]))
+            return;
+        cand t = a[root];
+        a[root] = a[child];
+        a[child] = t;
+        root = child;
+    }
+}
+
+static void sort_cands(cand *a, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_cand(a, i, n);
+    for (size_t end = n; end-- > 1;) {
+        cand t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_cand(a, 0, end);
+    }
 }
 
 /* Move candidates with v >= t to the front; returns their count and mass. */
@@ -411,7 +463,7 @@ dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_voc
                 break;
             t = t > 1e-12f ? t * 1e-3f : 0.0f;
         }
-        qsort(c, (size_t)f, sizeof(cand), cmp_cand_desc);
+        sort_cands(c, (size_t)f);
         double before = 0.0;
         kept = 0;
         while (kept < f && before < target)

@@ -39,16 +39,21 @@ typedef struct dsq_tok_added {
 #define DSQ_TOKF_PRESENT 1u /* the id has a token                          */
 #define DSQ_TOKF_ADDED 2u   /* from added_tokens                           */
 #define DSQ_TOKF_SPECIAL 4u /* added token with special: true              */
+#define DSQ_TOKF_VOCAB 8u   /* in model.vocab (vocab_off/vocab_len valid)   */
 
 struct dsq_tokenizer {
     int32_t n_ids;            /* max id + 1 over vocab and added tokens      */
     int32_t n_vocab;          /* entries in model.vocab                      */
 
-    /* Token texts: text[text_off[id] .. +text_len[id]) is the stored form
-     * (byte-level for vocab tokens, content for added ones), NUL-terminated
-     * in the arena.  dec[dec_off[id] .. +dec_len[id]) is what decoding emits
-     * for the id.  Arrays are [n_ids]; absent ids have length 0 and no flag. */
+    /* Token texts, NUL-terminated in the arena `text`:
+     * text[vocab_off[id] .. +vocab_len[id]) is the model.vocab entry
+     * (byte-level form), text[text_off[id] .. +text_len[id]) what
+     * dsq_token_text() shows (the added token's content if the id is an added
+     * token, as HF's id_to_token, else the vocab entry).
+     * dec[dec_off[id] .. +dec_len[id]) is what decoding emits for the id.
+     * Arrays are [n_ids]; absent ids have length 0 and no flag. */
     char *text;
+    uint32_t *vocab_off, *vocab_len;
     uint32_t *text_off, *text_len;
     char *dec;
     uint32_t *dec_off, *dec_len;

@@ -61,10 +61,12 @@ static dsq_status bind_one(const dsq_st_set *st, const char *name, int64_t d0, i
     return DSQ_OK;
 }
 
-static void count(dsq_weights *w, const dsq_tensor *t)
+/* Add a bound tensor to the totals; *n_bound counts tensors taken from the set. */
+static void count(dsq_weights *w, const dsq_tensor *t, int32_t *n_bound)
 {
     w->n_params += dsq_tensor_numel(t);
     w->n_bytes += (int64_t)t->nbytes;
+    (*n_bound)++;
 }
 
 dsq_status dsq_weights_bind(const dsq_st_set *st, const dsq_config *cfg, dsq_weights *w)
@@ -85,7 +87,7 @@ dsq_status dsq_weights_bind(const dsq_st_set *st, const dsq_config *cfg, dsq_wei
     int32_t n_bound = 0;
     if ((s = bind_one(st, "model.embed_tokens.weight", V, E, &w->tok_embd)) != DSQ_OK)
         goto fail;
-    count(w, &w->tok_embd), n_bound++;
+    count(w, &w->tok_embd, &n_bound);
 
     char name[128];
     for (int32_t l = 0; l < cfg->n_layers; l++) {
@@ -112,13 +114,13 @@ dsq_status dsq_weights_bind(const dsq_st_set *st, const dsq_config *cfg, dsq_wei
             snprintf(name, sizeof name, "model.layers.%d.%s", (int)l, want[i].suffix);
             if ((s = bind_one(st, name, want[i].d0, want[i].d1, want[i].t)) != DSQ_OK)
                 goto fail;
-            count(w, want[i].t), n_bound++;
+            count(w, want[i].t, &n_bound);
         }
     }
 
     if ((s = bind_one(st, "model.norm.weight", E, 0, &w->out_norm)) != DSQ_OK)
         goto fail;
-    count(w, &w->out_norm), n_bound++;
+    count(w, &w->out_norm, &n_bound);
 
     if (cfg->tie_embeddings) {
         /* Tied: the head is the embedding; a stored lm_head.weight (some
@@ -133,7 +135,7 @@ dsq_status dsq_weights_bind(const dsq_st_set *st, const dsq_config *cfg, dsq_wei
                              (long long)V, (long long)E);
             goto fail;
         }
-        count(w, &w->lm_head), n_bound++;
+        count(w, &w->lm_head, &n_bound);
     }
 
     int32_t unused = dsq_st_count(st) - n_bound -

@@ -26,6 +26,8 @@ Output layout:
     rstrip, single_word, normalized, content) to check the HF matching rules
     on flags the shipped file does not use: patch (list of added-token
     fields to overwrite, by id) + vectors (hex, ids).
+  accessors: n_tokens (vocab size with added tokens), id_to_token pairs, and
+    strings that are no token.
   bulk: a ~1 MB text built as (all valid vector texts joined by "\n") repeated
     `repeat` times; n_ids and the FNV-1a 64 hash of its HF ids (little-endian
     int32 bytes) check the large-input path.
@@ -226,8 +228,17 @@ for i in bulk_ids:
         h ^= b
         h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
 
+# ---- accessors: id <-> token text as HF reports them --------------------------
+sample_ids = [0, 1, 11, 198, 220, 1879, 9707, 21927, 100000, 151642] + list(range(151643, 151665))
+accessors = {
+    "n_tokens": TOK.get_vocab_size(with_added_tokens=True),
+    "id_to_token": [[i, TOK.id_to_token(i)] for i in sample_ids],
+    "absent": [TOK.token_to_id(s) is None and s for s in ["no such token", "Hello world"]],
+}
+
 out = {
     "tokenizers_version": tokenizers.__version__,
+    "accessors": accessors,
     "source": "HF tokenizers on /work/shared/model/tokenizer.json (DeepSeek-R1-Distill-Qwen-1.5B)",
     "bos": BOS,
     "vectors": vectors,

@@ -104,7 +104,9 @@ int cli_bench(const cli_opts *o)
                 (int)(P + G), (int)s.max_context);
         goto done;
     }
-    dsq_ctx_info ci = { sizeof ci };
+    dsq_ctx_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
     dsq_ctx_get_info(s.ctx, &ci);
     fprintf(stderr, "[backend %s, kv %s %s, %d layers, vocab %d, context %d]\n",
             s.info.backend == DSQ_BACKEND_CUDA ? "cuda" : "cpu",

@@ -57,7 +57,9 @@ int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_
         cp.max_batch_tokens = max_batch;
     if ((st = dsq_ctx_new(s->model, &cp, &s->ctx)) != DSQ_OK)
         goto fail_report;
-    dsq_ctx_info ci = { sizeof ci };
+    dsq_ctx_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
     if ((st = dsq_ctx_get_info(s->ctx, &ci)) != DSQ_OK)
         goto fail_report;
     s->max_context = ci.max_context;

@@ -1,0 +1,246 @@
+/*
+ * attention_prefill.cu - causal prefill attention, FlashAttention-2 style.
+ *
+ * Block = 4 warps = 64 query rows (16 per warp) of one query head of one
+ * batch sequence; grid = (ceil(max_q_len/64), n_heads, n_seqs).  K/V stream
+ * from the cache (any mix of previously cached and new tokens, static or
+ * paged) through two shared-memory buffers of 64 keys: while the warps
+ * compute on one, the next is in flight (cp.async for fp16; for int8, 16-byte
+ * register loads that are dequantized to fp16 after the compute).  S = QK^T
+ * and O += PV are mma.sync m16n8k16 (fp16 in, fp32 accumulate); P never
+ * leaves registers (the C fragment of S is re-packed as the A fragment of
+ * PV).  Softmax is online, in fp32, base 2.  GQA: head h reads kv head
+ * h / group directly; the 6 query heads of one kv head read the same tiles,
+ * which the L2 serves after the first.
+ *
+ * INT8: K's per-token scale multiplies the fp32 scores (exact: q.(k*s) =
+ * (q.k)*s up to rounding), V's scale multiplies P before it is rounded to
+ * fp16 (the row sum l uses the unscaled P).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "attention.h"
+#include "attention_tile.cuh"
+
+namespace dsq_attn {
+
+constexpr int kPrefillRows = 64; /* query rows per block */
+
+template <int D> constexpr int prefill_smem_bytes()
+{
+    return (kPrefillRows * (D + 8) + 2 * 2 * kTileKeys * (D + 8)) * 2 + 2 * 2 * kTileKeys * 4;
+}
+
+template <int D, bool INT8>
+__global__ void __launch_bounds__(kThreads)
+    prefill_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, __nv_bfloat16 *out,
+                   int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
+                   int group, float scale_log2)
+{
+    constexpr int RH = D + 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __half *sq = (__half *)smem;                  /* [64][RH]        */
+    __half *sk = sq + kPrefillRows * RH;          /* [2][64][RH]     */
+    __half *sv = sk + 2 * kTileKeys * RH;         /* [2][64][RH]     */
+    float *sks = (float *)(sv + 2 * kTileKeys * RH); /* [2][64]      */
+    float *svs = sks + 2 * kTileKeys;             /* [2][64]         */
+
+    const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kPrefillRows;
+    const int tok0 = cu_seqlens[b];
+    const int n = cu_seqlens[b + 1] - tok0;
+    if (m0 >= n)
+        return;
+    const int pos0 = seq_pos0[b];
+    const int kvh = h / group;
+    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+
+    /* Q tile: 64 rows x D, bf16 -> fp16, rows past n zero */
+    for (int c = t; c < kPrefillRows * D / 8; c += kThreads) {
+        int r = c / (D / 8), cc = c % (D / 8);
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (m0 + r < n)
+            val = bf16x8_to_h8(
+                *(const uint4 *)(q + (int64_t)(tok0 + m0 + r) * q_stride + h * D + cc * 8));
+        *(uint4 *)(sq + r * RH + cc * 8) = val;
+    }
+
+    /* keys 0 .. kv_end-1: everything up to this block's last query */
+    const int kv_end = pos0 + min(n, m0 + kPrefillRows);
+    const int n_tiles = (kv_end + kTileKeys - 1) / kTileKeys;
+    TileLoader<D, INT8> ld;
+    ld.issue(a, b, kvh, 0, kv_end, sk, sv, sks, svs);
+    ld.commit(sk, sv, sks, svs);
+    cp_async_wait_all();
+    __syncthreads();
+
+    uint32_t qf[D / 16][4];
+    load_q_frags<D>(qf, sq + warp * 16 * RH);
+
+    /* this thread's two rows: r0 = lane/4, r1 = r0 + 8 (of the warp's 16) */
+    const int qpos_w = pos0 + m0 + warp * 16; /* position of warp row 0 */
+    const int qpos0 = qpos_w + (lane >> 2), qpos1 = qpos0 + 8;
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+
+    for (int j = 0; j < n_tiles; j++) {
+        const int cur = j & 1;
+        const int key0 = j * kTileKeys;
+        if (j + 1 < n_tiles)
+            ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * kTileKeys * RH,
+                     sv + (cur ^ 1) * kTileKeys * RH, sks + (cur ^ 1) * kTileKeys,
+                     svs + (cur ^ 1) * kTileKeys);
+        /* a warp whose last row precedes the whole tile has nothing to do */
+        if (key0 <= qpos_w + 15) {
+            const __half *tk = sk + cur * kTileKeys * RH, *tv = sv + cur * kTileKeys * RH;
+            const float *tks = sks + cur * kTileKeys, *tvs = svs + cur * kTileKeys;
+            float s[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+            for (int np = 0; np < 4; np++)
+                qk_16keys<D>(&s[2 * np], qf, tk + np * 16 * RH);
+            const bool need_mask = key0 + kTileKeys - 1 > qpos_w;
+            float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int kl = nb * 8 + 2 * (lane & 3) + (e & 1);
+                    float x = s[nb][e] * scale_log2;
+                    if (INT8)
+                        x *= tks[kl];
+                    if (need_mask && key0 + kl > (e < 2 ? qpos0 : qpos1))
+                        x = -INFINITY;
+                    s[nb][e] = x;
+                    mt[e >> 1] = fmaxf(mt[e >> 1], x);
+                }
+            }
+            float mu[2], alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float mn = fmaxf(m_r[r], quad_max(mt[r]));
+                mu[r] = mn == -INFINITY ? 0.f : mn; /* fully masked row so far */
+                alpha[r] = exp2f(m_r[r] - mu[r]);
+                m_r[r] = mn;
+                l_r[r] *= alpha[r];
+            }
+#pragma unroll
+            for (int i = 0; i < D / 8; i++) {
+                o[i][0] *= alpha[0];
+                o[i][1] *= alpha[0];
+                o[i][2] *= alpha[1];
+                o[i][3] *= alpha[1];
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                float p[2][4];
+#pragma unroll
+                for (int hb = 0; hb < 2; hb++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float pe = exp2f(s[2 * kk + hb][e] - mu[e >> 1]);
+                        l_r[e >> 1] += pe;
+                        if (INT8)
+                            pe *= tvs[(2 * kk + hb) * 8 + 2 * (lane & 3) + (e & 1)];
+                        p[hb][e] = pe;
+                    }
+                }
+                uint32_t pa[4] = {pack_half2(p[0][0], p[0][1]), pack_half2(p[0][2], p[0][3]),
+                                  pack_half2(p[1][0], p[1][1]), pack_half2(p[1][2], p[1][3])};
+                pv_16keys<D>(o, pa, tv + kk * 16 * RH);
+            }
+        }
+        if (j + 1 < n_tiles)
+            ld.commit(sk + (cur ^ 1) * kTileKeys * RH, sv + (cur ^ 1) * kTileKeys * RH,
+                      sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
+        cp_async_wait_all();
+        __syncthreads();
+    }
+
+    /* normalise and store bf16 pairs; rows past n are padding */
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = quad_sum(l_r[r]);
+        inv[r] = l > 0.f ? 1.f / l : 0.f;
+    }
+    const int row0 = m0 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + r * 8;
+        if (row >= n)
+            continue;
+        __nv_bfloat16 *dst = out + (int64_t)(tok0 + row) * o_stride + h * D + 2 * (lane & 3);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++)
+            *(__nv_bfloat162 *)(dst + i * 8) =
+                __floats2bfloat162_rn(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
+    }
+}
+
+template <int D, bool INT8> static cudaError_t set_prefill_attr()
+{
+    return cudaFuncSetAttribute(prefill_kernel<D, INT8>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                prefill_smem_bytes<D>());
+}
+
+cudaError_t prefill_init()
+{
+    cudaError_t e;
+    if ((e = set_prefill_attr<128, false>()) != cudaSuccess) return e;
+    if ((e = set_prefill_attr<128, true>()) != cudaSuccess) return e;
+    if ((e = set_prefill_attr<64, false>()) != cudaSuccess) return e;
+    return set_prefill_attr<64, true>();
+}
+
+} /* namespace dsq_attn */
+
+using namespace dsq_attn;
+
+extern "C" cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+                                        void *out, int64_t o_stride, const int32_t *cu_seqlens,
+                                        const int32_t *seq_pos0, int32_t n_seqs,
+                                        int32_t max_q_len, int32_t n_heads, cudaStream_t stream)
+{
+    if (!kv_ok(kv) || n_seqs < 0 || max_q_len < 0 || n_heads <= 0 ||
+        n_heads % kv->n_kv_heads || n_seqs > 65535 || n_heads > 65535)
+        return cudaErrorInvalidValue;
+    if (n_seqs == 0 || max_q_len == 0)
+        return cudaSuccess;
+    const int D = kv->head_dim;
+    /* 16-byte Q loads: base aligned, row stride a multiple of 8 elements */
+    if (!q || !out || !cu_seqlens || !seq_pos0 || !aligned16(q) || q_stride % 8 ||
+        ((uintptr_t)out & 3) || o_stride % 2 || q_stride < (int64_t)n_heads * D ||
+        o_stride < (int64_t)n_heads * D)
+        return cudaErrorInvalidValue;
+    cudaError_t e = dsq_attn_init();
+    if (e != cudaSuccess)
+        return e;
+    KvArgs a = kv_args(kv);
+    const int group = n_heads / kv->n_kv_heads;
+    const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
+    dim3 grid((unsigned)((max_q_len + kPrefillRows - 1) / kPrefillRows), (unsigned)n_heads,
+              (unsigned)n_seqs);
+    const __nv_bfloat16 *qb = (const __nv_bfloat16 *)q;
+    __nv_bfloat16 *ob = (__nv_bfloat16 *)out;
+    const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
+#define DSQ_PREFILL_LAUNCH(DD, I8)                                                           \
+    prefill_kernel<DD, I8><<<grid, kThreads, prefill_smem_bytes<DD>(), stream>>>(            \
+        a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2)
+    if (D == 128) {
+        if (i8) DSQ_PREFILL_LAUNCH(128, true);
+        else DSQ_PREFILL_LAUNCH(128, false);
+    } else {
+        if (i8) DSQ_PREFILL_LAUNCH(64, true);
+        else DSQ_PREFILL_LAUNCH(64, false);
+    }
+#undef DSQ_PREFILL_LAUNCH
+    return cudaGetLastError();
+}

@@ -1,0 +1,868 @@
+/*
+ * test_cuda_attention.cu - KV write, prefill and decode attention kernels
+ * (cuda/attention.h) against a plain double-precision CPU reference.
+ *
+ * Each scenario draws fresh random Q/K/V (bf16 values), writes the cache with
+ * dsq_attn_kv_write (old tokens, then the new ones: prompts may extend a
+ * cached prefix), checks the stored cache bit-exactly against the host's own
+ * rounding/quantization, runs the kernel on NaN-poisoned outputs and compares
+ * with the reference computed on the dequantized cache (what the kernel
+ * read) and, for INT8, also reports the error against the unquantized K/V.
+ * Unwritten cache rows are NaN, so any read outside the sequences shows up.
+ *
+ * DSQ_ATTN_QUICK=1 runs only the short cases (for compute-sanitizer).
+ * Exits 77 (skip) when no CUDA device is usable.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+extern "C" {
+#include "testutil.h"
+}
+#include "attention.h"
+#include "internal.h"
+
+/* max|a-b| / max|ref| against the reference on the dequantized cache.
+ * bf16 output rounding alone is 2^-9 relative; measured errors are printed. */
+static const double kTol = 8e-3;
+/* INT8 against unquantized K/V: a sanity bound, the error is reported. */
+static const double kTolUnquant = 0.1;
+
+static int g_quick = 0;
+
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call,               \
+                    cudaGetErrorString(e_));                                              \
+            fail();                                                                       \
+        }                                                                                 \
+    } while (0)
+
+/* ---- random numbers -------------------------------------------------------- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd_u64(void)
+{
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rnd_uni(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rnd_u64() >> 40) * (1.0 / 16777216.0));
+}
+static float bf16_round(float x) { return dsq_bf16_to_f32(dsq_f32_to_bf16(x)); }
+
+/* ---- the host mirror of a cache + batch ------------------------------------- */
+
+struct Scenario {
+    const char *name;
+    int D, H, KVH, dtype, paged, bs;
+    std::vector<int> pos0, n; /* per batch sequence: cached tokens, new tokens */
+};
+
+struct Built {
+    int n_seqs, W, q_stride, o_stride;
+    int n_new, max_n;
+    int64_t n_rows;
+    std::vector<int> bt;        /* [n_seqs][bt_stride] */
+    int bt_stride, block_size;
+    std::vector<int> cu;        /* [n_seqs+1] offsets of new tokens */
+    std::vector<std::vector<float>> kt, vt; /* true (bf16) K/V [T][KVH][D] */
+    std::vector<std::vector<float>> kd, vd; /* as stored, dequantized      */
+    std::vector<float> q;       /* new tokens' Q [n_new][H*D] */
+    /* device */
+    void *dk, *dv;
+    float *dks, *dvs;
+    int32_t *dbt, *dcu, *dpos0, *dlens;
+    uint16_t *dqkv_new;
+    dsq_attn_kv kv;
+};
+
+static int64_t host_row(const Built &b, int s, int p)
+{
+    return (int64_t)b.bt[(size_t)s * b.bt_stride + p / b.block_size] * b.block_size +
+           p % b.block_size;
+}
+
+/* Host twin of the kernel's INT8 quantization (attention.h). */
+static void quant_i8(const float *x, int D, int8_t *q, float *scale)
+{
+    float amax = 0.f;
+    for (int i = 0; i < D; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    float s = amax / 127.0f;
+    for (int i = 0; i < D; i++) {
+        float r = s > 0.f ? rintf(x[i] / s) : 0.f;
+        q[i] = (int8_t)fminf(fmaxf(r, -127.f), 127.f);
+    }
+    *scale = s;
+}
+
+static void fill_token(const Scenario &sc, std::vector<uint16_t> &row, const float *k,
+                       const float *v, const float *q)
+{
+    const int D = sc.D;
+    for (int i = 0; i < sc.H * D; i++)
+        row[i] = dsq_f32_to_bf16(q ? q[i] : rnd_uni(-3, 3));
+    for (int i = 0; i < sc.KVH * D; i++) {
+        row[(size_t)sc.H * D + i] = dsq_f32_to_bf16(k[i]);
+        row[(size_t)(sc.H + sc.KVH) * D + i] = dsq_f32_to_bf16(v[i]);
+    }
+}
+
+/* Draw the data, lay out the cache, write it with dsq_attn_kv_write, verify
+ * the stored bytes, and read back the dequantized cache. */
+static void build(const Scenario &sc, Built &b)
+{
+    const int D = sc.D, KVH = sc.KVH, H = sc.H;
+    b.n_seqs = (int)sc.n.size();
+    b.W = (H + 2 * KVH) * D;
+    b.q_stride = b.W;
+    b.o_stride = H * D + 8;
+    std::vector<int> T(b.n_seqs);
+    int maxT = 0;
+    b.n_new = 0;
+    b.max_n = 0;
+    b.cu.assign(1, 0);
+    for (int s = 0; s < b.n_seqs; s++) {
+        T[s] = sc.pos0[s] + sc.n[s];
+        maxT = std::max(maxT, T[s]);
+        b.n_new += sc.n[s];
+        b.max_n = std::max(b.max_n, sc.n[s]);
+        b.cu.push_back(b.n_new);
+    }
+    /* physical layout */
+    if (sc.paged) {
+        b.block_size = sc.bs;
+        b.bt_stride = (maxT + sc.bs - 1) / sc.bs + 1;
+        int need = 0;
+        for (int s = 0; s < b.n_seqs; s++)
+            need += (T[s] + sc.bs - 1) / sc.bs;
+        int n_blocks = need + 7;
+        std::vector<int> perm(n_blocks);
+        for (int i = 0; i < n_blocks; i++)
+            perm[i] = i;
+        for (int i = n_blocks - 1; i > 0; i--)
+            std::swap(perm[i], perm[rnd_u64() % (uint64_t)(i + 1)]);
+        b.bt.assign((size_t)b.n_seqs * b.bt_stride, -1);
+        int next = 0;
+        for (int s = 0; s < b.n_seqs; s++)
+            for (int j = 0; j < (T[s] + sc.bs - 1) / sc.bs; j++)
+                b.bt[(size_t)s * b.bt_stride + j] = perm[next++];
+        b.n_rows = (int64_t)n_blocks * sc.bs;
+    } else {
+        int max_context = maxT + 3; /* odd on purpose */
+        int slots = b.n_seqs + 2;
+        b.block_size = max_context;
+        b.bt_stride = 1;
+        b.bt.resize(b.n_seqs);
+        for (int s = 0; s < b.n_seqs; s++)
+            b.bt[s] = slots - 1 - s; /* slot != batch index */
+        b.n_rows = (int64_t)slots * max_context;
+    }
+    /* data: K/V magnitudes vary per (token, head) so INT8 scales matter; V
+     * has a per-(seq, head, dim) offset so outputs are O(1). */
+    b.kt.resize(b.n_seqs);
+    b.vt.resize(b.n_seqs);
+    b.q.resize((size_t)b.n_new * H * D);
+    std::vector<uint16_t> old_buf, new_buf, row(b.W);
+    std::vector<int32_t> old_seq, old_pos, new_seq, new_pos;
+    for (int s = 0; s < b.n_seqs; s++) {
+        b.kt[s].resize((size_t)T[s] * KVH * D);
+        b.vt[s].resize((size_t)T[s] * KVH * D);
+        std::vector<float> voff((size_t)KVH * D);
+        for (auto &x : voff)
+            x = rnd_uni(-1, 1);
+        for (int p = 0; p < T[s]; p++) {
+            float *k = &b.kt[s][(size_t)p * KVH * D], *v = &b.vt[s][(size_t)p * KVH * D];
+            for (int h = 0; h < KVH; h++) {
+                float fk = expf(rnd_uni(-1, 1)), fv = expf(rnd_uni(-1, 1));
+                for (int d = 0; d < D; d++) {
+                    k[h * D + d] = bf16_round(fk * rnd_uni(-2, 2));
+                    v[h * D + d] = bf16_round(fv * rnd_uni(-1, 1) + voff[h * D + d]);
+                }
+            }
+            const bool is_new = p >= sc.pos0[s];
+            float *q = NULL;
+            if (is_new) {
+                q = &b.q[(size_t)(b.cu[s] + p - sc.pos0[s]) * H * D];
+                for (int i = 0; i < H * D; i++)
+                    q[i] = bf16_round(rnd_uni(-2, 2));
+            }
+            fill_token(sc, row, k, v, q);
+            std::vector<uint16_t> &buf = is_new ? new_buf : old_buf;
+            buf.insert(buf.end(), row.begin(), row.end());
+            (is_new ? new_seq : old_seq).push_back(s);
+            (is_new ? new_pos : old_pos).push_back(p);
+        }
+    }
+    /* device cache, poisoned: fp16 0xffff and fp32 0xffffffff are NaN */
+    const size_t elt = sc.dtype == DSQ_ATTN_KV_INT8 ? 1 : 2;
+    const size_t kv_bytes = (size_t)b.n_rows * KVH * D * elt;
+    const size_t sc_bytes = (size_t)b.n_rows * KVH * sizeof(float);
+    b.dks = b.dvs = NULL;
+    CK(cudaMalloc(&b.dk, kv_bytes));
+    CK(cudaMalloc(&b.dv, kv_bytes));
+    CK(cudaMemset(b.dk, 0xff, kv_bytes));
+    CK(cudaMemset(b.dv, 0xff, kv_bytes));
+    if (elt == 1) {
+        CK(cudaMalloc(&b.dks, sc_bytes));
+        CK(cudaMalloc(&b.dvs, sc_bytes));
+        CK(cudaMemset(b.dks, 0xff, sc_bytes));
+        CK(cudaMemset(b.dvs, 0xff, sc_bytes));
+    }
+    CK(cudaMalloc(&b.dbt, b.bt.size() * 4));
+    CK(cudaMemcpy(b.dbt, b.bt.data(), b.bt.size() * 4, cudaMemcpyHostToDevice));
+    b.kv.k = b.dk;
+    b.kv.v = b.dv;
+    b.kv.k_scale = b.dks;
+    b.kv.v_scale = b.dvs;
+    b.kv.block_table = b.dbt;
+    b.kv.bt_stride = b.bt_stride;
+    b.kv.block_size = b.block_size;
+    b.kv.n_kv_heads = KVH;
+    b.kv.head_dim = D;
+    b.kv.dtype = sc.dtype;
+
+    /* two kv_write calls: the cached prefix, then the new tokens */
+    for (int pass = 0; pass < 2; pass++) {
+        std::vector<uint16_t> &buf = pass ? new_buf : old_buf;
+        std::vector<int32_t> &ts = pass ? new_seq : old_seq, &tp = pass ? new_pos : old_pos;
+        int nt = (int)ts.size();
+        if (nt == 0)
+            continue;
+        uint16_t *dbuf;
+        int32_t *dts, *dtp;
+        CK(cudaMalloc(&dbuf, buf.size() * 2));
+        CK(cudaMalloc(&dts, (size_t)nt * 4));
+        CK(cudaMalloc(&dtp, (size_t)nt * 4));
+        CK(cudaMemcpy(dbuf, buf.data(), buf.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dts, ts.data(), (size_t)nt * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dtp, tp.data(), (size_t)nt * 4, cudaMemcpyHostToDevice));
+        CK(dsq_attn_kv_write(&b.kv, dbuf + (size_t)H * D, b.W, dbuf + (size_t)(H + KVH) * D, b.W,
+                             dts, dtp, nt, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaFree(dts));
+        CK(cudaFree(dtp));
+        if (pass)
+            b.dqkv_new = dbuf; /* Q of the new tokens lives here */
+        else
+            CK(cudaFree(dbuf));
+    }
+
+    /* read back, verify against the host rounding, keep the dequantized cache */
+    std::vector<uint8_t> hk(kv_bytes), hv(kv_bytes);
+    std::vector<float> hks, hvs;
+    CK(cudaMemcpy(hk.data(), b.dk, kv_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hv.data(), b.dv, kv_bytes, cudaMemcpyDeviceToHost));
+    if (elt == 1) {
+        hks.resize((size_t)b.n_rows * KVH);
+        hvs.resize((size_t)b.n_rows * KVH);
+        CK(cudaMemcpy(hks.data(), b.dks, sc_bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hvs.data(), b.dvs, sc_bytes, cudaMemcpyDeviceToHost));
+    }
+    b.kd.resize(b.n_seqs);
+    b.vd.resize(b.n_seqs);
+    int64_t mismatches = 0;
+    std::vector<int8_t> qq(D);
+    for (int s = 0; s < b.n_seqs; s++) {
+        b.kd[s].resize(b.kt[s].size());
+        b.vd[s].resize(b.vt[s].size());
+        for (int p = 0; p < T[s]; p++) {
+            int64_t r = host_row(b, s, p);
+            for (int h = 0; h < KVH; h++) {
+                size_t src = (size_t)(p * KVH + h) * D;
+                size_t dst = (size_t)(r * KVH + h) * D;
+                for (int side = 0; side < 2; side++) {
+                    const float *x = (side ? b.vt[s].data() : b.kt[s].data()) + src;
+                    float *out = (side ? b.vd[s].data() : b.kd[s].data()) + src;
+                    const uint8_t *dev = (side ? hv.data() : hk.data());
+                    if (elt == 2) {
+                        const uint16_t *d16 = (const uint16_t *)dev + dst;
+                        for (int i = 0; i < D; i++) {
+                            uint16_t want = dsq_f32_to_f16(fminf(fmaxf(x[i], -65504.f), 65504.f));
+                            mismatches += d16[i] != want;
+                            out[i] = dsq_f16_to_f32(d16[i]);
+                        }
+                    } else {
+                        float want_s;
+                        quant_i8(x, D, qq.data(), &want_s);
+                        float got_s = (side ? hvs : hks)[(size_t)r * KVH + h];
+                        mismatches += memcmp(&got_s, &want_s, 4) != 0;
+                        const int8_t *d8 = (const int8_t *)dev + dst;
+                        for (int i = 0; i < D; i++) {
+                            mismatches += d8[i] != qq[i];
+                            out[i] = (float)d8[i] * got_s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (mismatches)
+        fprintf(stderr, "  kv_write: %lld stored values differ from the host rounding\n",
+                (long long)mismatches);
+    assert_int_equal(mismatches, 0);
+
+    std::vector<int32_t> lens(b.n_seqs);
+    for (int s = 0; s < b.n_seqs; s++)
+        lens[s] = T[s];
+    CK(cudaMalloc(&b.dcu, b.cu.size() * 4));
+    CK(cudaMalloc(&b.dpos0, (size_t)b.n_seqs * 4));
+    CK(cudaMalloc(&b.dlens, (size_t)b.n_seqs * 4));
+    CK(cudaMemcpy(b.dcu, b.cu.data(), b.cu.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.dpos0, sc.pos0.data(), (size_t)b.n_seqs * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.dlens, lens.data(), (size_t)b.n_seqs * 4, cudaMemcpyHostToDevice));
+}
+
+static void release(Built &b)
+{
+    cudaFree(b.dk);
+    cudaFree(b.dv);
+    cudaFree(b.dks);
+    cudaFree(b.dvs);
+    cudaFree(b.dbt);
+    cudaFree(b.dcu);
+    cudaFree(b.dpos0);
+    cudaFree(b.dlens);
+    cudaFree(b.dqkv_new);
+}
+
+/* softmax(q.K^T / sqrt(D)) V over keys 0..n_keys-1 of kv head kvh, double */
+static void ref_attend(const float *q, const float *K, const float *V, int kvh, int KVH, int D,
+                       int n_keys, double *out)
+{
+    std::vector<double> sc(n_keys);
+    double mx = -INFINITY, inv_sqrt = 1.0 / sqrt((double)D);
+    for (int j = 0; j < n_keys; j++) {
+        const float *k = K + ((size_t)j * KVH + kvh) * D;
+        double acc = 0;
+        for (int d = 0; d < D; d++)
+            acc += (double)q[d] * k[d];
+        sc[j] = acc * inv_sqrt;
+        mx = std::max(mx, sc[j]);
+    }
+    double sum = 0;
+    for (int j = 0; j < n_keys; j++)
+        sum += (sc[j] = exp(sc[j] - mx));
+    for (int d = 0; d < D; d++)
+        out[d] = 0;
+    for (int j = 0; j < n_keys; j++) {
+        const float *v = V + ((size_t)j * KVH + kvh) * D;
+        double w = sc[j] / sum;
+        for (int d = 0; d < D; d++)
+            out[d] += w * v[d];
+    }
+}
+
+struct Err {
+    double max_abs = 0, max_ref = 0, max_abs_true = 0, max_ref_true = 0;
+    long nan = 0;
+    void add(double got, double ref, double ref_true)
+    {
+        if (!(got == got)) {
+            nan++;
+            return;
+        }
+        max_abs = std::max(max_abs, fabs(got - ref));
+        max_ref = std::max(max_ref, fabs(ref));
+        max_abs_true = std::max(max_abs_true, fabs(got - ref_true));
+        max_ref_true = std::max(max_ref_true, fabs(ref_true));
+    }
+    double rel() const { return nan ? INFINITY : max_abs / max_ref; }
+    double rel_true() const { return nan ? INFINITY : max_abs_true / max_ref_true; }
+};
+
+/* Compare output rows of batch sequence s (new tokens; decode: one) */
+static Err check_seq(const Scenario &sc, const Built &b, const std::vector<uint16_t> &out, int s,
+                     bool decode)
+{
+    const int D = sc.D, H = sc.H, KVH = sc.KVH, G = H / KVH;
+    const int n = sc.n[s], pos0 = sc.pos0[s];
+    Err e;
+    /* every output value of the sequence must be finite */
+    for (int i = 0; i < n; i++) {
+        int orow = decode ? s : b.cu[s] + i;
+        for (int c = 0; c < H * D; c++) {
+            float x = dsq_bf16_to_f32(out[(size_t)orow * b.o_stride + c]);
+            if (!(x == x) || isinf(x))
+                e.nan++;
+        }
+    }
+    std::vector<int> rows;
+    if (n <= 160) {
+        for (int i = 0; i < n; i++)
+            rows.push_back(i);
+    } else {
+        for (int i = 0; i < 8; i++)
+            rows.push_back(i);
+        for (int i = n - 24; i < n; i++)
+            rows.push_back(i);
+        for (int i = 0; i < 32; i++)
+            rows.push_back(8 + (int)(rnd_u64() % (uint64_t)(n - 32)));
+    }
+    std::vector<double> r1(D), r2(D);
+    for (int i : rows) {
+        const int orow = decode ? s : b.cu[s] + i;
+        const float *q = &b.q[(size_t)(b.cu[s] + i) * H * D];
+        for (int h = 0; h < H; h++) {
+            ref_attend(q + h * D, b.kd[s].data(), b.vd[s].data(), h / G, KVH, D, pos0 + i + 1,
+                       r1.data());
+            if (sc.dtype == DSQ_ATTN_KV_INT8)
+                ref_attend(q + h * D, b.kt[s].data(), b.vt[s].data(), h / G, KVH, D,
+                           pos0 + i + 1, r2.data());
+            else
+                r2 = r1;
+            for (int d = 0; d < D; d++)
+                e.add(dsq_bf16_to_f32(out[(size_t)orow * b.o_stride + h * D + d]), r1[d], r2[d]);
+        }
+    }
+    return e;
+}
+
+static double g_worst_f16 = 0, g_worst_i8 = 0, g_worst_i8_true = 0;
+
+static void report(const Scenario &sc, const char *what, int s, const Err &e)
+{
+    printf("  %-22s %-8s seq %2d pos0 %5d n %5d: max_abs %.3e  rel %.3e", sc.name, what, s,
+           sc.pos0[s], sc.n[s], e.max_abs, e.rel());
+    if (sc.dtype == DSQ_ATTN_KV_INT8)
+        printf("  rel_vs_unquant %.3e", e.rel_true());
+    if (e.nan)
+        printf("  NON-FINITE %ld", e.nan);
+    printf("\n");
+    if (sc.dtype == DSQ_ATTN_KV_INT8) {
+        g_worst_i8 = std::max(g_worst_i8, e.rel());
+        g_worst_i8_true = std::max(g_worst_i8_true, e.rel_true());
+    } else {
+        g_worst_f16 = std::max(g_worst_f16, e.rel());
+    }
+}
+
+static void run_prefill(const Scenario &sc)
+{
+    Built b;
+    memset(&b.kv, 0, sizeof b.kv);
+    build(sc, b);
+    void *dout;
+    size_t out_bytes = (size_t)b.n_new * b.o_stride * 2;
+    CK(cudaMalloc(&dout, out_bytes));
+    CK(cudaMemset(dout, 0xff, out_bytes)); /* bf16 NaN */
+    CK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0,
+                        b.n_seqs, b.max_n, sc.H, 0));
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> out((size_t)b.n_new * b.o_stride);
+    CK(cudaMemcpy(out.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (int s = 0; s < b.n_seqs; s++) {
+        Err e = check_seq(sc, b, out, s, false);
+        report(sc, "prefill", s, e);
+        ok = ok && e.rel() < kTol &&
+             (sc.dtype != DSQ_ATTN_KV_INT8 || e.rel_true() < kTolUnquant);
+    }
+    cudaFree(dout);
+    release(b);
+    assert_true(ok);
+}
+
+static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
+{
+    Built b;
+    memset(&b.kv, 0, sizeof b.kv);
+    build(sc, b);
+    void *dout, *ws;
+    size_t out_bytes = (size_t)b.n_seqs * b.o_stride * 2;
+    int max_sp = *std::max_element(split_list.begin(), split_list.end());
+    size_t ws_bytes = dsq_attn_decode_workspace_bytes(b.n_seqs, sc.H, sc.D, max_sp);
+    CK(cudaMalloc(&dout, out_bytes));
+    CK(cudaMalloc(&ws, ws_bytes));
+    bool ok = true;
+    for (int splits : split_list) {
+        CK(cudaMemset(dout, 0xff, out_bytes));
+        CK(cudaMemset(ws, 0xff, ws_bytes)); /* stale workspace must not matter */
+        CK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs,
+                           sc.H, splits, ws, ws_bytes, 0));
+        CK(cudaDeviceSynchronize());
+        std::vector<uint16_t> out((size_t)b.n_seqs * b.o_stride);
+        CK(cudaMemcpy(out.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+        char what[32];
+        snprintf(what, sizeof what, "dec/s%d", splits);
+        for (int s = 0; s < b.n_seqs; s++) {
+            Err e = check_seq(sc, b, out, s, true);
+            report(sc, what, s, e);
+            ok = ok && e.rel() < kTol &&
+                 (sc.dtype != DSQ_ATTN_KV_INT8 || e.rel_true() < kTolUnquant);
+        }
+    }
+    cudaFree(dout);
+    cudaFree(ws);
+    release(b);
+    assert_true(ok);
+}
+
+/* ---- scenarios ------------------------------------------------------------ */
+
+static int n_sms(void)
+{
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v;
+}
+
+static Scenario mk(const char *name, int dtype, int paged, std::vector<int> pos0,
+                   std::vector<int> n, int D = 128, int H = 12, int KVH = 2, int bs = 16)
+{
+    Scenario s;
+    s.name = name;
+    s.D = D;
+    s.H = H;
+    s.KVH = KVH;
+    s.dtype = dtype;
+    s.paged = paged;
+    s.bs = bs;
+    s.pos0 = pos0;
+    s.n = n;
+    return s;
+}
+
+static const char *nm(int dtype, int paged)
+{
+    static const char *names[4] = {"f16/static", "f16/paged16", "int8/static", "int8/paged16"};
+    return names[(dtype == DSQ_ATTN_KV_INT8) * 2 + paged];
+}
+
+static void test_prefill_short(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 2; dt++)
+        for (int pg = 0; pg < 2; pg++) {
+            if (g_quick && dt != pg) /* quick: f16/static and int8/paged */
+                continue;
+            /* fresh prompts, one varlen batch */
+            run_prefill(mk(nm(dt, pg), dt, pg, {0, 0, 0, 0, 0, 0, 0, 0, 0},
+                           {1, 2, 15, 16, 17, 63, 64, 65, 127}));
+            /* prompts extending cached sequences */
+            run_prefill(mk(nm(dt, pg), dt, pg, {1, 5, 16, 64, 100, 37},
+                           {1, 16, 17, 64, 127, 2}));
+        }
+}
+
+static void test_prefill_long(void **state)
+{
+    (void)state;
+    if (g_quick)
+        skip();
+    for (int dt = 0; dt < 2; dt++)
+        for (int pg = 0; pg < 2; pg++) {
+            run_prefill(mk(nm(dt, pg), dt, pg, {0, 999, 1000}, {1000, 65, 1000}));
+            run_prefill(mk(nm(dt, pg), dt, pg, {0, 4000}, {4097, 4192}));
+        }
+}
+
+static void test_decode_batch(void **state)
+{
+    (void)state;
+    const int sm = n_sms();
+    for (int dt = 0; dt < 2; dt++)
+        for (int pg = 0; pg < 2; pg++) {
+            if (g_quick && dt != pg)
+                continue;
+            /* batch of 8 short sequences of different lengths, one launch */
+            std::vector<int> L = {1, 2, 15, 16, 17, 63, 64, 65};
+            std::vector<int> pos0, one(L.size(), 1);
+            for (int x : L)
+                pos0.push_back(x - 1);
+            int sug = dsq_attn_decode_splits(8, 2, 65, sm);
+            run_decode(mk(nm(dt, pg), dt, pg, pos0, one), {sug, 1, 3});
+            if (g_quick)
+                continue;
+            std::vector<int> L2 = {127, 1000, 4097, 8192, 3, 500, 2048, 7777};
+            pos0.clear();
+            for (int x : L2)
+                pos0.push_back(x - 1);
+            sug = dsq_attn_decode_splits(8, 2, 8192, sm);
+            run_decode(mk(nm(dt, pg), dt, pg, pos0, one), {sug, 1, 7});
+        }
+}
+
+/* head_dim 64, groups of 4 and of 18 (more query heads per kv head than one
+ * mma tile), paged blocks of 32 */
+static void test_other_shapes(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 2; dt++) {
+        run_prefill(mk(dt ? "int8/D64/g4/paged32" : "f16/D64/g4/paged32", dt, 1, {0, 33, 0},
+                       {77, 40, 130}, 64, 8, 2, 32));
+        run_decode(mk(dt ? "int8/D64/g18/static" : "f16/D64/g18/static", dt, 0, {0, 99, 300},
+                      {1, 1, 1}, 64, 36, 2),
+                   {1, 4});
+        run_decode(mk(dt ? "int8/D128/g18/paged16" : "f16/D128/g18/paged16", dt, 1,
+                      {5, 700}, {1, 1}, 128, 18, 1),
+                   {2});
+    }
+}
+
+static void test_invalid_args(void **state)
+{
+    (void)state;
+    dsq_attn_kv kv;
+    memset(&kv, 0, sizeof kv);
+    void *p;
+    CK(cudaMalloc(&p, 1 << 20));
+    kv.k = kv.v = p;
+    kv.block_table = (const int32_t *)p;
+    kv.bt_stride = 1;
+    kv.block_size = 16;
+    kv.n_kv_heads = 2;
+    kv.head_dim = 96; /* unsupported */
+    kv.dtype = DSQ_ATTN_KV_F16;
+    int32_t *ip = (int32_t *)p;
+    assert_int_equal(dsq_attn_prefill(&kv, p, 2048, p, 2048, ip, ip, 1, 1, 12, 0),
+                     cudaErrorInvalidValue);
+    kv.head_dim = 128;
+    /* 12 heads not a multiple of 5 kv heads */
+    kv.n_kv_heads = 5;
+    assert_int_equal(dsq_attn_decode(&kv, p, 2048, p, 2048, ip, 1, 12, 1, p, 1 << 20, 0),
+                     cudaErrorInvalidValue);
+    kv.n_kv_heads = 2;
+    /* workspace too small */
+    assert_int_equal(dsq_attn_decode(&kv, p, 2048, p, 2048, ip, 4, 12, 8, p,
+                                     dsq_attn_decode_workspace_bytes(4, 12, 128, 8) - 1, 0),
+                     cudaErrorInvalidValue);
+    /* INT8 without scales */
+    kv.dtype = DSQ_ATTN_KV_INT8;
+    assert_int_equal(dsq_attn_kv_write(&kv, p, 2048, p, 2048, ip, ip, 1, 0),
+                     cudaErrorInvalidValue);
+    CK(cudaFree(p));
+    CK(cudaGetLastError());
+}
+
+/* ---- timing (informative) ------------------------------------------------------ */
+
+__global__ void fill_random(uint32_t *p, size_t n_words, uint32_t seed, uint32_t mask)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_words;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+        x ^= x >> 15;
+        x *= 2246822519u;
+        x ^= x >> 13;
+        p[i] = x & mask;
+    }
+}
+__global__ void fill_const(float *p, size_t n, float v)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = v;
+}
+
+static float time_ms(cudaEvent_t e0, cudaEvent_t e1, int reps, void (*fn)(void *, int), void *arg)
+{
+    for (int i = 0; i < 5; i++)
+        fn(arg, i);
+    std::vector<float> t;
+    for (int r = 0; r < 5; r++) {
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < reps; i++)
+            fn(arg, r * reps + i);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms / reps);
+    }
+    std::sort(t.begin(), t.end());
+    return t[2];
+}
+
+struct DecBench {
+    dsq_attn_kv kv;
+    const int32_t *bt;
+    void *q, *out, *ws;
+    size_t ws_bytes;
+    int32_t *lens;
+    int batch, splits, slots;
+};
+static void dec_fn(void *a, int i)
+{
+    DecBench *d = (DecBench *)a;
+    dsq_attn_kv kv = d->kv;
+    /* rotate the slots so batch 1 does not run out of L2 */
+    kv.block_table = d->bt + (d->batch == 1 ? i % d->slots : 0);
+    CK(dsq_attn_decode(&kv, d->q, 12 * 128, d->out, 12 * 128, d->lens, d->batch, 12, d->splits,
+                       d->ws, d->ws_bytes, 0));
+}
+
+struct PreBench {
+    dsq_attn_kv kv;
+    void *q, *out;
+    int32_t *cu, *pos0;
+    int n;
+};
+static void pre_fn(void *a, int i)
+{
+    (void)i;
+    PreBench *p = (PreBench *)a;
+    CK(dsq_attn_prefill(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, 12, 0));
+}
+
+static void test_timing(void **state)
+{
+    (void)state;
+    if (g_quick)
+        skip();
+    const int ctx = 4096, slots = 64, KVH = 2, D = 128, H = 12;
+    const int sm = n_sms();
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    printf("\n  decode attention, context %d, 12 q / 2 kv heads, D 128 (KV read / time):\n", ctx);
+    for (int dt = 0; dt < 2; dt++) {
+        const size_t elt = dt ? 1 : 2;
+        const size_t rows = (size_t)slots * ctx;
+        const size_t kv_bytes = rows * KVH * D * elt;
+        DecBench d;
+        memset(&d, 0, sizeof d);
+        void *k, *v;
+        float *ks = NULL, *vs = NULL;
+        CK(cudaMalloc(&k, kv_bytes));
+        CK(cudaMalloc(&v, kv_bytes));
+        /* fp16: random mantissas, exponent capped (|x| < 2); int8: any byte */
+        uint32_t mask = dt ? 0xffffffffu : 0xbfffbfffu;
+        fill_random<<<1024, 256>>>((uint32_t *)k, kv_bytes / 4, 1, mask);
+        fill_random<<<1024, 256>>>((uint32_t *)v, kv_bytes / 4, 2, mask);
+        if (dt) {
+            CK(cudaMalloc(&ks, rows * KVH * 4));
+            CK(cudaMalloc(&vs, rows * KVH * 4));
+            fill_const<<<1024, 256>>>(ks, rows * KVH, 0.01f);
+            fill_const<<<1024, 256>>>(vs, rows * KVH, 0.01f);
+        }
+        std::vector<int32_t> bt(slots), lens(slots, ctx);
+        for (int i = 0; i < slots; i++)
+            bt[i] = i;
+        int32_t *dbt, *dlens;
+        CK(cudaMalloc(&dbt, slots * 4));
+        CK(cudaMalloc(&dlens, slots * 4));
+        CK(cudaMemcpy(dbt, bt.data(), slots * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dlens, lens.data(), slots * 4, cudaMemcpyHostToDevice));
+        d.kv.k = k;
+        d.kv.v = v;
+        d.kv.k_scale = ks;
+        d.kv.v_scale = vs;
+        d.kv.block_table = dbt;
+        d.kv.bt_stride = 1;
+        d.kv.block_size = ctx;
+        d.kv.n_kv_heads = KVH;
+        d.kv.head_dim = D;
+        d.kv.dtype = dt;
+        d.bt = dbt;
+        d.lens = dlens;
+        d.slots = slots;
+        CK(cudaMalloc(&d.q, (size_t)slots * H * D * 2));
+        CK(cudaMalloc(&d.out, (size_t)slots * H * D * 2));
+        fill_random<<<64, 256>>>((uint32_t *)d.q, (size_t)slots * H * D / 2, 3, 0x3fff3fffu);
+        d.ws_bytes = dsq_attn_decode_workspace_bytes(slots, H, D, 256);
+        CK(cudaMalloc(&d.ws, d.ws_bytes));
+        CK(cudaDeviceSynchronize());
+        const int batches[2] = {1, 64};
+        for (int bi = 0; bi < 2; bi++) {
+            d.batch = batches[bi];
+            int sug = dsq_attn_decode_splits(d.batch, KVH, ctx, sm);
+            int cands[] = {sug, 4, 8, 16, 32, 64};
+            for (int c = 0; c < 6; c++) {
+                if (c > 0 && cands[c] == sug)
+                    continue;
+                d.splits = cands[c];
+                float ms = time_ms(e0, e1, 50, dec_fn, &d);
+                double bytes = (double)d.batch * ctx * KVH * D * 2 * elt +
+                               (dt ? (double)d.batch * ctx * KVH * 2 * 4 : 0);
+                printf("    %-4s batch %2d splits %3d%s: %8.2f us  %7.1f GB/s  (%4.1f%% of 4480)\n",
+                       dt ? "int8" : "f16", d.batch, d.splits, c == 0 ? "*" : " ", ms * 1e3,
+                       bytes / (ms * 1e-3) / 1e9, 100.0 * bytes / (ms * 1e-3) / 4.48e12);
+            }
+        }
+        /* prefill of one 4096-token prompt over the same cache (slot 0) */
+        PreBench p;
+        p.kv = d.kv;
+        p.n = ctx;
+        p.q = d.q; /* reuse: only 64 rows are random, enough for timing */
+        int32_t cu[2] = {0, ctx}, z = 0;
+        void *qbig, *obig;
+        CK(cudaMalloc(&qbig, (size_t)ctx * H * D * 2));
+        CK(cudaMalloc(&obig, (size_t)ctx * H * D * 2));
+        fill_random<<<256, 256>>>((uint32_t *)qbig, (size_t)ctx * H * D / 2, 5, 0x3fff3fffu);
+        p.q = qbig;
+        p.out = obig;
+        CK(cudaMalloc(&p.cu, 8));
+        CK(cudaMalloc(&p.pos0, 4));
+        CK(cudaMemcpy(p.cu, cu, 8, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(p.pos0, &z, 4, cudaMemcpyHostToDevice));
+        float ms = time_ms(e0, e1, 10, pre_fn, &p);
+        double flops = 4.0 * D * H * ((double)ctx * (ctx + 1) / 2);
+        printf("    %-4s prefill 1 x %d tokens: %8.2f us  %6.1f TFLOP/s (causal)\n",
+               dt ? "int8" : "f16", ctx, ms * 1e3, flops / (ms * 1e-3) / 1e12);
+        cudaFree(qbig);
+        cudaFree(obig);
+        cudaFree(p.cu);
+        cudaFree(p.pos0);
+        cudaFree(k);
+        cudaFree(v);
+        cudaFree(ks);
+        cudaFree(vs);
+        cudaFree(dbt);
+        cudaFree(dlens);
+        cudaFree(d.q);
+        cudaFree(d.out);
+        cudaFree(d.ws);
+    }
+    CK(cudaGetLastError());
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+static void test_summary(void **state)
+{
+    (void)state;
+    printf("\n  worst rel error vs reference on the stored cache: f16 %.3e, int8 %.3e"
+           " (bound %.1e); int8 vs unquantized K/V %.3e\n",
+           g_worst_f16, g_worst_i8, kTol, g_worst_i8_true);
+}
+
+int main(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("SKIP: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return DSQ_TEST_SKIP;
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 8) {
+        printf("SKIP: attention kernels need sm_80 or newer\n");
+        return DSQ_TEST_SKIP;
+    }
+    const char *qk = getenv("DSQ_ATTN_QUICK");
+    g_quick = qk && *qk && *qk != '0';
+    printf("device: %s, %d SMs%s\n", prop.name, prop.multiProcessorCount,
+           g_quick ? " (quick mode)" : "");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_invalid_args),  cmocka_unit_test(test_prefill_short),
+        cmocka_unit_test(test_decode_batch),  cmocka_unit_test(test_other_shapes),
+        cmocka_unit_test(test_prefill_long),  cmocka_unit_test(test_timing),
+        cmocka_unit_test(test_summary),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

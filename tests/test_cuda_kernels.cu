@@ -1,0 +1,521 @@
+/*
+ * test_cuda_kernels.cu - each dense CUDA kernel of the backend (embedding,
+ * RMSNorm, RoPE, silu*mul, residual add, GEMV, cuBLASLt GEMM) against a
+ * double-precision CPU reference on fresh random inputs of odd sizes.
+ *
+ * Every output buffer is filled with NaN before the launch, so a kernel that
+ * skips an element fails.  Tolerances are what the arithmetic honestly
+ * allows: bf16 outputs are within half a bf16 ulp of the exact value
+ * (2^-9 relative; we allow 2^-8), fp32 products within a small multiple of
+ * fp32 rounding of sum|x*w| (the condition of a dot product).  The measured
+ * error of every case is printed.  A timing table at the end compares the
+ * GEMV kernel with cuBLASLt on the model's shapes (the crossover the backend
+ * uses).  Exits 77 (skipped) when no CUDA device is present.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "testutil.h"
+}
+#include "internal.h"
+#include "kernels.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static uint64_t g_rng;
+
+static uint64_t rng_next(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+/* uniform in [-a, a) */
+static float frand(float a) { return a * (2.0f * (float)((rng_next() >> 40) * (1.0 / 16777216.0)) - 1.0f); }
+
+static float bf(uint16_t h) { return dsq_bf16_to_f32(h); }
+
+/* random bf16 array (and its exact fp32 values) */
+static uint16_t *rand_bf16(size_t n, float a, float **as_f32)
+{
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    float *f = (float *)malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = dsq_f32_to_bf16(frand(a));
+        f[i] = bf(h[i]);
+    }
+    *as_f32 = f;
+    return h;
+}
+
+static float *rand_f32(size_t n, float a)
+{
+    float *f = (float *)malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++)
+        f[i] = frand(a);
+    return f;
+}
+
+#define CU(call) assert_int_equal((int)(call), (int)cudaSuccess)
+#define DS(call) assert_int_equal((int)(call), (int)DSQ_OK)
+
+static void *dev_copy(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes ? bytes : 16));
+    if (bytes)
+        CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* a device buffer filled with NaN (fp32 0xffffffff / bf16 0xffff patterns) */
+static void *dev_nan(size_t bytes)
+{
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes ? bytes : 16));
+    CU(cudaMemset(d, 0xff, bytes ? bytes : 16));
+    return d;
+}
+
+static void to_host(void *h, const void *d, size_t bytes)
+{
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* Compare got[] against ref[] with per-element tolerance tol[]; prints the
+ * worst ratio |got-ref|/tol and the max-norm relative error; a NaN fails. */
+static void check(const char *what, const float *got, const double *ref, const double *tol, size_t n)
+{
+    double worst = 0, md = 0, mr = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (isnan(got[i]))
+            d = INFINITY;
+        double r = d / tol[i];
+        if (!(r <= worst)) {
+            worst = r;
+            at = i;
+        }
+        if (d > md)
+            md = d;
+        if (fabs(ref[i]) > mr)
+            mr = fabs(ref[i]);
+    }
+    printf("  %-44s n=%-8zu max|d|/max|ref|=%.3g  worst |d|/tol=%.3g\n", what, n, mr > 0 ? md / mr : md, worst);
+    if (!(worst <= 1.0))
+        fail_msg("%s: element %zu is %g, reference %g, tolerance %g", what, at, (double)got[at], ref[at], tol[at]);
+}
+
+static const double BF16_REL = 1.0 / 256; /* twice the bf16 rounding bound */
+
+/* ---- embedding ---------------------------------------------------------------- */
+
+static void test_embed(void **state)
+{
+    (void)state;
+    const int Es[] = {1, 17, 1000, 1536};
+    const int Ts[] = {1, 2, 17};
+    for (int ei = 0; ei < 4; ei++)
+        for (int ti = 0; ti < 3; ti++) {
+            const int E = Es[ei], T = Ts[ti], V = 1000;
+            float *tf;
+            uint16_t *table = rand_bf16((size_t)V * E, 1.0f, &tf);
+            int32_t *tok = (int32_t *)malloc(T * 4);
+            for (int t = 0; t < T; t++)
+                tok[t] = (int32_t)(rng_next() % V);
+            void *dt = dev_copy(table, (size_t)V * E * 2), *dk = dev_copy(tok, T * 4);
+            float *dx = (float *)dev_nan((size_t)T * E * 4);
+            DS(dsq_cu_embed((const dsq_bf16 *)dt, (const int32_t *)dk, T, E, dx, 0));
+            float *got = (float *)malloc((size_t)T * E * 4);
+            to_host(got, dx, (size_t)T * E * 4);
+            double *ref = (double *)malloc((size_t)T * E * 8), *tol = (double *)malloc((size_t)T * E * 8);
+            for (int t = 0; t < T; t++)
+                for (int e = 0; e < E; e++) {
+                    ref[(size_t)t * E + e] = tf[(size_t)tok[t] * E + e];
+                    tol[(size_t)t * E + e] = 1e-300; /* a gather is exact */
+                }
+            char name[64];
+            snprintf(name, sizeof name, "embed T=%d E=%d", T, E);
+            check(name, got, ref, tol, (size_t)T * E);
+            cudaFree(dt); cudaFree(dk); cudaFree(dx);
+            free(table); free(tf); free(tok); free(got); free(ref); free(tol);
+        }
+}
+
+/* ---- RMSNorm ---------------------------------------------------------------------- */
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    const int Es[] = {1, 17, 1000, 1536};
+    const int Ts[] = {1, 2, 17};
+    for (int ei = 0; ei < 4; ei++)
+        for (int ti = 0; ti < 3; ti++)
+            for (int gather = 0; gather < 2; gather++) {
+                const int E = Es[ei], T = Ts[ti], R = T + 3; /* source rows */
+                float *x = rand_f32((size_t)R * E, 4.0f);
+                float *w = rand_f32(E, 2.0f);
+                int32_t *rows = (int32_t *)malloc(T * 4);
+                for (int t = 0; t < T; t++)
+                    rows[t] = gather ? (int32_t)(rng_next() % R) : t;
+                void *dxx = dev_copy(x, (size_t)R * E * 4), *dw = dev_copy(w, E * 4), *dr = dev_copy(rows, T * 4);
+                uint16_t *dout = (uint16_t *)dev_nan((size_t)T * E * 2);
+                DS(dsq_cu_rmsnorm((const float *)dxx, gather ? (const int32_t *)dr : NULL, T, E, (const float *)dw,
+                                  1e-6f, dout, 0));
+                uint16_t *o = (uint16_t *)malloc((size_t)T * E * 2);
+                to_host(o, dout, (size_t)T * E * 2);
+                float *got = (float *)malloc((size_t)T * E * 4);
+                double *ref = (double *)malloc((size_t)T * E * 8), *tol = (double *)malloc((size_t)T * E * 8);
+                for (int t = 0; t < T; t++) {
+                    const float *xr = x + (size_t)rows[t] * E;
+                    double ss = 0;
+                    for (int e = 0; e < E; e++)
+                        ss += (double)xr[e] * xr[e];
+                    double inv = 1.0 / sqrt(ss / E + 1e-6);
+                    for (int e = 0; e < E; e++) {
+                        size_t i = (size_t)t * E + e;
+                        got[i] = bf(o[i]);
+                        ref[i] = (double)w[e] * xr[e] * inv;
+                        tol[i] = BF16_REL * fabs(ref[i]) + 1e-6 * fabs((double)w[e]);
+                    }
+                }
+                char name[64];
+                snprintf(name, sizeof name, "rmsnorm T=%d E=%d%s", T, E, gather ? " gathered" : "");
+                check(name, got, ref, tol, (size_t)T * E);
+                cudaFree(dxx); cudaFree(dw); cudaFree(dr); cudaFree(dout);
+                free(x); free(w); free(rows); free(o); free(got); free(ref); free(tol);
+            }
+}
+
+/* ---- RoPE -------------------------------------------------------------------------- */
+
+static void test_rope(void **state)
+{
+    (void)state;
+    const int Ds[] = {2, 64, 128};
+    const int Ts[] = {1, 2, 17};
+    for (int di = 0; di < 3; di++)
+        for (int ti = 0; ti < 3; ti++) {
+            const int D = Ds[di], T = Ts[ti], NH = 5, NROT = 3, stride = NH * D + 3;
+            const float theta = 10000.0f;
+            float *x = rand_f32((size_t)T * stride, 3.0f);
+            int32_t *pos = (int32_t *)malloc(T * 4);
+            for (int t = 0; t < T; t++) /* include large positions: angle reduction matters there */
+                pos[t] = t == 0 ? 0 : (int32_t)(rng_next() % (t % 2 ? 131072 : 64));
+            float *fq = (float *)malloc(D / 2 * 4);
+            for (int i = 0; i < D / 2; i++)
+                fq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)D);
+            void *dx = dev_copy(x, (size_t)T * stride * 4), *dp = dev_copy(pos, T * 4), *df = dev_copy(fq, D / 2 * 4);
+            uint16_t *dout = (uint16_t *)dev_nan((size_t)T * stride * 2);
+            DS(dsq_cu_rope((const float *)dx, stride, (const int32_t *)dp, T, NROT, NH, D, (const float *)df, dout, 0));
+            uint16_t *o = (uint16_t *)malloc((size_t)T * stride * 2);
+            to_host(o, dout, (size_t)T * stride * 2);
+            const size_t n = (size_t)T * NH * D;
+            float *got = (float *)malloc(n * 4);
+            double *ref = (double *)malloc(n * 8), *tol = (double *)malloc(n * 8);
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < NH; h++)
+                    for (int i = 0; i < D / 2; i++) {
+                        const float *v = x + (size_t)t * stride + (size_t)h * D;
+                        double a = v[i], b = v[i + D / 2], ra = a, rb = b;
+                        if (h < NROT) {
+                            float ang = (float)pos[t] * fq[i]; /* fp32, as HF */
+                            double c = cos((double)ang), s = sin((double)ang);
+                            ra = a * c - b * s;
+                            rb = b * c + a * s;
+                        }
+                        size_t j = ((size_t)t * NH + h) * D;
+                        got[j + i] = bf(o[(size_t)t * stride + (size_t)h * D + i]);
+                        got[j + i + D / 2] = bf(o[(size_t)t * stride + (size_t)h * D + i + D / 2]);
+                        ref[j + i] = ra;
+                        ref[j + i + D / 2] = rb;
+                        double mag = fabs(a) + fabs(b);
+                        tol[j + i] = BF16_REL * fabs(ra) + 1e-6 * mag;
+                        tol[j + i + D / 2] = BF16_REL * fabs(rb) + 1e-6 * mag;
+                    }
+            char name[64];
+            snprintf(name, sizeof name, "rope T=%d D=%d (3 of 5 heads rotated)", T, D);
+            check(name, got, ref, tol, n);
+            cudaFree(dx); cudaFree(dp); cudaFree(df); cudaFree(dout);
+            free(x); free(pos); free(fq); free(o); free(got); free(ref); free(tol);
+        }
+}
+
+/* ---- silu*mul, residual add ------------------------------------------------------------ */
+
+static void test_silu_mul(void **state)
+{
+    (void)state;
+    const int Fs[] = {1, 17, 1000, 8960};
+    const int Ts[] = {1, 2, 17};
+    for (int fi = 0; fi < 4; fi++)
+        for (int ti = 0; ti < 3; ti++) {
+            const int F = Fs[fi], T = Ts[ti];
+            const size_t n = (size_t)T * F;
+            float *gu = rand_f32(2 * n, 8.0f);
+            void *dg = dev_copy(gu, 2 * n * 4);
+            uint16_t *dout = (uint16_t *)dev_nan(n * 2);
+            DS(dsq_cu_silu_mul((const float *)dg, T, F, dout, 0));
+            uint16_t *o = (uint16_t *)malloc(n * 2);
+            to_host(o, dout, n * 2);
+            float *got = (float *)malloc(n * 4);
+            double *ref = (double *)malloc(n * 8), *tol = (double *)malloc(n * 8);
+            for (size_t i = 0; i < n; i++) {
+                double g = gu[2 * i], u = gu[2 * i + 1];
+                got[i] = bf(o[i]);
+                ref[i] = g / (1.0 + exp(-g)) * u;
+                tol[i] = BF16_REL * fabs(ref[i]) + 1e-6 * fabs(g * u);
+            }
+            char name[64];
+            snprintf(name, sizeof name, "silu*mul T=%d F=%d", T, F);
+            check(name, got, ref, tol, n);
+            cudaFree(dg); cudaFree(dout);
+            free(gu); free(o); free(got); free(ref); free(tol);
+        }
+}
+
+static void test_add(void **state)
+{
+    (void)state;
+    const size_t ns[] = {1, 2, 17, 1000, 1536 * 17};
+    for (int k = 0; k < 5; k++) {
+        const size_t n = ns[k];
+        float *y = rand_f32(n, 10.0f), *x = rand_f32(n, 10.0f);
+        void *dy = dev_copy(y, n * 4), *dx = dev_copy(x, n * 4);
+        DS(dsq_cu_add((float *)dy, (const float *)dx, (int64_t)n, 0));
+        float *got = (float *)malloc(n * 4);
+        to_host(got, dy, n * 4);
+        double *ref = (double *)malloc(n * 8), *tol = (double *)malloc(n * 8);
+        for (size_t i = 0; i < n; i++) {
+            ref[i] = (double)(y[i] + x[i]); /* one fp32 rounding, same as the kernel */
+            tol[i] = 1e-300;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "residual add n=%zu", n);
+        check(name, got, ref, tol, n);
+        /* the conversion kernel rides along */
+        uint16_t *db = (uint16_t *)dev_nan(n * 2);
+        DS(dsq_cu_f32_to_bf16((const float *)dx, (int64_t)n, db, 0));
+        uint16_t *hb = (uint16_t *)malloc(n * 2);
+        to_host(hb, db, n * 2);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(hb[i], dsq_f32_to_bf16(x[i]));
+        cudaFree(dy); cudaFree(dx); cudaFree(db);
+        free(y); free(x); free(got); free(ref); free(tol); free(hb);
+    }
+}
+
+/* ---- matrix products: GEMV and cuBLASLt --------------------------------------------------- */
+
+/* Reference for y = epi(x W^T) from the bf16 values in double; tol from the
+ * dot product's condition sum|x w| (fp32 accumulation) and bf16 output
+ * rounding for SILU_MUL.  y0 is y's content before the call (ADD). */
+static void product_ref(const float *x, const float *w, const float *bias, const float *y0, int T, int N, int K,
+                        dsq_epilogue epi, double *ref, double *tol)
+{
+    for (int t = 0; t < T; t++) {
+        if (epi == DSQ_EPI_SILU_MUL) {
+            for (int i = 0; i < N / 2; i++) {
+                double g = 0, u = 0, ag = 0, au = 0;
+                for (int k = 0; k < K; k++) {
+                    double xv = x[(size_t)t * K + k];
+                    g += xv * w[(size_t)(2 * i) * K + k];
+                    u += xv * w[(size_t)(2 * i + 1) * K + k];
+                    ag += fabs(xv * w[(size_t)(2 * i) * K + k]);
+                    au += fabs(xv * w[(size_t)(2 * i + 1) * K + k]);
+                }
+                double sg = 1.0 / (1.0 + exp(-g));
+                size_t j = (size_t)t * (N / 2) + i;
+                ref[j] = g * sg * u;
+                /* d(silu)/dg <= 1.1 */
+                tol[j] = BF16_REL * fabs(ref[j]) + 2e-6 * (1.1 * ag * fabs(u) + fabs(g) * au) + 1e-30;
+            }
+            continue;
+        }
+        for (int n = 0; n < N; n++) {
+            double s = 0, a = 0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)x[(size_t)t * K + k] * w[(size_t)n * K + k];
+                s += p;
+                a += fabs(p);
+            }
+            size_t j = (size_t)t * N + n;
+            double extra = 0;
+            if (epi == DSQ_EPI_BIAS)
+                s += bias[n], extra = fabs(bias[n]);
+            if (epi == DSQ_EPI_ADD)
+                s += y0[j], extra = fabs(y0[j]);
+            ref[j] = s;
+            tol[j] = 2e-6 * (a + extra) + 1e-30;
+        }
+    }
+}
+
+static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epilogue epi, int misalign)
+{
+    float *xf, *wf;
+    /* misalign: x starts one element past a 16-byte boundary (scalar GEMV path) */
+    uint16_t *xh = rand_bf16((size_t)T * K + 1, 1.0f, &xf);
+    uint16_t *wh = rand_bf16((size_t)N * K, 1.0f, &wf);
+    float *bias = rand_f32(N, 1.0f);
+    const size_t ny = epi == DSQ_EPI_SILU_MUL ? (size_t)T * (N / 2) : (size_t)T * N;
+    float *y0 = rand_f32(ny, 5.0f);
+    uint16_t *dx = (uint16_t *)dev_copy(xh, ((size_t)T * K + 1) * 2);
+    void *dw = dev_copy(wh, (size_t)N * K * 2), *db = dev_copy(bias, N * 4);
+    void *dy;
+    if (epi == DSQ_EPI_ADD)
+        dy = dev_copy(y0, ny * 4);
+    else
+        dy = dev_nan(epi == DSQ_EPI_SILU_MUL ? ny * 2 : ny * 4);
+    const uint16_t *xin = dx + (misalign ? 1 : 0);
+    const float *xref = xf + (misalign ? 1 : 0);
+    if (use_gemm)
+        DS(dsq_gemm_run(g, xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, (float *)dy, 0));
+    else
+        DS(dsq_cu_gemv(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, 0));
+    float *got = (float *)malloc(ny * 4);
+    if (epi == DSQ_EPI_SILU_MUL) {
+        uint16_t *o = (uint16_t *)malloc(ny * 2);
+        to_host(o, dy, ny * 2);
+        for (size_t i = 0; i < ny; i++)
+            got[i] = bf(o[i]);
+        free(o);
+    } else {
+        to_host(got, dy, ny * 4);
+    }
+    double *ref = (double *)malloc(ny * 8), *tol = (double *)malloc(ny * 8);
+    product_ref(xref, wf, bias, y0, T, N, K, epi, ref, tol);
+    static const char *en[] = {"store", "bias", "add", "silu*mul"};
+    char name[96];
+    snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s", use_gemm ? "gemm" : "gemv", T, N, K, en[epi],
+             misalign ? " unaligned" : "");
+    check(name, got, ref, tol, ny);
+    cudaFree(dx); cudaFree(dw); cudaFree(db); cudaFree(dy);
+    free(xh); free(xf); free(wh); free(wf); free(bias); free(y0); free(got); free(ref); free(tol);
+}
+
+static void test_gemv(void **state)
+{
+    (void)state;
+    const int shapes[][2] = {{2, 8}, {17, 17}, {34, 1000}, {1000, 1536}, {1536, 1536}, {256, 8960}};
+    for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++)
+        for (int s = 0; s < 6; s++)
+            for (int e = 0; e < 4; e++) {
+                if (T > 2 && T != 5 && T != 8 && s != 1)
+                    continue; /* all T on one shape, three T on the rest: keeps the run short */
+                run_product(NULL, 0, T, shapes[s][0], shapes[s][1], (dsq_epilogue)e, 0);
+            }
+    run_product(NULL, 0, 3, 64, 1536, DSQ_EPI_STORE, 1);
+    run_product(NULL, 0, 1, 1, 1, DSQ_EPI_BIAS, 0);
+}
+
+static void test_gemm(void **state)
+{
+    (void)state;
+    dsq_gemm *g = NULL;
+    DS(dsq_gemm_create((size_t)32 << 20, &g));
+    const int shapes[][2] = {{17, 17}, {1000, 1536}, {2048, 1536}, {1536, 8960}};
+    const int Ts[] = {1, 9, 17, 100};
+    for (int s = 0; s < 4; s++)
+        for (int ti = 0; ti < 4; ti++)
+            for (int e = 0; e < 3; e++)
+                run_product(g, 1, Ts[ti], shapes[s][0], shapes[s][1], (dsq_epilogue)e, 0);
+    /* the cached plan is reused: same shape twice */
+    run_product(g, 1, 9, 1000, 1536, DSQ_EPI_BIAS, 0);
+    dsq_gemm_destroy(g);
+}
+
+/* ---- timing: GEMV vs cuBLASLt on the model's products --------------------------------------- */
+
+static void test_product_timing(void **state)
+{
+    (void)state;
+    struct { const char *name; int N, K; } sh[] = {
+        {"qkv 2048x1536", 2048, 1536}, {"o 1536x1536", 1536, 1536}, {"gate/up 17920x1536", 17920, 1536},
+        {"down 1536x8960", 1536, 8960}, {"lm_head 151936x1536", 151936, 1536},
+    };
+    const int Ts[] = {1, 2, 4, 8, 16, 32, 64};
+    dsq_gemm *g = NULL;
+    DS(dsq_gemm_create((size_t)32 << 20, &g));
+    /* rotate through weight copies that together exceed L2 (60 MB) */
+    const size_t pool = (size_t)512 << 20;
+    void *dw = NULL, *dx = NULL, *dy = NULL;
+    CU(cudaMalloc(&dw, pool));
+    CU(cudaMemset(dw, 0x3c, pool)); /* bf16 ~0.0117: finite, harmless */
+    CU(cudaMalloc(&dx, (size_t)64 * 8960 * 2));
+    CU(cudaMemset(dx, 0x3c, (size_t)64 * 8960 * 2));
+    CU(cudaMalloc(&dy, (size_t)64 * 151936 * 4));
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    printf("\n  product timing (us per call; GB/s of weights streamed)\n");
+    printf("  %-22s %4s %12s %12s  %s\n", "shape", "T", "gemv", "cuBLASLt", "faster");
+    for (int s = 0; s < 5; s++) {
+        const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
+        const int copies = (int)(pool / wb) < 1 ? 1 : (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
+        for (int ti = 0; ti < 7; ti++) {
+            const int T = Ts[ti];
+            float us[2] = {-1, -1};
+            for (int m = 0; m < 2; m++) {
+                if (m == 0 && T > DSQ_GEMV_MAX_TOKENS)
+                    continue;
+                const int iters = 20;
+                for (int it = -3; it < iters; it++) {
+                    if (it == 0)
+                        CU(cudaEventRecord(e0, 0));
+                    const dsq_bf16 *w = (const dsq_bf16 *)((char *)dw + (size_t)((it + 3) % copies) * wb);
+                    if (m == 0)
+                        DS(dsq_cu_gemv((const dsq_bf16 *)dx, w, NULL, T, sh[s].N, sh[s].K, DSQ_EPI_STORE, dy, 0));
+                    else
+                        DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, w, NULL, T, sh[s].N, sh[s].K, DSQ_EPI_STORE,
+                                        (float *)dy, 0));
+                }
+                CU(cudaEventRecord(e1, 0));
+                CU(cudaEventSynchronize(e1));
+                float ms = 0;
+                CU(cudaEventElapsedTime(&ms, e0, e1));
+                us[m] = ms * 1000.0f / iters;
+            }
+            char a[32] = "-", b[32];
+            if (us[0] >= 0)
+                snprintf(a, sizeof a, "%7.1f %4.0f", us[0], wb / (us[0] * 1e3));
+            snprintf(b, sizeof b, "%7.1f %4.0f", us[1], wb / (us[1] * 1e3));
+            printf("  %-22s %4d %12s %12s  %s\n", sh[s].name, T, a, b,
+                   us[0] >= 0 && us[0] < us[1] ? "gemv" : "cuBLASLt");
+        }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(dw); cudaFree(dx); cudaFree(dy);
+    dsq_gemm_destroy(g);
+}
+
+int main(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+        printf("SKIP: no CUDA device\n");
+        return DSQ_TEST_SKIP;
+    }
+    const char *seed = getenv("DSQ_TEST_SEED");
+    g_rng = seed && *seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) * 2654435761u + 1;
+    if (!g_rng)
+        g_rng = 1;
+    printf("random seed %llu (set DSQ_TEST_SEED to repeat)\n", (unsigned long long)g_rng);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_embed),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_gemm),    cmocka_unit_test(test_product_timing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
