@@ -8,7 +8,10 @@
  * that range's K and V once for all the kv head's query heads (up to 16,
  * the M rows of the mma tiles: 6 of 16 are live for Qwen2-1.5B; the tensor
  * cores have throughput to spare, memory is the limit).  Tiles of 64 keys
- * are double-buffered in shared memory; warp w takes keys 16w..16w+15 of each
+ * stream through a ring of NS shared-memory stages filled by cp.async
+ * (NS-1 tiles in flight while one is computed; int8 tiles arrive as raw
+ * bytes and each warp dequantizes its own 16 keys to fp16, so no registers
+ * are tied up by loads in flight); warp w takes keys 16w..16w+15 of each
  * tile with its own online-softmax state, and the 4 warps are combined in
  * shared memory at the end.  Each block writes (m, l, acc) of its split to
  * the workspace; a merge kernel rescales and sums the splits.
@@ -26,12 +29,34 @@
 
 namespace dsq_attn {
 
-constexpr int kDecRows = 16; /* query heads per block (one mma M tile) */
+constexpr int kDecRows = 16;   /* query heads per block (one mma M tile) */
+/* Ring depth: the deep ring where the device's per-block shared memory
+ * allows it (sm_80, sm_90: 2 blocks of ~105 KB per SM), else 2 stages
+ * (sm_86/89 allow 99 KB per block). */
+constexpr int kStagesF16 = 3, kStagesI8 = 4;
+constexpr int kMaxSplits = 1024;
 
-template <int D> constexpr int decode_smem_bytes()
-{
-    return (kDecRows * (D + 8) + 2 * 2 * kTileKeys * (D + 8)) * 2 + 2 * 2 * kTileKeys * 4;
-}
+/* Shared memory of the decode kernel, in order:
+ *   ring [NS] x stage:
+ *        fp16: sk [64][D+8], sv [64][D+8] fp16   (ldmatrix reads them)
+ *        int8: rk [64][D],   rv [64][D]   int8   (raw cache bytes)
+ *              sks [64], svs [64] fp32           (scales)
+ *   int8 only: wk, wv [4 warps][16][D+8] fp16    each warp's dequantized keys
+ * Q of the block's heads, sq [16][D+8] fp16, sits in the last stage, which
+ * the prologue leaves empty and the first iteration refills only after a
+ * barrier that follows every warp's Q fragment loads.  The 4-warp combine at
+ * the end reuses the ring. */
+template <int D, bool INT8, int NS> struct DecSmem {
+    static constexpr int kRowH = D + 8;
+    static constexpr int kQ = kDecRows * kRowH * 2;
+    static constexpr int kStage =
+        INT8 ? 2 * kTileKeys * D + 2 * kTileKeys * 4 : 2 * kTileKeys * kRowH * 2;
+    static constexpr int kWarpBuf = INT8 ? 4 * 2 * 16 * kRowH * 2 : 0;
+    static constexpr int kTotal = NS * kStage + kWarpBuf;
+    static_assert(kQ <= kStage, "Q must fit in one stage");
+    static_assert(NS * kStage >= (4 * kDecRows * D + 8 * kDecRows) * 4,
+                  "combine area must fit in the ring");
+};
 
 /* Split plan of a sequence of `len` keys: splits of `chunk` keys (a multiple
  * of the tile), `used` of them. */
@@ -48,22 +73,97 @@ __device__ __forceinline__ void split_plan(int len, int max_splits, int &chunk, 
     used = (len + chunk - 1) / chunk;
 }
 
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Start copying keys key0..key0+63 (those < key_end; others zero) of kv head
+ * kvh into ring stage `st` (one cp.async group per call, possibly empty). */
+template <int D, bool INT8>
+__device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int key0, int key_end,
+                                          unsigned char *st)
+{
+    const int t = threadIdx.x;
+    constexpr int RH = D + 8;
+    if (key0 >= key_end) { /* past the end: an empty group keeps the counting */
+        cp_async_commit();
+        return;
+    }
+    if (!INT8) {
+        __half *sk = (__half *)st, *sv = sk + kTileKeys * RH;
+        constexpr int CPR = D / 8; /* 16-byte chunks per row */
+#pragma unroll
+        for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+            int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
+            int key = key0 + r;
+            bool ok = key < key_end;
+            int64_t off = ok ? (kv_row(a, b, key) * a.n_kv + kvh) * D + cc * 8 : 0;
+            cp_async16(sk + r * RH + cc * 8, (const __half *)a.k + off, ok ? 16 : 0);
+            cp_async16(sv + r * RH + cc * 8, (const __half *)a.v + off, ok ? 16 : 0);
+        }
+    } else {
+        int8_t *rk = (int8_t *)st, *rv = rk + kTileKeys * D;
+        float *sks = (float *)(rv + kTileKeys * D), *svs = sks + kTileKeys;
+        constexpr int CPR = D / 16;
+#pragma unroll
+        for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+            int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
+            int key = key0 + r;
+            bool ok = key < key_end;
+            int64_t off = ok ? (kv_row(a, b, key) * a.n_kv + kvh) * D + cc * 16 : 0;
+            cp_async16(rk + r * D + cc * 16, (const int8_t *)a.k + off, ok ? 16 : 0);
+            cp_async16(rv + r * D + cc * 16, (const int8_t *)a.v + off, ok ? 16 : 0);
+        }
+        /* threads 0..63: K scales, 64..127: V scales */
+        int r = t & (kTileKeys - 1), key = key0 + r;
+        bool ok = key < key_end;
+        int64_t si = ok ? kv_row(a, b, key) * a.n_kv + kvh : 0;
+        cp_async4((t < kTileKeys ? sks : svs) + r, (t < kTileKeys ? a.ks : a.vs) + si, ok ? 4 : 0);
+    }
+    cp_async_commit();
+}
+
+/* A warp's 16 raw int8 keys (rows of 16*... stride D) -> fp16 rows (stride D+8). */
+template <int D>
+__device__ __forceinline__ void dec_convert16(const int8_t *raw, __half *dst)
+{
+    const int lane = threadIdx.x & 31;
+    constexpr int CPR = D / 16; /* 16-byte chunks per raw row: 8 or 4 */
+#pragma unroll
+    for (int i = 0; i < 16 * CPR / 32; i++) {
+        int c = lane + i * 32, r = c / CPR, cc = c % CPR;
+        uint4 w = *(const uint4 *)(raw + r * D + cc * 16);
+        uint4 o0, o1;
+        i8x4_to_h4(w.x, o0.x, o0.y);
+        i8x4_to_h4(w.y, o0.z, o0.w);
+        i8x4_to_h4(w.z, o1.x, o1.y);
+        i8x4_to_h4(w.w, o1.z, o1.w);
+        *(uint4 *)(dst + r * (D + 8) + cc * 16) = o0;
+        *(uint4 *)(dst + r * (D + 8) + cc * 16 + 8) = o1;
+    }
+}
+
 /* workspace: acc [n_seqs][n_heads][max_splits][D] f32, then
  *            ml  [n_seqs][n_heads][max_splits][2] f32 (running max m in
  *                log2 units, sum l) */
-template <int D, bool INT8>
+template <int D, bool INT8, int NS>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, const int32_t *seq_lens,
                   int n_heads, int group, int n_hg, int max_splits, float scale_log2,
                   float *ws_acc, float *ws_ml)
 {
+    using SM = DecSmem<D, INT8, NS>;
     constexpr int RH = D + 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    __half *sq = (__half *)smem;                     /* [16][RH]    */
-    __half *sk = sq + kDecRows * RH;                 /* [2][64][RH] */
-    __half *sv = sk + 2 * kTileKeys * RH;            /* [2][64][RH] */
-    float *sks = (float *)(sv + 2 * kTileKeys * RH); /* [2][64]     */
-    float *svs = sks + 2 * kTileKeys;                /* [2][64]     */
+    unsigned char *ring = smem;
+    __half *sq = (__half *)(ring + (NS - 1) * SM::kStage);
+    __half *wbuf = (__half *)(ring + NS * SM::kStage); /* int8 only */
 
     const int split = blockIdx.x, b = blockIdx.z;
     const int kvh = blockIdx.y / n_hg, hg = blockIdx.y % n_hg;
@@ -73,10 +173,16 @@ __global__ void __launch_bounds__(kThreads)
     if (split >= used)
         return;
     const int kstart = split * chunk, kend = min(len, kstart + chunk);
+    const int n_tiles = (kend - kstart + kTileKeys - 1) / kTileKeys;
     const int h0 = kvh * group + hg * kDecRows;
     const int nrows = min(kDecRows, group - hg * kDecRows);
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
 
+    /* K/V first (the long latency), then Q while they are in flight */
+#pragma unroll
+    for (int s = 0; s < NS - 1; s++)
+        dec_issue<D, INT8>(a, b, kvh, kstart + s * kTileKeys, s < n_tiles ? kend : 0,
+                           ring + s * SM::kStage);
     for (int c = t; c < kDecRows * D / 8; c += kThreads) {
         int r = c / (D / 8), cc = c % (D / 8);
         uint4 val = make_uint4(0, 0, 0, 0);
@@ -84,12 +190,7 @@ __global__ void __launch_bounds__(kThreads)
             val = bf16x8_to_h8(*(const uint4 *)(q + (int64_t)b * q_stride + (h0 + r) * D + cc * 8));
         *(uint4 *)(sq + r * RH + cc * 8) = val;
     }
-    TileLoader<D, INT8> ld;
-    ld.issue(a, b, kvh, kstart, kend, sk, sv, sks, svs);
-    ld.commit(sk, sv, sks, svs);
-    cp_async_wait_all();
     __syncthreads();
-
     uint32_t qf[D / 16][4];
     load_q_frags<D>(qf, sq);
     float o[D / 8][4];
@@ -98,78 +199,90 @@ __global__ void __launch_bounds__(kThreads)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
-    const int n_tiles = (kend - kstart + kTileKeys - 1) / kTileKeys;
     for (int j = 0; j < n_tiles; j++) {
-        const int cur = j & 1;
-        const int key0 = kstart + j * kTileKeys;
-        if (j + 1 < n_tiles)
-            ld.issue(a, b, kvh, key0 + kTileKeys, kend, sk + (cur ^ 1) * kTileKeys * RH,
-                     sv + (cur ^ 1) * kTileKeys * RH, sks + (cur ^ 1) * kTileKeys,
-                     svs + (cur ^ 1) * kTileKeys);
-        const int wkey0 = key0 + warp * 16;
-        if (wkey0 < kend) {
-            const __half *tk = sk + cur * kTileKeys * RH + warp * 16 * RH;
-            const __half *tv = sv + cur * kTileKeys * RH + warp * 16 * RH;
-            const float *tks = sks + cur * kTileKeys + warp * 16;
-            const float *tvs = svs + cur * kTileKeys + warp * 16;
-            float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-            qk_16keys<D>(s, qf, tk);
-            float mt[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int nb = 0; nb < 2; nb++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int kl = nb * 8 + 2 * (lane & 3) + (e & 1);
-                    float x = s[nb][e] * scale_log2;
-                    if (INT8)
-                        x *= tks[kl];
-                    if (wkey0 + kl >= kend)
-                        x = -INFINITY;
-                    s[nb][e] = x;
-                    mt[e >> 1] = fmaxf(mt[e >> 1], x);
-                }
-            }
-            float mu[2], alpha[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mn = fmaxf(m_r[r], quad_max(mt[r]));
-                mu[r] = mn == -INFINITY ? 0.f : mn;
-                alpha[r] = exp2f(m_r[r] - mu[r]);
-                m_r[r] = mn;
-                l_r[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int i = 0; i < D / 8; i++) {
-                o[i][0] *= alpha[0];
-                o[i][1] *= alpha[0];
-                o[i][2] *= alpha[1];
-                o[i][3] *= alpha[1];
-            }
-            float p[2][4];
-#pragma unroll
-            for (int nb = 0; nb < 2; nb++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float pe = exp2f(s[nb][e] - mu[e >> 1]);
-                    l_r[e >> 1] += pe;
-                    if (INT8)
-                        pe *= tvs[nb * 8 + 2 * (lane & 3) + (e & 1)];
-                    p[nb][e] = pe;
-                }
-            }
-            uint32_t pa[4] = {pack_half2(p[0][0], p[0][1]), pack_half2(p[0][2], p[0][3]),
-                              pack_half2(p[1][0], p[1][1]), pack_half2(p[1][2], p[1][3])};
-            pv_16keys<D>(o, pa, tv);
+        cp_async_wait<NS - 2>(); /* tile j has landed (this thread's part) */
+        __syncthreads();                 /* ... everyone's; stage j-1 is free      */
+        {
+            const int jn = j + NS - 1; /* empty group past the end keeps counts */
+            dec_issue<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, jn < n_tiles ? kend : 0,
+                               ring + (jn % NS) * SM::kStage);
         }
-        if (j + 1 < n_tiles)
-            ld.commit(sk + (cur ^ 1) * kTileKeys * RH, sv + (cur ^ 1) * kTileKeys * RH,
-                      sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
-        cp_async_wait_all();
-        __syncthreads();
+        const int key0 = kstart + j * kTileKeys;
+        const int wkey0 = key0 + warp * 16;
+        if (wkey0 >= kend)
+            continue;
+        unsigned char *st = ring + (j % NS) * SM::kStage;
+        const __half *tk, *tv;
+        const float *tks = nullptr, *tvs = nullptr;
+        if (!INT8) {
+            tk = (const __half *)st + warp * 16 * RH;
+            tv = (const __half *)st + kTileKeys * RH + warp * 16 * RH;
+        } else {
+            const int8_t *rk = (const int8_t *)st, *rv = rk + kTileKeys * D;
+            tks = (const float *)(rv + kTileKeys * D) + warp * 16;
+            tvs = tks + kTileKeys;
+            __half *wk = wbuf + warp * 2 * 16 * RH, *wv = wk + 16 * RH;
+            __syncwarp(); /* the previous tile's ldmatrix reads are done */
+            dec_convert16<D>(rk + warp * 16 * D, wk);
+            dec_convert16<D>(rv + warp * 16 * D, wv);
+            __syncwarp();
+            tk = wk;
+            tv = wv;
+        }
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        qk_16keys<D>(s, qf, tk);
+        float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nb = 0; nb < 2; nb++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int kl = nb * 8 + 2 * (lane & 3) + (e & 1);
+                float x = s[nb][e] * scale_log2;
+                if (INT8)
+                    x *= tks[kl];
+                if (wkey0 + kl >= kend)
+                    x = -INFINITY;
+                s[nb][e] = x;
+                mt[e >> 1] = fmaxf(mt[e >> 1], x);
+            }
+        }
+        float mu[2], alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mn = fmaxf(m_r[r], quad_max(mt[r]));
+            mu[r] = mn == -INFINITY ? 0.f : mn;
+            alpha[r] = exp2f(m_r[r] - mu[r]);
+            m_r[r] = mn;
+            l_r[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha[0];
+            o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1];
+            o[i][3] *= alpha[1];
+        }
+        float p[2][4];
+#pragma unroll
+        for (int nb = 0; nb < 2; nb++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float pe = exp2f(s[nb][e] - mu[e >> 1]);
+                l_r[e >> 1] += pe;
+                if (INT8)
+                    pe *= tvs[nb * 8 + 2 * (lane & 3) + (e & 1)];
+                p[nb][e] = pe;
+            }
+        }
+        uint32_t pa[4] = {pack_half2(p[0][0], p[0][1]), pack_half2(p[0][2], p[0][3]),
+                          pack_half2(p[1][0], p[1][1]), pack_half2(p[1][2], p[1][3])};
+        pv_16keys<D>(o, pa, tv);
     }
+    cp_async_wait<0>(); /* only empty groups can remain; keep the ring quiet */
+    __syncthreads();    /* all warps done with the ring */
 
-    /* combine the 4 warps; the K buffers are free now (loop ended in a sync) */
-    float *racc = (float *)sk;                 /* [4][16][D] */
+    /* combine the 4 warps in the ring area */
+    float *racc = (float *)ring;               /* [4][16][D] */
     float *rm = racc + 4 * kDecRows * D;       /* [4][16]    */
     float *rl = rm + 4 * kDecRows;             /* [4][16]    */
     {
@@ -209,43 +322,90 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-/* One block per (head, sequence): out = sum_s acc_s 2^(m_s-M) / sum_s l_s 2^(m_s-M). */
+/* One block of D threads per (head, sequence):
+ * out = sum_s acc_s 2^(m_s-M) / sum_s l_s 2^(m_s-M).  The split weights are
+ * computed once into shared memory so that the D threads' sums over splits
+ * are independent loads (no chain of dependent L2 round trips). */
 template <int D>
 __global__ void __launch_bounds__(D)
     decode_merge_kernel(const float *ws_acc, const float *ws_ml, const int32_t *seq_lens,
                         int n_heads, int max_splits, __nv_bfloat16 *out, int64_t o_stride)
 {
+    __shared__ float wsp[kMaxSplits];
+    __shared__ float red[D / 32];
     const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+    const int lane = d & 31, warp = d >> 5;
     int chunk, used;
     split_plan(seq_lens[b], max_splits, chunk, used);
     const int64_t slot0 = ((int64_t)b * n_heads + h) * max_splits;
+
     float M = -INFINITY;
-    for (int s = 0; s < used; s++)
+    for (int s = d; s < used; s += D)
         M = fmaxf(M, ws_ml[(slot0 + s) * 2]);
-    float acc = 0.f, L = 0.f;
-    for (int s = 0; s < used; s++) {
+    for (int o = 16; o > 0; o >>= 1)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0)
+        red[warp] = M;
+    __syncthreads();
+    M = red[0];
+#pragma unroll
+    for (int w = 1; w < D / 32; w++)
+        M = fmaxf(M, red[w]);
+    __syncthreads();
+
+    float L = 0.f;
+    for (int s = d; s < used; s += D) {
         float2 ml = *(const float2 *)(ws_ml + (slot0 + s) * 2);
         float f = exp2f(ml.x - M);
+        wsp[s] = f;
         L += f * ml.y;
-        acc += f * ws_acc[(slot0 + s) * D + d];
     }
+    for (int o = 16; o > 0; o >>= 1)
+        L += __shfl_xor_sync(0xffffffffu, L, o);
+    if (lane == 0)
+        red[warp] = L;
+    __syncthreads();
+    L = 0.f;
+#pragma unroll
+    for (int w = 0; w < D / 32; w++)
+        L += red[w];
+
+    float acc = 0.f;
+    const float *src = ws_acc + slot0 * D + d;
+#pragma unroll 8
+    for (int s = 0; s < used; s++)
+        acc += wsp[s] * src[(int64_t)s * D];
     out[(int64_t)b * o_stride + h * D + d] = __float2bfloat16_rn(L > 0.f ? acc / L : 0.f);
 }
 
-template <int D, bool INT8> static cudaError_t set_decode_attr()
+static int g_smem_optin = 0; /* per-block opt-in limit of the current device */
+
+template <int D, bool INT8, int NS> static cudaError_t set_decode_attr()
 {
-    return cudaFuncSetAttribute(decode_kernel<D, INT8>,
+    if (DecSmem<D, INT8, NS>::kTotal > g_smem_optin)
+        return cudaSuccess; /* not used on this device */
+    return cudaFuncSetAttribute(decode_kernel<D, INT8, NS>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                decode_smem_bytes<D>());
+                                DecSmem<D, INT8, NS>::kTotal);
 }
 
 cudaError_t decode_init()
 {
-    cudaError_t e;
-    if ((e = set_decode_attr<128, false>()) != cudaSuccess) return e;
-    if ((e = set_decode_attr<128, true>()) != cudaSuccess) return e;
-    if ((e = set_decode_attr<64, false>()) != cudaSuccess) return e;
-    return set_decode_attr<64, true>();
+    int dev = 0, optin = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess)
+        return e;
+    g_smem_optin = optin;
+    if ((e = set_decode_attr<128, false, kStagesF16>()) != cudaSuccess) return e;
+    if ((e = set_decode_attr<128, false, 2>()) != cudaSuccess) return e;
+    if ((e = set_decode_attr<128, true, kStagesI8>()) != cudaSuccess) return e;
+    if ((e = set_decode_attr<128, true, 2>()) != cudaSuccess) return e;
+    if ((e = set_decode_attr<64, false, kStagesF16>()) != cudaSuccess) return e;
+    if ((e = set_decode_attr<64, false, 2>()) != cudaSuccess) return e;
+    if ((e = set_decode_attr<64, true, kStagesI8>()) != cudaSuccess) return e;
+    return set_decode_attr<64, true, 2>();
 }
 
 static size_t ws_floats(int64_t n_seqs, int64_t n_heads, int64_t head_dim, int64_t max_splits)
@@ -268,10 +428,11 @@ extern "C" size_t dsq_attn_decode_workspace_bytes(int32_t max_batch, int32_t n_h
 extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
                                           int32_t max_context, int32_t n_sms)
 {
-    /* one full wave at ~3 resident blocks per SM; a split below one tile of
-     * 64 keys only adds merge work */
+    /* about two waves at 2 resident blocks per SM (measured on H200: batch
+     * 64 x 4096 fastest at 4-8 splits, batch 1 at the most splits); a split
+     * below one tile of 64 keys only adds merge work */
     int64_t units = (int64_t)(n_seqs > 0 ? n_seqs : 1) * (n_kv_heads > 0 ? n_kv_heads : 1);
-    int64_t target = 3 * (int64_t)(n_sms > 0 ? n_sms : 132);
+    int64_t target = 4 * (int64_t)(n_sms > 0 ? n_sms : 132);
     int64_t s = (target + units - 1) / units;
     int64_t cap = (max_context + kTileKeys - 1) / kTileKeys;
     if (s > cap)
@@ -301,7 +462,7 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
                                        cudaStream_t stream)
 {
     if (!kv_ok(kv) || n_seqs < 0 || n_heads <= 0 || n_heads % kv->n_kv_heads ||
-        max_splits <= 0 || n_seqs > 65535)
+        max_splits <= 0 || max_splits > kMaxSplits || n_seqs > 65535)
         return cudaErrorInvalidValue;
     if (n_seqs == 0)
         return cudaSuccess;
@@ -323,15 +484,33 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
     dim3 grid((unsigned)max_splits, (unsigned)(kv->n_kv_heads * n_hg), (unsigned)n_seqs);
     const __nv_bfloat16 *qb = (const __nv_bfloat16 *)q;
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
-#define DSQ_DECODE_LAUNCH(DD, I8)                                                            \
-    decode_kernel<DD, I8><<<grid, kThreads, decode_smem_bytes<DD>(), stream>>>(              \
+#define DSQ_DECODE_LAUNCH(DD, I8, NS)                                                        \
+    decode_kernel<DD, I8, NS><<<grid, kThreads, DecSmem<DD, I8, NS>::kTotal, stream>>>(      \
         a, qb, q_stride, seq_lens, n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml)
     if (D == 128) {
-        if (i8) DSQ_DECODE_LAUNCH(128, true);
-        else DSQ_DECODE_LAUNCH(128, false);
+        if (i8) {
+            if (DecSmem<128, true, kStagesI8>::kTotal <= g_smem_optin)
+                DSQ_DECODE_LAUNCH(128, true, kStagesI8);
+            else
+                DSQ_DECODE_LAUNCH(128, true, 2);
+        } else {
+            if (DecSmem<128, false, kStagesF16>::kTotal <= g_smem_optin)
+                DSQ_DECODE_LAUNCH(128, false, kStagesF16);
+            else
+                DSQ_DECODE_LAUNCH(128, false, 2);
+        }
     } else {
-        if (i8) DSQ_DECODE_LAUNCH(64, true);
-        else DSQ_DECODE_LAUNCH(64, false);
+        if (i8) {
+            if (DecSmem<64, true, kStagesI8>::kTotal <= g_smem_optin)
+                DSQ_DECODE_LAUNCH(64, true, kStagesI8);
+            else
+                DSQ_DECODE_LAUNCH(64, true, 2);
+        } else {
+            if (DecSmem<64, false, kStagesF16>::kTotal <= g_smem_optin)
+                DSQ_DECODE_LAUNCH(64, false, kStagesF16);
+            else
+                DSQ_DECODE_LAUNCH(64, false, 2);
+        }
     }
 #undef DSQ_DECODE_LAUNCH
     if ((e = cudaGetLastError()) != cudaSuccess)

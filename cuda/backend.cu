@@ -296,11 +296,16 @@ static dsq_status cu_model_load(dsq_model *m, const dsq_model_params *p)
 
 /* ---- context --------------------------------------------------------------- */
 
+#define COPY_PIECES 8
+
 typedef struct cu_ctx {
     int device;
     cudaStream_t stream;
     dsq_gemm *gemm;
-    int32_t gemv_max;      /* products with <= this many rows use the GEMV kernel */
+    /* products with <= this many rows use the GEMV kernel, else cuBLASLt
+     * (crossovers measured on the H200 by test_cuda_kernels' timing table):
+     * the small matrices (qkv, o, down), the wide gate/up, the lm_head */
+    int32_t gemv_max_small, gemv_max_gu, gemv_max_head;
     int32_t max_tokens;    /* max_batch_tokens */
     int32_t max_bseqs;     /* sequences one batch may hold: min(max_seqs, max_tokens) */
     int32_t bt_stride;     /* block-table row length (static: 1) */
@@ -328,6 +333,7 @@ typedef struct cu_ctx {
     cudaEvent_t meta_sent[2];
     int meta_slot;
     float *logits_host;    /* pinned [logit_chunk][V] */
+    cudaEvent_t copied[COPY_PIECES]; /* logits pieces that reached logits_host */
 
     /* decode-step graphs, [max_bseqs][2] by (batch size, logits wanted);
      * NULL when graphs are off (DSQ_CUDA_GRAPHS=0) */
@@ -351,6 +357,9 @@ static void cu_ctx_free(dsq_ctx *c)
     }
     if (cc->logits_host)
         cudaFreeHost(cc->logits_host);
+    for (int i = 0; i < COPY_PIECES; i++)
+        if (cc->copied[i])
+            cudaEventDestroy(cc->copied[i]);
     if (cc->graphs)
         for (int32_t i = 0; i < 2 * cc->max_bseqs; i++)
             if (cc->graphs[i])
@@ -415,11 +424,14 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     CK(dsq_attn_init(), "attention kernel setup");
     OK(dsq_gemm_create((size_t)32 << 20, &cc->gemm));
 
-    cc->gemv_max = DSQ_GEMV_MAX_TOKENS;
-    const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: 0 = always cuBLASLt */
+    cc->gemv_max_small = 4;
+    cc->gemv_max_gu = 1;
+    cc->gemv_max_head = 0;
+    const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: one limit for all; 0 = cuBLASLt only */
     if (env && *env) {
         int v = atoi(env);
-        cc->gemv_max = v < 0 ? 0 : v > DSQ_GEMV_MAX_TOKENS ? DSQ_GEMV_MAX_TOKENS : v;
+        v = v < 0 ? 0 : v > DSQ_GEMV_MAX_TOKENS ? DSQ_GEMV_MAX_TOKENS : v;
+        cc->gemv_max_small = cc->gemv_max_gu = cc->gemv_max_head = v;
     }
     cc->max_tokens = p->max_batch_tokens;
     cc->max_bseqs = p->max_seqs < p->max_batch_tokens ? p->max_seqs : p->max_batch_tokens;
@@ -518,6 +530,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         CK(cudaEventCreateWithFlags(&cc->meta_sent[i], cudaEventDisableTiming), "event creation");
     }
     OK(host_alloc((void **)&cc->logits_host, (size_t)(cc->logit_chunk * V) * 4, "logits staging"));
+    for (int i = 0; i < COPY_PIECES; i++)
+        CK(cudaEventCreateWithFlags(&cc->copied[i], cudaEventDisableTiming), "event creation");
 
     env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
     if (!(env && env[0] == '0')) {
@@ -548,9 +562,9 @@ static dsq_status cu_ctx_init(dsq_ctx *c)
 /* y = epilogue(x W^T): GEMV for few rows, cuBLASLt otherwise.  SILU_MUL
  * writes bf16 act [T][N/2] (through gu on the GEMM path). */
 static dsq_status linear(cu_ctx *cc, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
-                         int32_t N, int32_t K, dsq_epilogue epi, void *y)
+                         int32_t N, int32_t K, dsq_epilogue epi, void *y, int32_t gemv_max)
 {
-    if (T <= cc->gemv_max)
+    if (T <= gemv_max)
         return dsq_cu_gemv(x, w, bias, T, N, K, epi, y, cc->stream);
     if (epi == DSQ_EPI_SILU_MUL) {
         OK(dsq_gemm_run(cc->gemm, x, w, NULL, T, N, K, DSQ_EPI_STORE, cc->gu, cc->stream));
@@ -586,7 +600,7 @@ static dsq_status enqueue_pass(dsq_ctx *c, const pass *p)
         dsq_attn_kv kv = cc->kv[l];
         kv.block_table = p->bt;
         OK(dsq_cu_rmsnorm(cc->x, NULL, T, E, w->attn_norm, cf->rms_eps, cc->xn, s));
-        OK(linear(cc, cc->xn, w->wqkv, w->bqkv, T, QKV, E, DSQ_EPI_BIAS, cc->qkv));
+        OK(linear(cc, cc->xn, w->wqkv, w->bqkv, T, QKV, E, DSQ_EPI_BIAS, cc->qkv, cc->gemv_max_small));
         OK(dsq_cu_rope(cc->qkv, QKV, p->pos, T, H + K, H + 2 * K, D, cm->inv_freq, cc->qkvb, s));
         CK(dsq_attn_kv_write(&kv, k, QKV, v, QKV, p->tseq, p->pos, T, s), "KV cache write");
         if (p->decode)
@@ -596,17 +610,17 @@ static dsq_status enqueue_pass(dsq_ctx *c, const pass *p)
         else
             CK(dsq_attn_prefill(&kv, q, QKV, cc->attn, (int64_t)H * D, p->cu, p->pos0, p->S, p->max_q, H, s),
                "prefill attention");
-        OK(linear(cc, cc->attn, w->wo, NULL, T, E, H * D, DSQ_EPI_ADD, cc->x));
+        OK(linear(cc, cc->attn, w->wo, NULL, T, E, H * D, DSQ_EPI_ADD, cc->x, cc->gemv_max_small));
         OK(dsq_cu_rmsnorm(cc->x, NULL, T, E, w->ffn_norm, cf->rms_eps, cc->xn, s));
-        OK(linear(cc, cc->xn, w->wgu, NULL, T, 2 * F, E, DSQ_EPI_SILU_MUL, cc->act));
-        OK(linear(cc, cc->act, w->wdown, NULL, T, E, F, DSQ_EPI_ADD, cc->x));
+        OK(linear(cc, cc->xn, w->wgu, NULL, T, 2 * F, E, DSQ_EPI_SILU_MUL, cc->act, cc->gemv_max_gu));
+        OK(linear(cc, cc->act, w->wdown, NULL, T, E, F, DSQ_EPI_ADD, cc->x, cc->gemv_max_small));
     }
     if (p->NL == 0)
         return DSQ_OK;
     /* head: final norm of the wanted rows only, then the first chunk of lm_head */
     OK(dsq_cu_rmsnorm(cc->x, p->lrow, p->NL, E, cm->out_norm, cf->rms_eps, cc->xn, s));
     int32_t n = p->NL < cc->logit_chunk ? p->NL : cc->logit_chunk;
-    return linear(cc, cc->xn, cm->lm_head, NULL, n, V, E, DSQ_EPI_STORE, cc->logits);
+    return linear(cc, cc->xn, cm->lm_head, NULL, n, V, E, DSQ_EPI_STORE, cc->logits, cc->gemv_max_head);
 }
 
 /* Decode steps (one token per sequence, all logits in one chunk) replay a
@@ -717,11 +731,26 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
     for (int32_t r0 = 0; r0 < NL; r0 += cc->logit_chunk) {
         int32_t n = NL - r0 < cc->logit_chunk ? NL - r0 : cc->logit_chunk;
         if (r0 > 0)
-            OK(linear(cc, cc->xn + (size_t)r0 * E, cm->lm_head, NULL, n, V, E, DSQ_EPI_STORE, cc->logits));
+            OK(linear(cc, cc->xn + (size_t)r0 * E, cm->lm_head, NULL, n, V, E, DSQ_EPI_STORE, cc->logits,
+                         cc->gemv_max_head));
+        /* in pieces, so the copy into the caller's (pageable) buffer of one
+         * piece overlaps the device-to-host transfer of the next */
         const size_t bytes = (size_t)n * V * 4;
-        CK(cudaMemcpyAsync(cc->logits_host, cc->logits, bytes, cudaMemcpyDeviceToHost, s), "logits copy");
-        CK(cudaStreamSynchronize(s), "forward pass");
-        memcpy(logits + (size_t)r0 * V, cc->logits_host, bytes);
+        size_t np = bytes / ((size_t)4 << 20);
+        np = np < 1 ? 1 : np > COPY_PIECES ? COPY_PIECES : np;
+        const size_t piece = ((bytes + np - 1) / np + 4095) & ~(size_t)4095;
+        char *dst = (char *)(logits + (size_t)r0 * V);
+        for (size_t i = 0; i < np && i * piece < bytes; i++) {
+            size_t off = i * piece, len = bytes - off < piece ? bytes - off : piece;
+            CK(cudaMemcpyAsync((char *)cc->logits_host + off, (char *)cc->logits + off, len, cudaMemcpyDeviceToHost, s),
+               "logits copy");
+            CK(cudaEventRecord(cc->copied[i], s), "event record");
+        }
+        for (size_t i = 0; i < np && i * piece < bytes; i++) {
+            size_t off = i * piece, len = bytes - off < piece ? bytes - off : piece;
+            CK(cudaEventSynchronize(cc->copied[i]), "forward pass");
+            memcpy(dst + off, (char *)cc->logits_host + off, len);
+        }
     }
     return DSQ_OK;
 }

@@ -1,16 +1,16 @@
 /* gemv.cu - y = epilogue(x W^T) for a handful of rows of x (decode at small
  * batch), where the product is bound by streaming W once from memory.
  *
- * Work split: a block of 256 threads owns R consecutive output rows n (all T
- * tokens at once, so W is read exactly once); its threads split K in 16-byte
- * pieces (8 bf16) strided by the block, U pieces per row in flight before the
- * first use.  Partial sums are reduced in the warp, then across the 8 warps
+ * Work split: a block of NT threads (64..256) owns R consecutive output rows
+ * n (all T tokens at once, so W is read exactly once); its threads split K in
+ * 16-byte pieces (8 bf16) strided by the block, up to 4 pieces per row in
+ * flight before the first use.  Partial sums are reduced in the warp, then across the 8 warps
  * in shared memory, and the epilogue runs on the reduced values.  x (at most
  * 8 rows of K bf16) is small and read through L1; W goes through streaming
  * loads so it does not evict x or the KV cache from L2. */
 #include "common.cuh"
 
-#define GEMV_THREADS 256
+#define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (a runtime choice) */
 #define GEMV_UNROLL 4
 
 template <int T, int R, int EPI>
@@ -18,7 +18,7 @@ __device__ __forceinline__ void gemv_epilogue(float (&acc)[T][R], float *red, in
                                               const float *__restrict__ bias, void *y)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    constexpr int NW = GEMV_THREADS / 32;
+    const int NW = blockDim.x >> 5;
 #pragma unroll
     for (int t = 0; t < T; t++)
 #pragma unroll
@@ -36,7 +36,6 @@ __device__ __forceinline__ void gemv_epilogue(float (&acc)[T][R], float *red, in
             const int n = row0 + 2 * p;
             if (n + 1 < N) {
                 float g = 0.0f, u = 0.0f;
-#pragma unroll
                 for (int w = 0; w < NW; w++) {
                     g += red[(t * R + 2 * p) * NW + w];
                     u += red[(t * R + 2 * p + 1) * NW + w];
@@ -52,7 +51,6 @@ __device__ __forceinline__ void gemv_epilogue(float (&acc)[T][R], float *red, in
             const int n = row0 + r;
             if (n < N) {
                 float v = 0.0f;
-#pragma unroll
                 for (int w = 0; w < NW; w++)
                     v += red[j * NW + w];
                 float *yo = static_cast<float *>(y) + (size_t)t * N + n;
@@ -68,11 +66,11 @@ __device__ __forceinline__ void gemv_epilogue(float (&acc)[T][R], float *red, in
 
 /* 16-byte path: K % 8 == 0, x and W 16-byte aligned. */
 template <int T, int R, int EPI>
-__global__ void __launch_bounds__(GEMV_THREADS)
+__global__ void __launch_bounds__(GEMV_MAX_THREADS)
 gemv_vec_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
                 const float *__restrict__ bias, int N, int K, void *y)
 {
-    __shared__ float red[T * R * (GEMV_THREADS / 32)];
+    __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
     const int row0 = blockIdx.x * R;
     const int K8 = K / 8;
     const uint4 *wr[R];
@@ -88,20 +86,21 @@ gemv_vec_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
         for (int r = 0; r < R; r++)
             acc[t][r] = 0.0f;
 
+    const int NT = blockDim.x;
     int v = threadIdx.x;
-    for (; v + (GEMV_UNROLL - 1) * GEMV_THREADS < K8; v += GEMV_UNROLL * GEMV_THREADS) {
+    for (; v + (GEMV_UNROLL - 1) * NT < K8; v += GEMV_UNROLL * NT) {
         uint4 wv[GEMV_UNROLL][R];
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
 #pragma unroll
             for (int r = 0; r < R; r++)
-                wv[u][r] = __ldcs(wr[r] + v + u * GEMV_THREADS);
+                wv[u][r] = __ldcs(wr[r] + v + u * NT);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 float xf[8];
-                dsq_unpack8(__ldg(xv + (size_t)t * K8 + v + u * GEMV_THREADS), xf);
+                dsq_unpack8(__ldg(xv + (size_t)t * K8 + v + u * NT), xf);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     float wf[8];
@@ -113,7 +112,7 @@ gemv_vec_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
             }
         }
     }
-    for (; v < K8; v += GEMV_THREADS) {
+    for (; v < K8; v += NT) {
         uint4 wv[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -137,11 +136,11 @@ gemv_vec_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
 
 /* Scalar path for any K and alignment (odd test sizes, exotic configs). */
 template <int T, int R, int EPI>
-__global__ void __launch_bounds__(GEMV_THREADS)
+__global__ void __launch_bounds__(GEMV_MAX_THREADS)
 gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
                    const float *__restrict__ bias, int N, int K, void *y)
 {
-    __shared__ float red[T * R * (GEMV_THREADS / 32)];
+    __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
     const int row0 = blockIdx.x * R;
     float acc[T][R];
 #pragma unroll
@@ -149,7 +148,7 @@ gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ 
 #pragma unroll
         for (int r = 0; r < R; r++)
             acc[t][r] = 0.0f;
-    for (int k = threadIdx.x; k < K; k += GEMV_THREADS) {
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             float wf = __uint_as_float((uint32_t)w[(size_t)min(row0 + r, N - 1) * K + k] << 16);
@@ -161,38 +160,58 @@ gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ 
     gemv_epilogue<T, R, EPI>(acc, red, row0, N, bias, y);
 }
 
-template <int T, int EPI>
-static void launch_gemv(bool vec, const uint16_t *x, const uint16_t *w, const float *bias, int N,
-                        int K, void *y, cudaStream_t s)
+template <int T, int R, int EPI>
+static void launch_rows(bool vec, int nt, const uint16_t *x, const uint16_t *w, const float *bias, int N, int K,
+                        void *y, cudaStream_t s)
 {
-    /* Few tokens: 2 rows per block keeps enough blocks in flight for the
-     * small matrices (N = 1536); more tokens: 4 rows halve the x re-reads. */
-    constexpr int R = T <= 2 ? 2 : 4;
     const unsigned blocks = (unsigned)((N + R - 1) / R);
     if (vec)
-        gemv_vec_kernel<T, R, EPI><<<blocks, GEMV_THREADS, 0, s>>>(x, w, bias, N, K, y);
+        gemv_vec_kernel<T, R, EPI><<<blocks, nt, 0, s>>>(x, w, bias, N, K, y);
     else
-        gemv_scalar_kernel<T, R, EPI><<<blocks, GEMV_THREADS, 0, s>>>(x, w, bias, N, K, y);
+        gemv_scalar_kernel<T, R, EPI><<<blocks, GEMV_MAX_THREADS, 0, s>>>(x, w, bias, N, K, y);
+}
+
+template <int T, int EPI>
+static void launch_gemv(bool vec, int nt, int r, const uint16_t *x, const uint16_t *w, const float *bias, int N,
+                        int K, void *y, cudaStream_t s)
+{
+    /* rows per block: 8 only for 1-2 tokens (registers), 2 or 4 otherwise */
+    if (r >= 8 && T <= 2)
+        launch_rows<T, (T <= 2 ? 8 : 4), EPI>(vec, nt, x, w, bias, N, K, y, s);
+    else if (r >= 4)
+        launch_rows<T, 4, EPI>(vec, nt, x, w, bias, N, K, y, s);
+    else
+        launch_rows<T, 2, EPI>(vec, nt, x, w, bias, N, K, y, s);
 }
 
 template <int EPI>
-static void dispatch_tokens(int T, bool vec, const uint16_t *x, const uint16_t *w, const float *bias,
-                            int N, int K, void *y, cudaStream_t s)
+static void dispatch_tokens(int T, bool vec, int nt, int r, const uint16_t *x, const uint16_t *w,
+                            const float *bias, int N, int K, void *y, cudaStream_t s)
 {
     switch (T) {
-    case 1: launch_gemv<1, EPI>(vec, x, w, bias, N, K, y, s); break;
-    case 2: launch_gemv<2, EPI>(vec, x, w, bias, N, K, y, s); break;
-    case 3: launch_gemv<3, EPI>(vec, x, w, bias, N, K, y, s); break;
-    case 4: launch_gemv<4, EPI>(vec, x, w, bias, N, K, y, s); break;
-    case 5: launch_gemv<5, EPI>(vec, x, w, bias, N, K, y, s); break;
-    case 6: launch_gemv<6, EPI>(vec, x, w, bias, N, K, y, s); break;
-    case 7: launch_gemv<7, EPI>(vec, x, w, bias, N, K, y, s); break;
-    default: launch_gemv<8, EPI>(vec, x, w, bias, N, K, y, s); break;
+    case 1: launch_gemv<1, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
+    case 2: launch_gemv<2, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
+    case 3: launch_gemv<3, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
+    case 4: launch_gemv<4, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
+    case 5: launch_gemv<5, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
+    case 6: launch_gemv<6, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
+    case 7: launch_gemv<7, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
+    default: launch_gemv<8, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
     }
 }
 
-extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
-                                  int32_t N, int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream)
+/* Block shape for (T, K): see dsq_cu_gemv_cfg.  Chosen from the timing
+ * table of test_cuda_kernels on the H200 (docs/performance.md). */
+static void default_cfg(int T, int K, int *nt, int *r)
+{
+    const int K8 = K / 8;
+    *nt = K8 <= 256 ? 64 : 256;
+    *r = T <= 2 ? 4 : 2;
+}
+
+extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
+                                      int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
+                                      cudaStream_t stream)
 {
     if (T < 1 || T > DSQ_GEMV_MAX_TOKENS)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: %d rows; the kernel takes 1..%d", T, DSQ_GEMV_MAX_TOKENS);
@@ -202,13 +221,23 @@ extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const fl
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: silu*mul needs an even row count (got %d)", N);
     if (epi == DSQ_EPI_BIAS && !bias)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: bias epilogue without a bias");
+    if (nt <= 0 || r <= 0)
+        default_cfg(T, K, &nt, &r);
+    if (nt != 64 && nt != 128 && nt != 256)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256)", nt);
     const bool vec = K % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w & 15) == 0;
     switch (epi) {
-    case DSQ_EPI_STORE: dispatch_tokens<DSQ_EPI_STORE>(T, vec, x, w, bias, N, K, y, stream); break;
-    case DSQ_EPI_BIAS: dispatch_tokens<DSQ_EPI_BIAS>(T, vec, x, w, bias, N, K, y, stream); break;
-    case DSQ_EPI_ADD: dispatch_tokens<DSQ_EPI_ADD>(T, vec, x, w, bias, N, K, y, stream); break;
-    case DSQ_EPI_SILU_MUL: dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, x, w, bias, N, K, y, stream); break;
+    case DSQ_EPI_STORE: dispatch_tokens<DSQ_EPI_STORE>(T, vec, nt, r, x, w, bias, N, K, y, stream); break;
+    case DSQ_EPI_BIAS: dispatch_tokens<DSQ_EPI_BIAS>(T, vec, nt, r, x, w, bias, N, K, y, stream); break;
+    case DSQ_EPI_ADD: dispatch_tokens<DSQ_EPI_ADD>(T, vec, nt, r, x, w, bias, N, K, y, stream); break;
+    case DSQ_EPI_SILU_MUL: dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, nt, r, x, w, bias, N, K, y, stream); break;
     default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
     }
     return DSQ_CU_LAUNCHED("gemv kernel");
+}
+
+extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
+                                  int32_t N, int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream)
+{
+    return dsq_cu_gemv_cfg(x, w, bias, T, N, K, epi, y, 0, 0, stream);
 }

@@ -110,6 +110,13 @@ dsq_status dsq_cu_f32_to_bf16(const float *x, int64_t n, dsq_bf16 *out, cudaStre
 dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
                        int32_t N, int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream);
 
+/* The same with an explicit block shape (for tuning and tests): nt threads
+ * per block (64, 128, 256), r rows per block (2, 4, or 8 for T <= 2);
+ * nt = r = 0 picks the default for (T, K). */
+dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
+                           int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
+                           cudaStream_t stream);
+
 /* ---- gemm.cu: many rows, cuBLASLt ------------------------------------------- */
 
 /* A cuBLASLt handle, its workspace and a cache of chosen algorithms (so the

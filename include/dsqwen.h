@@ -361,15 +361,21 @@ DSQ_API const dsq_tokenizer *dsq_model_tokenizer(const dsq_model *model);
 /** Encode UTF-8 `text` of `len` bytes.  Writes up to `cap` ids to `tokens`
  *  and the number needed to *n_out (always set).  If *n_out > cap the call
  *  returns DSQ_ERR_BUFFER_TOO_SMALL and the caller retries with a larger
- *  buffer (tokens may be NULL with cap 0 to query).  Invalid UTF-8 bytes are
- *  encoded as their byte-level tokens, as Hugging Face tokenizers do after
- *  lossy conversion: each invalid byte becomes U+FFFD first.
- *  DSQ_ERR_INVALID_ARG.  Thread-safe. */
+ *  buffer (tokens may be NULL with cap 0 to query).  Invalid UTF-8 is first
+ *  converted lossily, as Python's bytes.decode("utf-8", errors="replace")
+ *  and Rust's String::from_utf8_lossy do: each maximal ill-formed
+ *  subsequence becomes one U+FFFD (a stray or impossible byte is one; a
+ *  truncated sequence such as E2 82 is one in all), and the result is
+ *  encoded exactly as Hugging Face tokenizers encode that text.  Added tokens
+ *  are matched in the text before normalization; with
+ *  DSQ_TOKENIZE_PLAIN_SPECIAL every added token's text (special or not) is
+ *  encoded as ordinary text.  DSQ_ERR_INVALID_ARG.  Thread-safe. */
 DSQ_API dsq_status dsq_tokenize(const dsq_tokenizer *tok, const char *text, size_t len,
                                 uint32_t flags, int32_t *tokens, size_t cap, size_t *n_out);
 
 /** Decode ids to UTF-8 bytes (special tokens included as their text unless
- *  `skip_special`).  Writes up to `cap` bytes plus a terminating NUL if room,
+ *  `skip_special`; as in HF, that skips only added tokens marked special,
+ *  e.g. <｜end▁of▁sentence｜>, not <think> or <｜User｜>).  Writes up to `cap` bytes plus a terminating NUL if room,
  *  and the byte length (without NUL) to *len_out.  Byte sequences that are
  *  not valid UTF-8 are emitted as-is.  DSQ_ERR_TOKEN for ids out of range,
  *  DSQ_ERR_BUFFER_TOO_SMALL if len+1 > cap.  Thread-safe. */

@@ -62,7 +62,9 @@ static void *worker_main(void *v)
     worker_arg wa = *(worker_arg *)v;
     free(v);
     dsq_cpu_pool *p = wa.p;
-    unsigned seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+    /* not a load of gen: the caller may publish a job before this thread
+     * first runs, and that job must not be missed */
+    unsigned seen = 0;
     for (;;) {
         unsigned g = seen;
         for (int s = 0; s < SPIN_ITERS; s++) {

@@ -53,8 +53,10 @@ struct dsq_sampler {
     int32_t *pen_ids;          /* [penalty_last_n] scratch: distinct ids     */
     int32_t cap;               /* vocab size the buffers below hold          */
     float *work;               /* [cap] logits with the penalty applied      */
-    float *scratch;            /* [cap] quickselect keys                     */
-    cand *cands;               /* [cap] surviving tokens                     */
+    float *scratch;            /* [cap] top-k heap / quickselect keys        */
+    float *cv;                 /* [cap] candidates: logit, then exp(z-z_max) */
+    int32_t *ci;               /* [cap] candidates: token id                 */
+    cand *cands;               /* [cap] candidates being sorted for top-p    */
 };
 
 /* ---- RNG ------------------------------------------------------------------- */
@@ -178,6 +180,8 @@ void dsq_sampler_free(dsq_sampler *s)
     free(s->pen_ids);
     free(s->work);
     free(s->scratch);
+    free(s->cv);
+    free(s->ci);
     free(s->cands);
     free(s);
 }
@@ -222,22 +226,21 @@ static dsq_status ensure_buffers(dsq_sampler *s, int32_t n_vocab)
 {
     if (n_vocab <= s->cap)
         return DSQ_OK;
-    float *w = malloc(sizeof(float) * (size_t)n_vocab);
-    float *sc = malloc(sizeof(float) * (size_t)n_vocab);
-    cand *c = malloc(sizeof(cand) * (size_t)n_vocab);
-    if (!w || !sc || !c) {
-        free(w);
-        free(sc);
-        free(c);
+    free(s->work);
+    free(s->scratch);
+    free(s->cv);
+    free(s->ci);
+    free(s->cands);
+    s->work = malloc(sizeof(float) * (size_t)n_vocab);
+    s->scratch = malloc(sizeof(float) * (size_t)n_vocab);
+    s->cv = malloc(sizeof(float) * (size_t)n_vocab);
+    s->ci = malloc(sizeof(int32_t) * (size_t)n_vocab);
+    s->cands = malloc(sizeof(cand) * (size_t)n_vocab);
+    if (!s->work || !s->scratch || !s->cv || !s->ci || !s->cands) {
+        s->cap = 0; /* freed again on the next try or by dsq_sampler_free */
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for sampler buffers (vocab %d)",
                         (int)n_vocab);
     }
-    free(s->work);
-    free(s->scratch);
-    free(s->cands);
-    s->work = w;
-    s->scratch = sc;
-    s->cands = c;
     s->cap = n_vocab;
     return DSQ_OK;
 }
@@ -326,57 +329,221 @@ static float kth_largest(float *a, int32_t n, int32_t k)
 }
 
 /* "a comes before b": descending probability, then ascending id -- a total
- * order, so the draw does not depend on how the sort breaks ties */
+ * order, so which tokens tie at the nucleus boundary is well defined */
 static inline int cand_before(const cand *a, const cand *b)
 {
-    return a->v > b->v || (a->v == b->v && a->id < b->id);
+    /* bitwise, not short-circuit: this sits in a hot partition loop whose
+     * outcomes are unpredictable */
+    return (a->v > b->v) | ((a->v == b->v) & (a->id < b->id));
 }
 
-static void sift_cand(cand *a, size_t root, size_t n)
+static inline void swap_cand(cand *a, cand *b)
 {
-    for (;;) {
-        size_t child = 2 * root + 1;
-        if (child >= n)
-            return;
-        /* max-heap on "comes later", so the heap's root ends up last */
-        if (child + 1 < n && cand_before(&a[child], &a[child + 1]))
-            child++;
-        if (!cand_before(&a[root], &a[child]))
-            return;
-        cand t = a[root];
-        a[root] = a[child];
-        a[child] = t;
-        root = child;
-    }
+    cand t = *a;
+    *a = *b;
+    *b = t;
 }
 
-static void sort_cands(cand *a, size_t n)
+/* Sum of c[0..n).v; four chains, since one serial double add per element
+ * would be latency-bound. */
+static double mass_of(const cand *c, int32_t n)
 {
-    for (size_t i = n / 2; i-- > 0;)
-        sift_cand(a, i, n);
-    for (size_t end = n; end-- > 1;) {
-        cand t = a[0];
-        a[0] = a[end];
-        a[end] = t;
-        sift_cand(a, 0, end);
-    }
+    double a[4] = { 0, 0, 0, 0 };
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++)
+            a[j] += (double)c[i + j].v;
+    for (; i < n; i++)
+        a[0] += (double)c[i].v;
+    return (a[0] + a[1]) + (a[2] + a[3]);
 }
 
-/* Move candidates with v >= t to the front; returns their count and mass. */
-static int32_t partition_at(cand *c, int32_t n, float t, double *mass)
+/* Reorder c[0..n) so its first L entries are the L first in cand_before
+ * order, for the smallest L whose mass reaches `target` (or n); returns L.
+ * A quickselect weighted by mass: expected O(n), no sort. */
+static int32_t nucleus_select(cand *c, int32_t n, double target)
 {
-    int32_t f = 0;
-    double m = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        if (c[i].v >= t) {
-            cand tmp = c[i];
-            c[i] = c[f];
-            c[f++] = tmp;
-            m += tmp.v;
+    int32_t lo = 0, hi = n; /* c[0..lo) is settled in the prefix */
+    double need = target;
+    while (hi - lo > 1) {
+        /* median of three as pivot, moved to c[hi-1] */
+        int32_t mid = lo + (hi - lo) / 2;
+        if (cand_before(&c[mid], &c[lo]))
+            swap_cand(&c[mid], &c[lo]);
+        if (cand_before(&c[hi - 1], &c[lo]))
+            swap_cand(&c[hi - 1], &c[lo]);
+        if (cand_before(&c[mid], &c[hi - 1]))
+            swap_cand(&c[mid], &c[hi - 1]);
+        const cand pivot = c[hi - 1];
+        int32_t g = lo; /* c[lo..g) come before the pivot */
+        double mass_g;
+        for (int32_t i = lo; i < hi - 1; i++) {
+            /* branch-free Lomuto step: c[g..i) are all "not before", so the
+             * swap is harmless when c[i] stays on that side */
+            const cand ci = c[i];
+            const int b = cand_before(&ci, &pivot);
+            c[i] = c[g];
+            c[g] = ci;
+            g += b;
+        }
+        mass_g = mass_of(c + lo, g - lo);
+        swap_cand(&c[g], &c[hi - 1]); /* pivot at g */
+        if (mass_g >= need) {
+            hi = g; /* the prefix ends inside the "before" part */
+        } else if (mass_g + pivot.v >= need) {
+            return g + 1;
+        } else {
+            need -= mass_g + pivot.v;
+            lo = g + 1;
         }
     }
-    *mass = m;
-    return f;
+    return hi;
+}
+
+/* GCC/Clang vector extensions (SSE on x86-64, NEON on arm64) for the two
+ * passes that touch every logit; plain loops elsewhere. */
+#if defined(__GNUC__)
+#define DSQ_VEC 1
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+static inline v4f vload(const float *p)
+{
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+/* a > b ? a : b per lane: a NaN in `a` keeps `b` */
+static inline v4f vmax(v4f a, v4f b)
+{
+    v4i m = a > b;
+    return (v4f)((m & (v4i)a) | (~m & (v4i)b));
+}
+#endif
+
+/* Max of x[0..n) and the first index holding it (-1 if no value is > -inf;
+ * NaN never wins).  Per-block maxima; only the winning block is scanned for
+ * the index. */
+static float max_value(const float *x, int32_t n, int32_t *first)
+{
+    enum { BLOCK = 512 };
+    float best = -INFINITY;
+    int32_t best_b = -1;
+    for (int32_t b0 = 0; b0 < n; b0 += BLOCK) {
+        int32_t end = b0 + BLOCK < n ? b0 + BLOCK : n, i = b0;
+        float m = -INFINITY;
+#ifdef DSQ_VEC
+        const v4f ninf = { -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+        v4f a0 = ninf, a1 = ninf, a2 = ninf, a3 = ninf;
+        for (; i + 16 <= end; i += 16) {
+            a0 = vmax(vload(x + i), a0);
+            a1 = vmax(vload(x + i + 4), a1);
+            a2 = vmax(vload(x + i + 8), a2);
+            a3 = vmax(vload(x + i + 12), a3);
+        }
+        a0 = vmax(vmax(a0, a1), vmax(a2, a3));
+        for (int j = 0; j < 4; j++)
+            m = a0[j] > m ? a0[j] : m;
+#endif
+        for (; i < end; i++)
+            m = x[i] > m ? x[i] : m;
+        if (m > best) {
+            best = m;
+            best_b = b0;
+        }
+    }
+    *first = -1;
+    if (best_b >= 0)
+        for (int32_t i = best_b;; i++)
+            if (x[i] == best) {
+                *first = i;
+                break;
+            }
+    return best;
+}
+
+/* Append (x[i], i) for every x[i] >= t to cv/ci; returns the count.  Blocks
+ * of 16 with no survivor are skipped with one vector test; inside a block
+ * the append is branch-free (store always, advance when kept), which costs
+ * the same whether 1% or 90% of the tokens survive. */
+static int32_t collect_at_least(const float *x, int32_t n, float t, float *cv, int32_t *ci)
+{
+    int32_t nc = 0, i = 0;
+#ifdef DSQ_VEC
+    const v4f tv = { t, t, t, t };
+    for (; i + 16 <= n; i += 16) {
+        v4i any = (vload(x + i) >= tv) | (vload(x + i + 4) >= tv) | (vload(x + i + 8) >= tv) |
+                  (vload(x + i + 12) >= tv);
+        if (!(any[0] | any[1] | any[2] | any[3]))
+            continue;
+        for (int32_t j = i; j < i + 16; j++) {
+            cv[nc] = x[j];
+            ci[nc] = j;
+            nc += x[j] >= t;
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        cv[nc] = x[i];
+        ci[nc] = i;
+        nc += x[i] >= t;
+    }
+    return nc;
+}
+
+/* exp(x) for x in [-87, 0] with relative error ~2e-7: 2^(x log2 e) split
+ * into an integer power (built in the exponent bits) and 2^f, |f| <= 0.5,
+ * by a degree-6 Taylor polynomial.  Branch-free so loops over it vectorize;
+ * libm's expf is a call per element. */
+static inline float exp_nonpos(float x)
+{
+    float t = x * 1.44269504088896341f;
+    float r = (t + 0x1.8p23f) - 0x1.8p23f; /* round to nearest integer */
+    float f = (t - r) * 0.693147180559945f; /* e^f = 2^(t - r) */
+    float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 +
+              f * (1.0f / 120 + f * (1.0f / 720))))));
+    int32_t bits = ((int32_t)r + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* Min-heap of floats: the k largest values seen; heap[0] is the k-th. */
+static void heap_sift_min(float *h, int32_t root, int32_t k)
+{
+    for (;;) {
+        int32_t c = 2 * root + 1;
+        if (c >= k)
+            return;
+        if (c + 1 < k && h[c + 1] < h[c])
+            c++;
+        if (!(h[c] < h[root]))
+            return;
+        float t = h[root];
+        h[root] = h[c];
+        h[c] = t;
+        root = c;
+    }
+}
+
+/* k-th largest of x[0..n) (1 <= k < n), NaN counted as -inf. */
+static float top_k_value(float *scratch, const float *x, int32_t n, int32_t k)
+{
+    if (k > 1024) { /* a heap would do too many sifts: select instead */
+        for (int32_t i = 0; i < n; i++)
+            scratch[i] = x[i] == x[i] ? x[i] : -INFINITY;
+        return kth_largest(scratch, n, k);
+    }
+    for (int32_t i = 0; i < k; i++)
+        scratch[i] = x[i] == x[i] ? x[i] : -INFINITY;
+    for (int32_t i = k / 2; i-- > 0;)
+        heap_sift_min(scratch, i, k);
+    for (int32_t i = k; i < n; i++) {
+        if (x[i] > scratch[0]) { /* rare once the heap holds large values */
+            scratch[0] = x[i];
+            heap_sift_min(scratch, 0, k);
+        }
+    }
+    return scratch[0];
 }
 
 /* ---- sampling ------------------------------------------------------------------ */
@@ -398,92 +565,112 @@ dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_voc
                           ? s->p.n_vocab_valid : n_vocab;
     const float *x = apply_penalty(s, logits, n);
 
-    /* max (NaN compares false and is never chosen) */
-    int32_t best = -1;
-    float m = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if (x[i] > m) {
-            m = x[i];
-            best = i;
-        }
+    int32_t best;
+    const float m = max_value(x, n, &best);
     if (best < 0)
         return dsq_fail(DSQ_ERR_INVALID_ARG,
                         "dsq_sampler_sample: no finite logit among the first %d", (int)n);
     const float T = s->p.temperature;
-    if (T <= 0.0f || isinf(m)) { /* greedy (or a single +inf logit dominates) */
+    if (T <= 0.0f || isinf(m)) { /* greedy (or a +inf logit dominates) */
         *token_out = best;
         record(s, best);
         return DSQ_OK;
     }
 
-    /* candidates: z >= z_max - CUT_Z */
-    const float thr = m - CUT_Z * T;
-    cand *c = s->cands;
-    int32_t nc = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (x[i] >= thr) {
-            c[nc].v = x[i];
-            c[nc++].id = i;
-        }
-
-    /* top-k: keep logits >= the k-th largest (ties kept) */
-    if (s->p.top_k > 0 && s->p.top_k < nc) {
-        for (int32_t i = 0; i < nc; i++)
-            s->scratch[i] = c[i].v;
-        float vk = kth_largest(s->scratch, nc, s->p.top_k);
-        int32_t f = 0;
-        for (int32_t i = 0; i < nc; i++)
-            if (c[i].v >= vk)
-                c[f++] = c[i];
-        nc = f;
+    /* candidates: z >= z_max - CUT_Z, and with top-k logit >= the k-th */
+    float thr = m - CUT_Z * T;
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        float vk = top_k_value(s->scratch, x, n, s->p.top_k);
+        if (vk > thr)
+            thr = vk;
     }
+    float *cv = s->cv;
+    int32_t *ci = s->ci;
+    const int32_t nc = collect_at_least(x, n, thr, cv, ci);
 
     /* unnormalised probabilities relative to the top token (which gets 1) */
     const float inv_t = 1.0f / T;
-    double total = 0.0;
-    for (int32_t i = 0; i < nc; i++) {
-        c[i].v = expf((c[i].v - m) * inv_t);
-        total += c[i].v;
-    }
+    for (int32_t i = 0; i < nc; i++)
+        cv[i] = exp_nonpos((cv[i] - m) * inv_t);
+    double lane[4] = { 0, 0, 0, 0 };
+    int32_t i4 = 0;
+    for (; i4 + 4 <= nc; i4 += 4)
+        for (int j = 0; j < 4; j++)
+            lane[j] += (double)cv[i4 + j];
+    for (; i4 < nc; i4++)
+        lane[0] += (double)cv[i4];
+    const double total = (lane[0] + lane[1]) + (lane[2] + lane[3]);
 
+    /* the tokens left to draw from, and their mass */
+    const float min_p = s->p.min_p;
+    const cand *kept_c = NULL; /* sorted survivors (top-p), or NULL: cv/ci */
     int32_t kept = nc;
     double kept_mass = total;
-    const float min_p = s->p.min_p;
+    float floor_v = 0.0f; /* draw only among cv >= floor_v (min-p alone) */
     if (s->p.top_p < 1.0f) {
         /* Sort only a prefix that provably holds the nucleus: the tokens with
-         * p >= t, once their mass reaches top_p (or min-p would cut below t
-         * anyway). */
+         * p >= t, once their mass reaches top_p (or min-p cuts below t
+         * anyway); t is lowered until that holds. */
         const double target = (double)s->p.top_p * total;
+        cand *c = s->cands;
         float t = 1e-2f;
-        double mass = 0.0;
         int32_t f;
+        double before;
         for (;;) {
-            f = partition_at(c, nc, t, &mass);
+            double mass = 0.0;
+            f = 0;
+            for (int32_t i = 0; i < nc; i++)
+                if (cv[i] >= t) {
+                    c[f].v = cv[i];
+                    c[f++].id = ci[i];
+                    mass += cv[i];
+                }
             if (mass >= target || t <= min_p || f == nc)
                 break;
             t = t > 1e-12f ? t * 1e-3f : 0.0f;
         }
-        sort_cands(c, (size_t)f);
-        double before = 0.0;
-        kept = 0;
-        while (kept < f && before < target)
-            before += c[kept++].v;
-        while (kept > 1 && c[kept - 1].v < min_p) /* min-p: a prefix too */
-            before -= c[--kept].v;
+        /* the nucleus is the shortest descending prefix whose mass reaches
+         * the target: select it, in any order (the draw does not need one) */
+        kept = nucleus_select(c, f, target);
+        before = 0.0;
+        int32_t k2 = 0;
+        for (int32_t i = 0; i < kept; i++) /* min-p: top token (v = 1) stays */
+            if (c[i].v >= min_p) {
+                c[k2++] = c[i];
+                before += c[i].v;
+            }
+        kept = k2;
+        kept_c = c;
         kept_mass = before;
     } else if (min_p > 0.0f) {
-        kept = partition_at(c, nc, min_p, &kept_mass);
+        floor_v = min_p;
+        kept_mass = 0.0;
+        for (int32_t i = 0; i < nc; i++)
+            if (cv[i] >= floor_v)
+                kept_mass += cv[i];
     }
 
-    /* draw */
+    /* draw: the first token whose running mass exceeds u * kept_mass */
     const double u = rng_uniform(s->rng) * kept_mass;
     double acc = 0.0;
-    int32_t tok = c[kept - 1].id; /* rounding fallback */
-    for (int32_t i = 0; i < kept; i++) {
-        acc += c[i].v;
-        if (acc > u) {
-            tok = c[i].id;
-            break;
+    int32_t tok = -1;
+    if (kept_c) {
+        tok = kept_c[kept - 1].id; /* rounding fallback */
+        for (int32_t i = 0; i < kept; i++) {
+            acc += kept_c[i].v;
+            if (acc > u) {
+                tok = kept_c[i].id;
+                break;
+            }
+        }
+    } else {
+        for (int32_t i = 0; i < nc; i++) {
+            if (cv[i] < floor_v)
+                continue;
+            tok = ci[i]; /* last eligible is the rounding fallback */
+            acc += cv[i];
+            if (acc > u)
+                break;
         }
     }
     *token_out = tok;

@@ -102,7 +102,7 @@ DSQ_API dsq_status dsq_tokenize(const dsq_tokenizer *t, const char *text, size_t
         return st;
     }
     *n_out = s.n_ids;
-    if (s.n_ids) memcpy(tokens, s.ids, (s.n_ids < cap ? s.n_ids : cap) * sizeof *tokens);
+    if (s.n_ids && cap) memcpy(tokens, s.ids, (s.n_ids < cap ? s.n_ids : cap) * sizeof *tokens);
     size_t n = s.n_ids;
     dsq_tok_scratch_free(&s);
     if (n > cap)

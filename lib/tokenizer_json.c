@@ -104,6 +104,11 @@ static dsq_status build_texts(dsq_tokenizer *t, const cJSON *vocab, const cJSON 
         if (id < 0 || !cJSON_IsString(c) || !c->valuestring[0])
             return dsq_fail(DSQ_ERR_FORMAT,
                             "tokenizer.json: added_tokens entry without a valid id and content");
+        /* Matching cuts the input at these texts: they must be valid UTF-8
+         * (a lone surrogate escape is not) so cuts fall between characters. */
+        size_t cl = strlen(c->valuestring);
+        if (dsq_utf8_valid_prefix((const uint8_t *)c->valuestring, cl) != cl)
+            return dsq_fail(DSQ_ERR_FORMAT, "tokenizer.json: added token %d is not valid UTF-8", id);
         if (id > max_id) max_id = id;
         bytes += strlen(c->valuestring) + 1;
     }
@@ -395,7 +400,7 @@ static dsq_status parse_split(dsq_tokenizer *t, const cJSON *s)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "tokenizer.json: more than one Split pre-tokenizer");
 
     char *pattern = NULL;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
+    uint32_t opts = PCRE2_UTF | PCRE2_UCP; /* the pattern itself is UTF-checked */
     if (cJSON_IsString(re)) {
         dsq_status st = dsq_tok_rewrite_regex(re->valuestring, &pattern);
         if (st) return st;

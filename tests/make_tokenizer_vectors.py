@@ -2,7 +2,8 @@
 """Generate tests/data/tokenizer_vectors.json from Hugging Face `tokenizers`.
 
 Usage:  pip install tokenizers
-        python3 tests/make_tokenizer_vectors.py [/path/to/tokenizer.json] [out.json]
+        python3 tests/make_tokenizer_vectors.py [tokenizer.json] [out.json]
+        (defaults: tests/data/model/tokenizer.json, tests/data/tokenizer_vectors.json)
 
 Every expected value in the output comes from HF `tokenizers` run on the
 model's tokenizer.json; nothing is hand-written.  Texts are stored as hex so
@@ -33,14 +34,17 @@ Output layout:
     int32 bytes) check the large-input path.
 """
 import json
+import os
 import random
 import sys
 
 import tokenizers
 from tokenizers import Tokenizer
 
-SRC = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/model/tokenizer.json"
-OUT = sys.argv[2] if len(sys.argv) > 2 else "tests/data/tokenizer_vectors.json"
+HERE = os.path.dirname(os.path.abspath(__file__))
+# tests/data/model/tokenizer.json is a byte-identical copy of the model's file
+SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "data/model/tokenizer.json")
+OUT = sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "data/tokenizer_vectors.json")
 
 with open(SRC, encoding="utf-8") as f:
     TJ = json.load(f)
@@ -109,6 +113,14 @@ T += [
     "Supercalifragilisticexpialidocious" * 5,
     "The " * 100,
 ]
+
+# Characters on which regex engines disagree about \s (U+180E, U+0085, ...):
+# put them where a different split changes the merges (" \u180eb").
+for w in ["\u0085", "\u00a0", "\u1680", "\u180e", "\u2000", "\u2007", "\u200a", "\u200b",
+          "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff", "\x1c", "\x1f", "\x0b",
+          "\x0c"]:
+    T += ["a " + w + "b", "a" + w + w + "b", w + " x", "x " + w, "1" + w + "2", w + "\n", "!" + w + "?",
+          " " + w + " " + w]
 
 # every added token, alone and next to text
 for a in ADDED:
@@ -239,7 +251,7 @@ accessors = {
 out = {
     "tokenizers_version": tokenizers.__version__,
     "accessors": accessors,
-    "source": "HF tokenizers on /work/shared/model/tokenizer.json (DeepSeek-R1-Distill-Qwen-1.5B)",
+    "source": "HF tokenizers on tests/data/model/tokenizer.json (DeepSeek-R1-Distill-Qwen-1.5B)",
     "bos": BOS,
     "vectors": vectors,
     "variants": variants,

@@ -488,6 +488,7 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
     CK(cudaMalloc(&dout, out_bytes));
     CK(cudaMalloc(&ws, ws_bytes));
     bool ok = true;
+    std::vector<uint16_t> first;
     for (int splits : split_list) {
         CK(cudaMemset(dout, 0xff, out_bytes));
         CK(cudaMemset(ws, 0xff, ws_bytes)); /* stale workspace must not matter */
@@ -504,7 +505,35 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
             ok = ok && e.rel() < kTol &&
                  (sc.dtype != DSQ_ATTN_KV_INT8 || e.rel_true() < kTolUnquant);
         }
+        if (first.empty())
+            first = out;
     }
+    /* the same launch captured in a CUDA graph and replayed gives the same bits */
+    cudaStream_t st;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaMemset(dout, 0xff, out_bytes));
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    cudaError_t le = dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens,
+                                     b.n_seqs, sc.H, split_list[0], ws, ws_bytes, st);
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(le);
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaStreamSynchronize(st));
+    std::vector<uint16_t> replay((size_t)b.n_seqs * b.o_stride);
+    CK(cudaMemcpy(replay.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+    bool same = true;
+    for (int s = 0; s < b.n_seqs; s++)
+        same = same && !memcmp(&replay[(size_t)s * b.o_stride], &first[(size_t)s * b.o_stride],
+                               (size_t)sc.H * sc.D * 2);
+    printf("  %-22s graph replay of the decode launch: %s\n", sc.name,
+           same ? "identical" : "DIFFERENT");
+    ok = ok && same;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(st);
     cudaFree(dout);
     cudaFree(ws);
     release(b);

@@ -232,6 +232,7 @@ static void run_batched(int n, int layout)
     }
     float *out = malloc((size_t)n * nv * 4);
     double worst = 0;
+    int mismatch = 0;
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < n; i++)
             toks[i] = tk[i * steps + s];
@@ -240,12 +241,16 @@ static void run_batched(int n, int layout)
             double e = dsq_rel_err(out + (size_t)i * nv, solo[i] + (size_t)(s + 1) * nv, nv);
             if (e > worst || isnan(e))
                 worst = isnan(e) ? INFINITY : e;
-            assert_int_equal(dsq_argmax(out + (size_t)i * nv, nv), dsq_argmax(solo[i] + (size_t)(s + 1) * nv, nv));
+            if (!(e <= BOUND_SAME) || dsq_argmax(out + (size_t)i * nv, nv) != dsq_argmax(solo[i] + (size_t)(s + 1) * nv, nv)) {
+                if (mismatch++ < 6)
+                    printf("    step %d seq %d (prompt %d): error %.3e, argmax %zu vs %zu alone\n", s, i, 3 + 9 * i,
+                           e, dsq_argmax(out + (size_t)i * nv, nv), dsq_argmax(solo[i] + (size_t)(s + 1) * nv, nv));
+            }
         }
     }
-    printf("  batched decode of %2d seqs (%s) vs each alone: worst max|a-b|/max|ref| = %.3e\n", n,
-           layout == DSQ_KV_PAGED ? "paged" : "static", worst);
-    assert_true(worst <= BOUND_SAME);
+    printf("  batched decode of %2d seqs (%s) vs each alone: worst max|a-b|/max|ref| = %.3e, %d bad of %d\n", n,
+           layout == DSQ_KV_PAGED ? "paged" : "static", worst, mismatch, n * steps);
+    assert_int_equal(mismatch, 0);
     for (int i = 0; i < n; i++)
         free(solo[i]);
     free(solo);
@@ -261,6 +266,7 @@ static void test_batched_decode(void **s)
     (void)s;
     run_batched(8, DSQ_KV_STATIC);
     run_batched(8, DSQ_KV_PAGED);
+    run_batched(12, DSQ_KV_STATIC);
     run_batched(12, DSQ_KV_PAGED);
 }
 

@@ -361,8 +361,11 @@ static void product_ref(const float *x, const float *w, const float *bias, const
     }
 }
 
-static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epilogue epi, int misalign)
+static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epilogue epi, int misalign, int nt = 0,
+                        int r = 0)
 {
+    if (epi == DSQ_EPI_SILU_MUL && N % 2)
+        N++; /* gate/up rows come in pairs */
     float *xf, *wf;
     /* misalign: x starts one element past a 16-byte boundary (scalar GEMV path) */
     uint16_t *xh = rand_bf16((size_t)T * K + 1, 1.0f, &xf);
@@ -382,7 +385,7 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
     if (use_gemm)
         DS(dsq_gemm_run(g, xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, (float *)dy, 0));
     else
-        DS(dsq_cu_gemv(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, 0));
+        DS(dsq_cu_gemv_cfg(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, r, 0));
     float *got = (float *)malloc(ny * 4);
     if (epi == DSQ_EPI_SILU_MUL) {
         uint16_t *o = (uint16_t *)malloc(ny * 2);
@@ -397,8 +400,8 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
     product_ref(xref, wf, bias, y0, T, N, K, epi, ref, tol);
     static const char *en[] = {"store", "bias", "add", "silu*mul"};
     char name[96];
-    snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s", use_gemm ? "gemm" : "gemv", T, N, K, en[epi],
-             misalign ? " unaligned" : "");
+    snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s nt=%d r=%d", use_gemm ? "gemm" : "gemv", T, N, K, en[epi],
+             misalign ? " unaligned" : "", nt, r);
     check(name, got, ref, tol, ny);
     cudaFree(dx); cudaFree(dw); cudaFree(db); cudaFree(dy);
     free(xh); free(xf); free(wh); free(wf); free(bias); free(y0); free(got); free(ref); free(tol);
@@ -417,6 +420,14 @@ static void test_gemv(void **state)
             }
     run_product(NULL, 0, 3, 64, 1536, DSQ_EPI_STORE, 1);
     run_product(NULL, 0, 1, 1, 1, DSQ_EPI_BIAS, 0);
+    /* every block shape the tuner may pick */
+    const int nts[] = {64, 128, 256}, rs[] = {2, 4, 8};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T += 3) {
+                run_product(NULL, 0, T, 34, 1000, DSQ_EPI_SILU_MUL, 0, nts[a], rs[b]);
+                run_product(NULL, 0, T, 37, 2056, DSQ_EPI_ADD, 0, nts[a], rs[b]);
+            }
 }
 
 static void test_gemm(void **state)
@@ -437,6 +448,27 @@ static void test_gemm(void **state)
 
 /* ---- timing: GEMV vs cuBLASLt on the model's products --------------------------------------- */
 
+/* us per call of one product, rotating through weight copies (pool) */
+static float time_product(int method, int nt, int r, dsq_gemm *g, const void *dx, const void *dw, int copies,
+                          size_t wb, void *dy, int T, int N, int K, cudaEvent_t e0, cudaEvent_t e1)
+{
+    const int iters = 20;
+    for (int it = -3; it < iters; it++) {
+        if (it == 0)
+            CU(cudaEventRecord(e0, 0));
+        const dsq_bf16 *w = (const dsq_bf16 *)((const char *)dw + (size_t)((it + 3) % copies) * wb);
+        if (method == 0)
+            DS(dsq_cu_gemv_cfg((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, r, 0));
+        else
+            DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, (float *)dy, 0));
+    }
+    CU(cudaEventRecord(e1, 0));
+    CU(cudaEventSynchronize(e1));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1000.0f / iters;
+}
+
 static void test_product_timing(void **state)
 {
     (void)state;
@@ -444,7 +476,7 @@ static void test_product_timing(void **state)
         {"qkv 2048x1536", 2048, 1536}, {"o 1536x1536", 1536, 1536}, {"gate/up 17920x1536", 17920, 1536},
         {"down 1536x8960", 1536, 8960}, {"lm_head 151936x1536", 151936, 1536},
     };
-    const int Ts[] = {1, 2, 4, 8, 16, 32, 64};
+    const int Ts[] = {1, 2, 4, 8, 16, 64};
     dsq_gemm *g = NULL;
     DS(dsq_gemm_create((size_t)32 << 20, &g));
     /* rotate through weight copies that together exceed L2 (60 MB) */
@@ -458,40 +490,37 @@ static void test_product_timing(void **state)
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
-    printf("\n  product timing (us per call; GB/s of weights streamed)\n");
-    printf("  %-22s %4s %12s %12s  %s\n", "shape", "T", "gemv", "cuBLASLt", "faster");
+    printf("\n  product timing, us per call (GB/s of weights streamed); gemv default block shape, best\n"
+           "  (threads x rows per block) of the shapes tried, cuBLASLt\n");
+    printf("  %-20s %3s %13s %20s %13s  %s\n", "shape", "T", "gemv default", "gemv best", "cuBLASLt", "faster");
     for (int s = 0; s < 5; s++) {
         const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
         const int copies = (int)(pool / wb) < 1 ? 1 : (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
-        for (int ti = 0; ti < 7; ti++) {
-            const int T = Ts[ti];
-            float us[2] = {-1, -1};
-            for (int m = 0; m < 2; m++) {
-                if (m == 0 && T > DSQ_GEMV_MAX_TOKENS)
-                    continue;
-                const int iters = 20;
-                for (int it = -3; it < iters; it++) {
-                    if (it == 0)
-                        CU(cudaEventRecord(e0, 0));
-                    const dsq_bf16 *w = (const dsq_bf16 *)((char *)dw + (size_t)((it + 3) % copies) * wb);
-                    if (m == 0)
-                        DS(dsq_cu_gemv((const dsq_bf16 *)dx, w, NULL, T, sh[s].N, sh[s].K, DSQ_EPI_STORE, dy, 0));
-                    else
-                        DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, w, NULL, T, sh[s].N, sh[s].K, DSQ_EPI_STORE,
-                                        (float *)dy, 0));
-                }
-                CU(cudaEventRecord(e1, 0));
-                CU(cudaEventSynchronize(e1));
-                float ms = 0;
-                CU(cudaEventElapsedTime(&ms, e0, e1));
-                us[m] = ms * 1000.0f / iters;
+        for (int ti = 0; ti < 6; ti++) {
+            const int T = Ts[ti], N = sh[s].N, K = sh[s].K;
+            float ud = -1, ub = -1, uc;
+            int bnt = 0, br = 0;
+            if (T <= DSQ_GEMV_MAX_TOKENS) {
+                ud = time_product(0, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                const int nts[] = {64, 128, 256}, rs[] = {2, 4, 8};
+                for (int a = 0; a < 3; a++)
+                    for (int b = 0; b < 3; b++) {
+                        if (rs[b] == 8 && T > 2)
+                            continue;
+                        float u = time_product(0, nts[a], rs[b], g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                        if (ub < 0 || u < ub)
+                            ub = u, bnt = nts[a], br = rs[b];
+                    }
             }
-            char a[32] = "-", b[32];
-            if (us[0] >= 0)
-                snprintf(a, sizeof a, "%7.1f %4.0f", us[0], wb / (us[0] * 1e3));
-            snprintf(b, sizeof b, "%7.1f %4.0f", us[1], wb / (us[1] * 1e3));
-            printf("  %-22s %4d %12s %12s  %s\n", sh[s].name, T, a, b,
-                   us[0] >= 0 && us[0] < us[1] ? "gemv" : "cuBLASLt");
+            uc = time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+            char a[32] = "-", b[40] = "-", c[32];
+            if (ud >= 0) {
+                snprintf(a, sizeof a, "%6.1f (%4.0f)", ud, wb / (ud * 1e3));
+                snprintf(b, sizeof b, "%6.1f (%4.0f) %3dx%d", ub, wb / (ub * 1e3), bnt, br);
+            }
+            snprintf(c, sizeof c, "%6.1f (%4.0f)", uc, wb / (uc * 1e3));
+            printf("  %-20s %3d %13s %20s %13s  %s\n", sh[s].name, T, a, b, c,
+                   ub >= 0 && ub < uc ? "gemv" : "cuBLASLt");
         }
     }
     cudaEventDestroy(e0);
