@@ -9,7 +9,6 @@
  * at load time (target_clones); all clones give identical results. */
 #include <math.h>
 #include <string.h>
-#include <stdlib.h>
 
 #include "cpu_ops.h"
 
@@ -220,7 +219,6 @@ void dsq_cpu_rope_inv_freq(float *inv_freq, int32_t head_dim, float theta)
         float e = (float)(2 * i) / (float)head_dim;
         float p = (float)pow((double)theta, (double)e);
         inv_freq[i] = 1.0f / p;
-        if (getenv("DSQ_HACK_BF16_ROPE")) inv_freq[i] = dsq_bf16_to_f32(dsq_f32_to_bf16(inv_freq[i]));
     }
 }
 
