@@ -119,9 +119,10 @@ cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_str
  *   seq_lens : [n_seqs] device; cached tokens of b INCLUDING this step's
  *              token (kv_write must have run first): b attends to positions
  *              0 .. seq_lens[b]-1.  Must be >= 1.
- *   max_splits: host; fixed per launch shape (graph-capture safe).  Each
- *              sequence uses min(max_splits, ceil(len/64)) splits computed on
- *              the device from its own length.  Use dsq_attn_decode_splits().
+ *   max_splits: host, 1..1024; fixed per launch shape (graph-capture safe).
+ *              Each sequence uses min(max_splits, ceil(len/64)) splits
+ *              computed on the device from its own length.  Use
+ *              dsq_attn_decode_splits() (e.g. once per batch-size bucket).
  *   workspace: device, >= dsq_attn_decode_workspace_bytes(n_seqs, n_heads,
  *              head_dim, max_splits) bytes, 256-byte aligned; contents need
  *              no initialisation and are scratch after the call.

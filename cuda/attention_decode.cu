@@ -433,7 +433,7 @@ extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
      * below one tile of 64 keys only adds merge work */
     int64_t units = (int64_t)(n_seqs > 0 ? n_seqs : 1) * (n_kv_heads > 0 ? n_kv_heads : 1);
     int64_t target = 4 * (int64_t)(n_sms > 0 ? n_sms : 132);
-    int64_t s = (target + units - 1) / units;
+    int64_t s = target / units;
     int64_t cap = (max_context + kTileKeys - 1) / kTileKeys;
     if (s > cap)
         s = cap;

@@ -204,9 +204,16 @@ static void dispatch_tokens(int T, bool vec, int nt, int r, const uint16_t *x, c
  * table of test_cuda_kernels on the H200 (docs/performance.md). */
 static void default_cfg(int T, int K, int *nt, int *r)
 {
+    /* short rows (K <= 2048): 64 threads, so each thread still streams
+     * several 16-byte pieces per row; long rows (down_proj): 256 / 128 */
     const int K8 = K / 8;
-    *nt = K8 <= 256 ? 64 : 256;
-    *r = T <= 2 ? 4 : 2;
+    if (K8 <= 256) {
+        *nt = 64;
+        *r = T <= 2 ? 4 : 2;
+    } else {
+        *nt = T <= 2 ? 256 : 128;
+        *r = T <= 2 ? 2 : 4;
+    }
 }
 
 extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,

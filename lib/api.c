@@ -344,7 +344,7 @@ dsq_status dsq_ctx_get_info(const dsq_ctx *c, dsq_ctx_info *info)
 {
     dsq_clear_error();
     if (!c || !info)
-        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_get_info: NULL argument");
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_get_info: NULL argument"));
     uint32_t want = info->struct_size;
     if (want < CTX_INFO_V1 || want > sizeof(dsq_ctx_info))
         return ctx_status(c, dsq_fail(DSQ_ERR_STRUCT_SIZE, "dsq_ctx_info.struct_size is %u; expected %zu",
@@ -546,7 +546,7 @@ dsq_status dsq_seq_length(const dsq_ctx *c, int32_t seq, int32_t *n_out)
 {
     dsq_clear_error();
     if (!c || !n_out)
-        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_seq_length: NULL argument");
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_seq_length: NULL argument"));
     dsq_status st = check_seq(c, seq);
     if (st != DSQ_OK)
         return ctx_status(c, st);

@@ -36,6 +36,38 @@ DSQ_INLINE v8f ld8(const float *p)
     return v;
 }
 
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+
+/* 8 bf16 -> 8 floats: widen and shift (exact). */
+DSQ_INLINE v8f ld8_bf16(const uint16_t *p)
+{
+    v8h h;
+    memcpy(&h, p, sizeof h);
+    return (v8f)(__builtin_convertvector(h, v8u) << 16);
+}
+
+/* 8 IEEE halves -> 8 floats, exactly as dsq_cpu_f16_to_f32 (bit tricks
+ * with masks, so it vectorizes on any ISA). */
+DSQ_INLINE v8f ld8_f16(const uint16_t *p)
+{
+    v8h h;
+    memcpy(&h, p, sizeof h);
+    v8u x = __builtin_convertvector(h, v8u);
+    v8u sign = (x & 0x8000u) << 16;
+    v8u em = x & 0x7fffu;
+    v8u e = em >> 10;
+    v8u bits = (em << 13) + (112u << 23);
+    bits += (v8u)(e == 31u) & (112u << 23);
+    v8f sub = __builtin_convertvector((v8i)em, v8f) * 5.9604644775390625e-8f;
+    v8u zero_exp = (v8u)(e == 0u);
+    v8u mag = ((v8u)sub & zero_exp) | (bits & ~zero_exp);
+    return (v8f)(mag | sign);
+}
+
+DSQ_INLINE void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+
 /* Fixed pairwise combination of the 8 partial sums. */
 DSQ_INLINE float hsum8(v8f v)
 {
@@ -56,6 +88,27 @@ DSQ_INLINE float dot_inl(const float *a, const float *b, int64_t n)
 
 float dsq_cpu_dot(const float *a, const float *b, int64_t n) { return dot_inl(a, b, n); }
 
+/* The attention's dot product: 16-element steps into two accumulators
+ * (halves the dependency chain on short vectors), then an 8-step, the
+ * pairwise sums, and the tail in order. */
+DSQ_INLINE float dot2_inl(const float *a, const float *b, int64_t n)
+{
+    v8f acc0 = {0}, acc1 = {0};
+    int64_t n16 = n & ~(int64_t)15, n8 = n & ~(int64_t)7;
+    for (int64_t k = 0; k < n16; k += 16) {
+        acc0 += ld8(a + k) * ld8(b + k);
+        acc1 += ld8(a + k + 8) * ld8(b + k + 8);
+    }
+    if (n8 > n16)
+        acc0 += ld8(a + n16) * ld8(b + n16);
+    float s = hsum8(acc0 + acc1);
+    for (int64_t k = n8; k < n; k++)
+        s += a[k] * b[k];
+    return s;
+}
+
+float dsq_cpu_dot2(const float *a, const float *b, int64_t n) { return dot2_inl(a, b, n); }
+
 DSQ_INLINE void row_to_f32_inl(float *dst, const void *src, dsq_dtype dt, int64_t n)
 {
     switch (dt) {
@@ -69,7 +122,10 @@ DSQ_INLINE void row_to_f32_inl(float *dst, const void *src, dsq_dtype dt, int64_
     }
     case DSQ_DT_F16: {
         const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++)
+        int64_t n8 = n & ~(int64_t)7;
+        for (int64_t i = 0; i < n8; i += 8)
+            st8(dst + i, ld8_f16(s + i));
+        for (int64_t i = n8; i < n; i++)
             dst[i] = dsq_cpu_f16_to_f32(s[i]);
         break;
     }
@@ -142,6 +198,37 @@ DSQ_INLINE void tile_1x4(const float *x0, const float *const w[4], int64_t K, fl
             out[r] += x0[k] * w[r][k];
 }
 
+/* One token x 8 rows straight from BF16 weights: the decode case, where
+ * staging converted rows through wbuf would cost a store and a load per
+ * weight for a single use.  Same per-output order as the tiles above. */
+DSQ_INLINE void tile_1x8_bf16(const float *x0, const uint16_t *const w[8], int64_t K, float out[8])
+{
+    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+    int64_t K8 = K & ~(int64_t)7;
+    for (int64_t k = 0; k < K8; k += 8) {
+        v8f xa = ld8(x0 + k);
+        a0 += xa * ld8_bf16(w[0] + k);
+        a1 += xa * ld8_bf16(w[1] + k);
+        a2 += xa * ld8_bf16(w[2] + k);
+        a3 += xa * ld8_bf16(w[3] + k);
+        a4 += xa * ld8_bf16(w[4] + k);
+        a5 += xa * ld8_bf16(w[5] + k);
+        a6 += xa * ld8_bf16(w[6] + k);
+        a7 += xa * ld8_bf16(w[7] + k);
+    }
+    out[0] = hsum8(a0);
+    out[1] = hsum8(a1);
+    out[2] = hsum8(a2);
+    out[3] = hsum8(a3);
+    out[4] = hsum8(a4);
+    out[5] = hsum8(a5);
+    out[6] = hsum8(a6);
+    out[7] = hsum8(a7);
+    for (int64_t k = K8; k < K; k++)
+        for (int r = 0; r < 8; r++)
+            out[r] += x0[k] * dsq_bf16_to_f32(w[r][k]);
+}
+
 DSQ_INLINE void store_row(float *y, float v, float b, int accumulate)
 {
     v = v + b;
@@ -158,6 +245,19 @@ DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64
     /* Tokens per block: keep the block's activations (tb*K floats) within
      * about half of a typical 1 MiB L2 while a converted row block is reused
      * across them; a weight row is converted once per token block. */
+    if (T == 1 && W->dtype == DSQ_DT_BF16) {
+        for (int64_t o = o0; o < o1; o += 8) {
+            int nr = o1 - o < 8 ? (int)(o1 - o) : 8;
+            const uint16_t *w[8];
+            for (int r = 0; r < 8; r++) /* edge block: repeat the last row */
+                w[r] = (const uint16_t *)wdata + (size_t)(o + (r < nr ? r : nr - 1)) * (size_t)K;
+            float out[8];
+            tile_1x8_bf16(X, w, K, out);
+            for (int r = 0; r < nr; r++)
+                store_row(Y + o + r, out[r], bias ? dsq_tensor_get(bias, o + r) : 0.0f, accumulate);
+        }
+        return;
+    }
     int64_t tblk = (int64_t)(512 * 1024) / (K * (int64_t)sizeof(float));
     tblk = tblk < 2 ? 2 : tblk & ~(int64_t)1;
     for (int64_t t0 = 0; t0 < T; t0 += tblk) {
@@ -287,7 +387,10 @@ DSQ_INLINE void kv_load_inl(float *x, const void *src, const float *scale, int32
         memcpy(x, src, (size_t)D * sizeof(float));
     } else if (kv_dtype == DSQ_KV_F16) {
         const uint16_t *h = src;
-        for (int32_t d = 0; d < D; d++)
+        int32_t d8 = D & ~7;
+        for (int32_t d = 0; d < d8; d += 8)
+            st8(x + d, ld8_f16(h + d));
+        for (int32_t d = d8; d < D; d++)
             x[d] = dsq_cpu_f16_to_f32(h[d]);
     } else {
         const int8_t *q = src;
@@ -322,7 +425,7 @@ DSQ_CLONES void dsq_cpu_attend(const dsq_cpu_kv_view *kv, int32_t head, const in
             k = kv_tmp;
         }
         for (int32_t r = 0; r < n_rep; r++)
-            scores[(size_t)r * n_ctx + p] = dot_inl(q + (size_t)r * D, k, D) * scale;
+            scores[(size_t)r * n_ctx + p] = dot2_inl(q + (size_t)r * D, k, D) * scale;
     }
     for (int32_t r = 0; r < n_rep; r++) {
         float *s = scores + (size_t)r * n_ctx;

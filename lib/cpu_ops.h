@@ -39,10 +39,14 @@ static inline float dsq_cpu_f16_to_f32(uint16_t h)
 /* dst[0..n) = float(src[0..n)) for a BF16/F16/F32 row (exact). */
 void dsq_cpu_row_to_f32(float *dst, const void *src, dsq_dtype dt, int64_t n);
 
-/* Canonical fp32 dot product of a[0..n) and b[0..n): 8 interleaved partial
- * sums, combined pairwise, then the n%8 tail in order.  The matmul and the
- * attention use exactly this order. */
+/* fp32 dot product of a[0..n) and b[0..n): 8 interleaved partial sums,
+ * combined pairwise, then the n%8 tail in order.  Every matmul output is
+ * computed in exactly this order, whatever tile computes it. */
 float dsq_cpu_dot(const float *a, const float *b, int64_t n);
+/* The attention's variant: 16 interleaved partial sums (two vectors of 8,
+ * added lane-wise before the pairwise combination) for a shorter
+ * dependency chain on head-sized vectors. */
+float dsq_cpu_dot2(const float *a, const float *b, int64_t n);
 
 /* Matmul over a range of output features:
  *   Y[t*ldy + o] = (accumulate ? Y[t*ldy + o] : 0) + (dot(X[t], W[o]) + bias[o])

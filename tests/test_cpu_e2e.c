@@ -23,13 +23,14 @@
  * so only summation order separates it from transformers (~1e-6 seen). */
 #define TOL_F32 1e-4
 /* F16 KV rounds every cached K/V value to 11 significant bits (relative
- * 2^-12 = 2.4e-4 per value); through softmax and two layers this was
- * measured at ~1e-3 of max|logit| on the tiny models.  INT8 KV quantizes
- * each (token, head) vector to 127 steps of max|x|, an error of up to
- * max|x|/254 per value, measured at ~1e-2.  The bounds leave ~3x margin
- * over what was measured (printed below). */
-#define TOL_F16 5e-3
-#define TOL_INT8 5e-2
+ * error <= 2^-11 per value); through softmax and two layers that measured
+ * 5.2e-4 of max|logit| on tiny and 3.7e-4 on tiny_tied.  INT8 KV stores each
+ * (token, head) vector in 127 steps of its max|x|, an error of up to
+ * max|x|/254 per value (~100x F16's), measured at 1.3e-2.  The bounds are
+ * about 4x and 3x what was measured (all printed below); argmax may differ
+ * only on rows whose reference top-2 margin is within the error (near ties). */
+#define TOL_F16 2e-3
+#define TOL_INT8 4e-2
 
 typedef struct golden {
     char *dir;
@@ -191,8 +192,8 @@ static double compare(const char *what, const float *got, const float *ref, int 
         else
             bad++;
     }
-    printf("  %-44s rel err %.3e (max abs %.3e), argmax mismatches %d%s\n", what, err, maxabs, bad,
-           skipped ? " (+ near-ties allowed)" : "");
+    printf("  %-44s rel err %.3e (max abs %.3e), argmax mismatches %d, near-tie flips allowed %d\n",
+           what, err, maxabs, bad, skipped);
     *bad_argmax += bad;
     return err;
 }

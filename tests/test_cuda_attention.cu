@@ -698,21 +698,39 @@ __global__ void fill_const(float *p, size_t n, float v)
         p[i] = v;
 }
 
-static float time_ms(cudaEvent_t e0, cudaEvent_t e1, int reps, void (*fn)(void *, int), void *arg)
+static int g_profile = 0; /* DSQ_ATTN_PROFILE=1: one launch per config, for ncu */
+
+/* Median time of one fn() call: `reps` calls captured into one CUDA graph
+ * (how the backend runs a decode step: no host launch cost in the numbers),
+ * replayed 5 times after a warm-up replay. */
+static float time_ms(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int reps,
+                     void (*fn)(void *, int, cudaStream_t), void *arg)
 {
-    for (int i = 0; i < 5; i++)
-        fn(arg, i);
+    if (g_profile) {
+        fn(arg, 0, st);
+        CK(cudaStreamSynchronize(st));
+        return 1.0f;
+    }
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < reps; i++)
+        fn(arg, i, st);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&x, g, 0));
+    CK(cudaGraphLaunch(x, st));
     std::vector<float> t;
     for (int r = 0; r < 5; r++) {
-        CK(cudaEventRecord(e0));
-        for (int i = 0; i < reps; i++)
-            fn(arg, r * reps + i);
-        CK(cudaEventRecord(e1));
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(x, st));
+        CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
         float ms;
         CK(cudaEventElapsedTime(&ms, e0, e1));
         t.push_back(ms / reps);
     }
+    cudaGraphExecDestroy(x);
+    cudaGraphDestroy(g);
     std::sort(t.begin(), t.end());
     return t[2];
 }
@@ -725,14 +743,14 @@ struct DecBench {
     int32_t *lens;
     int batch, splits, slots;
 };
-static void dec_fn(void *a, int i)
+static void dec_fn(void *a, int i, cudaStream_t st)
 {
     DecBench *d = (DecBench *)a;
     dsq_attn_kv kv = d->kv;
     /* rotate the slots so batch 1 does not run out of L2 */
     kv.block_table = d->bt + (d->batch == 1 ? i % d->slots : 0);
     CK(dsq_attn_decode(&kv, d->q, 12 * 128, d->out, 12 * 128, d->lens, d->batch, 12, d->splits,
-                       d->ws, d->ws_bytes, 0));
+                       d->ws, d->ws_bytes, st));
 }
 
 struct PreBench {
@@ -741,11 +759,11 @@ struct PreBench {
     int32_t *cu, *pos0;
     int n;
 };
-static void pre_fn(void *a, int i)
+static void pre_fn(void *a, int i, cudaStream_t st)
 {
     (void)i;
     PreBench *p = (PreBench *)a;
-    CK(dsq_attn_prefill(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, 12, 0));
+    CK(dsq_attn_prefill(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, 12, st));
 }
 
 static void test_timing(void **state)
@@ -756,8 +774,10 @@ static void test_timing(void **state)
     const int ctx = 4096, slots = 64, KVH = 2, D = 128, H = 12;
     const int sm = n_sms();
     cudaEvent_t e0, e1;
+    cudaStream_t st;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     printf("\n  decode attention, context %d, 12 q / 2 kv heads, D 128 (KV read / time):\n", ctx);
     for (int dt = 0; dt < 2; dt++) {
         const size_t elt = dt ? 1 : 2;
@@ -810,12 +830,12 @@ static void test_timing(void **state)
         for (int bi = 0; bi < 2; bi++) {
             d.batch = batches[bi];
             int sug = dsq_attn_decode_splits(d.batch, KVH, ctx, sm);
-            int cands[] = {sug, 4, 8, 16, 32, 64};
-            for (int c = 0; c < 6; c++) {
-                if (c > 0 && cands[c] == sug)
+            int cands[] = {sug, 2, 4, 8, 16, 32, 64};
+            for (int c = 0; c < 7; c++) {
+                if ((c > 0 && cands[c] == sug) || (g_profile && cands[c] != 4))
                     continue;
                 d.splits = cands[c];
-                float ms = time_ms(e0, e1, 50, dec_fn, &d);
+                float ms = time_ms(st, e0, e1, 50, dec_fn, &d);
                 double bytes = (double)d.batch * ctx * KVH * D * 2 * elt +
                                (dt ? (double)d.batch * ctx * KVH * 2 * 4 : 0);
                 printf("    %-4s batch %2d splits %3d%s: %8.2f us  %7.1f GB/s  (%4.1f%% of 4480)\n",
@@ -839,7 +859,8 @@ static void test_timing(void **state)
         CK(cudaMalloc(&p.pos0, 4));
         CK(cudaMemcpy(p.cu, cu, 8, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(p.pos0, &z, 4, cudaMemcpyHostToDevice));
-        float ms = time_ms(e0, e1, 10, pre_fn, &p);
+        CK(cudaDeviceSynchronize()); /* fills ran on the legacy stream */
+        float ms = time_ms(st, e0, e1, 10, pre_fn, &p);
         double flops = 4.0 * D * H * ((double)ctx * (ctx + 1) / 2);
         printf("    %-4s prefill 1 x %d tokens: %8.2f us  %6.1f TFLOP/s (causal)\n",
                dt ? "int8" : "f16", ctx, ms * 1e3, flops / (ms * 1e-3) / 1e12);
@@ -860,6 +881,7 @@ static void test_timing(void **state)
     CK(cudaGetLastError());
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
 }
 
 static void test_summary(void **state)
@@ -885,8 +907,14 @@ int main(void)
     }
     const char *qk = getenv("DSQ_ATTN_QUICK");
     g_quick = qk && *qk && *qk != '0';
+    const char *pf = getenv("DSQ_ATTN_PROFILE");
+    g_profile = pf && *pf && *pf != '0';
     printf("device: %s, %d SMs%s\n", prop.name, prop.multiProcessorCount,
            g_quick ? " (quick mode)" : "");
+    if (g_profile) {
+        const struct CMUnitTest prof[] = {cmocka_unit_test(test_timing)};
+        return cmocka_run_group_tests(prof, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invalid_args),  cmocka_unit_test(test_prefill_short),
         cmocka_unit_test(test_decode_batch),  cmocka_unit_test(test_other_shapes),

@@ -27,7 +27,6 @@
 
 #define BOUND_F16 2e-2
 #define BOUND_INT8 4e-2   /* int8 KV adds ~1/254 relative per cached value */
-#define BOUND_SAME 2e-3   /* the same math in another batch shape / order */
 
 typedef struct golden {
     int32_t *prompt, *dec;
@@ -210,8 +209,21 @@ static float *solo_run(dsq_model *m, int layout, const int32_t *prompt, int len,
     return out;
 }
 
-static void run_batched(int n, int layout)
+/* exact: both sides use the same kernels (see run_batched) */
+#define BOUND_EXACT 1e-5
+
+/* The GEMV kernel computes each output row in the same order whatever the
+ * batch, so a batch that stays on it (<= 8 rows for the small products,
+ * <= 2 for gate/up) matches each sequence alone exactly; so does a batch
+ * that stays on cuBLASLt (DSQ_CUDA_GEMV_MAX=0: `same_path`).  A batch that
+ * crosses from one to the other sums in another order and rounds the bf16
+ * activations differently: ~1e-2 is then the honest bound, as against the
+ * reference. */
+static void run_batched(int n, int layout, int same_path)
 {
+    const double bound = same_path ? BOUND_EXACT : BOUND_F16;
+    if (same_path)
+        setenv("DSQ_CUDA_GEMV_MAX", "0", 1);
     golden g;
     load_golden("tiny", &g);
     dsq_model *m = load_model("tiny", DSQ_BACKEND_CUDA);
@@ -232,7 +244,7 @@ static void run_batched(int n, int layout)
     }
     float *out = malloc((size_t)n * nv * 4);
     double worst = 0;
-    int mismatch = 0;
+    int mismatch = 0, flips = 0;
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < n; i++)
             toks[i] = tk[i * steps + s];
@@ -241,16 +253,21 @@ static void run_batched(int n, int layout)
             double e = dsq_rel_err(out + (size_t)i * nv, solo[i] + (size_t)(s + 1) * nv, nv);
             if (e > worst || isnan(e))
                 worst = isnan(e) ? INFINITY : e;
-            if (!(e <= BOUND_SAME) || dsq_argmax(out + (size_t)i * nv, nv) != dsq_argmax(solo[i] + (size_t)(s + 1) * nv, nv)) {
+            int flip = dsq_argmax(out + (size_t)i * nv, nv) != dsq_argmax(solo[i] + (size_t)(s + 1) * nv, nv);
+            flips += flip;
+            if (!(e <= bound) || (flip && same_path)) {
                 if (mismatch++ < 6)
                     printf("    step %d seq %d (prompt %d): error %.3e, argmax %zu vs %zu alone\n", s, i, 3 + 9 * i,
                            e, dsq_argmax(out + (size_t)i * nv, nv), dsq_argmax(solo[i] + (size_t)(s + 1) * nv, nv));
             }
         }
     }
-    printf("  batched decode of %2d seqs (%s) vs each alone: worst max|a-b|/max|ref| = %.3e, %d bad of %d\n", n,
-           layout == DSQ_KV_PAGED ? "paged" : "static", worst, mismatch, n * steps);
+    printf("  batched decode of %2d seqs (%s, %s) vs each alone: worst max|a-b|/max|ref| = %.3e, argmax differs %d/%d\n",
+           n, layout == DSQ_KV_PAGED ? "paged" : "static", same_path ? "cuBLASLt both" : "default kernels", worst,
+           flips, n * steps);
+    unsetenv("DSQ_CUDA_GEMV_MAX");
     assert_int_equal(mismatch, 0);
+    assert_true(flips <= n * steps / 10);
     for (int i = 0; i < n; i++)
         free(solo[i]);
     free(solo);
@@ -264,17 +281,21 @@ static void run_batched(int n, int layout)
 static void test_batched_decode(void **s)
 {
     (void)s;
-    run_batched(8, DSQ_KV_STATIC);
-    run_batched(8, DSQ_KV_PAGED);
-    run_batched(12, DSQ_KV_STATIC);
-    run_batched(12, DSQ_KV_PAGED);
+    run_batched(8, DSQ_KV_STATIC, 0); /* GEMV both sides except gate/up: near */
+    run_batched(8, DSQ_KV_STATIC, 1);
+    run_batched(8, DSQ_KV_PAGED, 1);
+    run_batched(12, DSQ_KV_PAGED, 0);  /* cuBLASLt vs GEMV: near */
+    run_batched(12, DSQ_KV_STATIC, 1);
+    run_batched(12, DSQ_KV_PAGED, 1);
 }
 
 /* ---- remove / add while others continue ---------------------------------------------------- */
 
+/* The bookkeeping tests compare exactly: every context on cuBLASLt. */
 static void test_remove_add(void **st)
 {
     (void)st;
+    setenv("DSQ_CUDA_GEMV_MAX", "0", 1);
     golden g;
     load_golden("tiny", &g);
     dsq_model *m = load_model("tiny", DSQ_BACKEND_CUDA);
@@ -316,7 +337,8 @@ static void test_remove_add(void **st)
         worst = fmax(worst, fmax(e0, fmax(e1, e2)));
     }
     printf("  remove/add while decoding: worst max|a-b|/max|ref| = %.3e\n", worst);
-    assert_true(worst <= BOUND_SAME);
+    unsetenv("DSQ_CUDA_GEMV_MAX");
+    assert_true(worst <= BOUND_EXACT);
     free(ra); free(rc); free(rd); free(out);
     dsq_ctx_free(c);
     dsq_model_free(m);
@@ -328,6 +350,7 @@ static void test_remove_add(void **st)
 static void test_kv_full(void **st)
 {
     (void)st;
+    setenv("DSQ_CUDA_GEMV_MAX", "0", 1);
     golden g;
     load_golden("tiny", &g);
     dsq_model *m = load_model("tiny", DSQ_BACKEND_CUDA);
@@ -366,7 +389,8 @@ static void test_kv_full(void **st)
         worst = fmax(worst, dsq_rel_err(out, rb + (size_t)(s + 1) * nv, nv));
     }
     printf("  the other sequence continues after KV_FULL: worst max|a-b|/max|ref| = %.3e\n", worst);
-    assert_true(worst <= BOUND_SAME);
+    unsetenv("DSQ_CUDA_GEMV_MAX");
+    assert_true(worst <= BOUND_EXACT);
     free(rb);
     free(out);
     dsq_ctx_free(c);
