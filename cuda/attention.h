@@ -132,7 +132,10 @@ cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stri
                             int32_t n_seqs, int32_t n_heads, int32_t max_splits,
                             void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
-/* Bytes of decode workspace for up to max_batch sequences and max_splits. */
+/* Bytes of decode workspace for n_seqs <= max_batch sequences at up to
+ * max_splits.  The launcher needs n_seqs * max_splits slots, so when the
+ * split count varies with the batch size (dsq_attn_decode_splits), size the
+ * workspace for the largest n * splits(n) over the batch sizes used. */
 size_t dsq_attn_decode_workspace_bytes(int32_t max_batch, int32_t n_heads, int32_t head_dim,
                                        int32_t max_splits);
 

@@ -428,11 +428,12 @@ extern "C" size_t dsq_attn_decode_workspace_bytes(int32_t max_batch, int32_t n_h
 extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
                                           int32_t max_context, int32_t n_sms)
 {
-    /* about two waves at 2 resident blocks per SM (measured on H200: batch
-     * 64 x 4096 fastest at 4-8 splits, batch 1 at the most splits); a split
-     * below one tile of 64 keys only adds merge work */
+    /* about one wave at 2 resident blocks per SM.  Measured on H200 (graph
+     * replay, context 4096): batch 64 fastest at 2 splits (83 us, 3.2 TB/s;
+     * 4: 89 us, 8: 96 us), batch 1 at 32-64 splits (11 us); a split below
+     * one tile of 64 keys only adds merge work */
     int64_t units = (int64_t)(n_seqs > 0 ? n_seqs : 1) * (n_kv_heads > 0 ? n_kv_heads : 1);
-    int64_t target = 4 * (int64_t)(n_sms > 0 ? n_sms : 132);
+    int64_t target = 2 * (int64_t)(n_sms > 0 ? n_sms : 132);
     int64_t s = target / units;
     int64_t cap = (max_context + kTileKeys - 1) / kTileKeys;
     if (s > cap)

@@ -53,6 +53,13 @@ int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_
         cp.kv_dtype = o->kv_dtype;
     cp.kv_layout = o->kv_layout;
     cp.n_threads = o->threads;
+    if (cp.kv_layout == DSQ_KV_PAGED && o->ctx > 0) {
+        /* the default pool (max_seqs * max_context tokens, whole blocks)
+         * falls one block short per sequence when --ctx is not a multiple of
+         * the block size */
+        int64_t per_seq = ((int64_t)o->ctx + cp.kv_block_size - 1) / cp.kv_block_size;
+        cp.kv_pool_tokens = per_seq * cp.kv_block_size * max_seqs;
+    }
     if (max_batch > cp.max_batch_tokens)
         cp.max_batch_tokens = max_batch;
     if ((st = dsq_ctx_new(s->model, &cp, &s->ctx)) != DSQ_OK)
