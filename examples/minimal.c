@@ -28,13 +28,14 @@ int main(int argc, char **argv)
     info.struct_size = sizeof info;
     for (int i = 0; prompt && i < n_prompt; i++)
         prompt[i] = (int32_t)atoi(argv[i + 2]);
+    if (!prompt) return 1;
 
     if (check(dsq_model_load(argv[1], NULL, &model), "load") ||
         check(dsq_model_get_info(model, &info), "info") ||
         check(dsq_ctx_new(model, NULL, &ctx), "context"))
         goto done;
     logits = malloc(sizeof(float) * (size_t)info.n_vocab); /* [n_vocab] */
-    if (check(dsq_prefill(ctx, 0, prompt, n_prompt, DSQ_LOGITS_LAST, logits), "prefill"))
+    if (!logits || check(dsq_prefill(ctx, 0, prompt, n_prompt, DSQ_LOGITS_LAST, logits), "prefill"))
         goto done;
     for (int step = 0; step < n_new; step++) {
         int32_t best = 0, seq = 0;

@@ -443,7 +443,9 @@ typedef struct dsq_chat_message {
  *  or "<｜Assistant｜>" + text (only what follows "</think>") +
  *  "<｜end▁of▁sentence｜>", and when `add_generation_prompt`,
  *  "<｜Assistant｜><think>\n".  Output NUL-terminated in `text`; byte length in
- *  *len_out; DSQ_ERR_BUFFER_TOO_SMALL if it does not fit (len_out still set).
+ *  *len_out; DSQ_ERR_BUFFER_TOO_SMALL if it does not fit (len_out still set;
+ *  text NULL with cap 0 asks for the length).  Only the last system message
+ *  counts, as in the model's template.
  *  DSQ_ERR_INVALID_ARG for NULLs or a bad role.  Thread-safe. */
 DSQ_API dsq_status dsq_chat_format(const dsq_chat_message *msgs, size_t n_msgs,
                                    int add_generation_prompt, char *text, size_t cap,

@@ -3,7 +3,7 @@
  * Inner loops use GCC/Clang vector extensions (8 floats) rather than relying
  * on auto-vectorization: without -ffast-math the compiler may not reorder a
  * float reduction, and we want one fixed, documented order anyway (see
- * dsq_cpu_dot).  Floating-point contraction stays off (ISO C mode for GCC,
+ * dsq_cpu_dot and the matmul section).  Floating-point contraction stays off (ISO C mode for GCC,
  * the pragma for Clang) so every path rounds the same way.  On x86-64 with
  * GCC the hot functions are also compiled for AVX2 and AVX-512 and picked
  * at load time (target_clones); all clones give identical results. */
@@ -74,20 +74,6 @@ DSQ_INLINE float hsum8(v8f v)
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-DSQ_INLINE float dot_inl(const float *a, const float *b, int64_t n)
-{
-    v8f acc = {0};
-    int64_t n8 = n & ~(int64_t)7;
-    for (int64_t k = 0; k < n8; k += 8)
-        acc += ld8(a + k) * ld8(b + k);
-    float s = hsum8(acc);
-    for (int64_t k = n8; k < n; k++)
-        s += a[k] * b[k];
-    return s;
-}
-
-float dsq_cpu_dot(const float *a, const float *b, int64_t n) { return dot_inl(a, b, n); }
-
 /* The attention's dot product: 16-element steps into two accumulators
  * (halves the dependency chain on short vectors), then an 8-step, the
  * pairwise sums, and the tail in order. */
@@ -139,27 +125,100 @@ DSQ_CLONES void dsq_cpu_row_to_f32(float *dst, const void *src, dsq_dtype dt, in
     row_to_f32_inl(dst, src, dt, n);
 }
 
-/* ---- matmul ------------------------------------------------------------------ */
+/* ---- matmul ------------------------------------------------------------------
+ *
+ * Order of operations for every output y = dot(x, w) + b (see cpu_ops.h):
+ * K is cut into chunks of 16; in chunk c, lane j of an 8-lane accumulator
+ * adds x[16c+2j]*w[16c+2j] and then x[16c+2j+1]*w[16c+2j+1]; the lanes are
+ * combined pairwise (hsum8), the K%16 tail is added in order, then the bias.
+ * This "pair-split" lane order is what a 32-byte load of 16 BF16 weights
+ * yields for free (the low and high halves of each 32-bit word), so the
+ * decode kernel converts BF16 with one shift and one mask; the batched
+ * kernels stage converted rows in the same split layout in wbuf and split
+ * the activations to match.  Every path therefore computes each output
+ * with identical operations, whatever the batch. */
 
-/* out[t][r] = dot(x_t, w_r) for 2 tokens x 4 rows, each in dot_inl's order. */
+/* 16 BF16 -> even-index and odd-index elements as floats. */
+DSQ_INLINE void ld16_bf16_split(const uint16_t *p, v8f *even, v8f *odd)
+{
+    v8u u;
+    memcpy(&u, p, sizeof u);
+    *even = (v8f)(u << 16);
+    *odd = (v8f)(u & 0xffff0000u);
+}
+
+/* 16 floats -> even-index and odd-index elements. */
+DSQ_INLINE void ld16_f32_split(const float *p, v8f *even, v8f *odd)
+{
+    v8f a = ld8(p), b = ld8(p + 8);
+    *even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+    *odd = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+}
+
+/* One weight row to fp32 in the split layout: per 16-chunk, its 8 even
+ * elements then its 8 odd ones; the K%16 tail in natural order. */
+DSQ_INLINE void row_to_split(float *dst, const void *src, dsq_dtype dt, int64_t K)
+{
+    int64_t K16 = K & ~(int64_t)15;
+    v8f e, o;
+    if (dt == DSQ_DT_BF16) {
+        const uint16_t *s = src;
+        for (int64_t k = 0; k < K16; k += 16) {
+            ld16_bf16_split(s + k, &e, &o);
+            st8(dst + k, e);
+            st8(dst + k + 8, o);
+        }
+    } else if (dt == DSQ_DT_F16) {
+        const uint16_t *s = src;
+        for (int64_t k = 0; k < K16; k += 16) {
+            v8f a = ld8_f16(s + k), b = ld8_f16(s + k + 8);
+            st8(dst + k, __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14));
+            st8(dst + k + 8, __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15));
+        }
+    } else {
+        const float *s = src;
+        for (int64_t k = 0; k < K16; k += 16) {
+            ld16_f32_split(s + k, &e, &o);
+            st8(dst + k, e);
+            st8(dst + k + 8, o);
+        }
+    }
+    const char *tail = (const char *)src + (size_t)K16 * dsq_dtype_size(dt);
+    row_to_f32_inl(dst + K16, tail, dt, K - K16);
+}
+
+/* out[t][r] = dot(x_t, w_r) for 2 tokens x 4 split-layout rows. */
 DSQ_INLINE void tile_2x4(const float *x0, const float *x1, const float *const w[4], int64_t K,
                          float out[2][4])
 {
     v8f a00 = {0}, a01 = {0}, a02 = {0}, a03 = {0};
     v8f a10 = {0}, a11 = {0}, a12 = {0}, a13 = {0};
     const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    int64_t K8 = K & ~(int64_t)7;
-    for (int64_t k = 0; k < K8; k += 8) {
-        v8f xa = ld8(x0 + k), xb = ld8(x1 + k);
-        v8f b0 = ld8(w0 + k), b1 = ld8(w1 + k), b2 = ld8(w2 + k), b3 = ld8(w3 + k);
-        a00 += xa * b0;
-        a01 += xa * b1;
-        a02 += xa * b2;
-        a03 += xa * b3;
-        a10 += xb * b0;
-        a11 += xb * b1;
-        a12 += xb * b2;
-        a13 += xb * b3;
+    int64_t K16 = K & ~(int64_t)15;
+    for (int64_t k = 0; k < K16; k += 16) {
+        v8f xe0, xo0, xe1, xo1;
+        ld16_f32_split(x0 + k, &xe0, &xo0);
+        ld16_f32_split(x1 + k, &xe1, &xo1);
+        v8f we = ld8(w0 + k), wo = ld8(w0 + k + 8);
+        a00 += xe0 * we;
+        a00 += xo0 * wo;
+        a10 += xe1 * we;
+        a10 += xo1 * wo;
+        we = ld8(w1 + k), wo = ld8(w1 + k + 8);
+        a01 += xe0 * we;
+        a01 += xo0 * wo;
+        a11 += xe1 * we;
+        a11 += xo1 * wo;
+        we = ld8(w2 + k), wo = ld8(w2 + k + 8);
+        a02 += xe0 * we;
+        a02 += xo0 * wo;
+        a12 += xe1 * we;
+        a12 += xo1 * wo;
+        we = ld8(w3 + k), wo = ld8(w3 + k + 8);
+        a03 += xe0 * we;
+        a03 += xo0 * wo;
+        a13 += xe1 * we;
+        a13 += xo1 * wo;
     }
     out[0][0] = hsum8(a00);
     out[0][1] = hsum8(a01);
@@ -169,62 +228,60 @@ DSQ_INLINE void tile_2x4(const float *x0, const float *x1, const float *const w[
     out[1][1] = hsum8(a11);
     out[1][2] = hsum8(a12);
     out[1][3] = hsum8(a13);
-    for (int64_t k = K8; k < K; k++)
+    for (int64_t k = K16; k < K; k++)
         for (int r = 0; r < 4; r++) {
             out[0][r] += x0[k] * w[r][k];
             out[1][r] += x1[k] * w[r][k];
         }
 }
 
-/* The same for one token (an odd batch's last one, or batch-1 decode). */
+/* The same for one token (an odd batch's last one). */
 DSQ_INLINE void tile_1x4(const float *x0, const float *const w[4], int64_t K, float out[4])
 {
     v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    int64_t K8 = K & ~(int64_t)7;
-    for (int64_t k = 0; k < K8; k += 8) {
-        v8f xa = ld8(x0 + k);
-        a0 += xa * ld8(w0 + k);
-        a1 += xa * ld8(w1 + k);
-        a2 += xa * ld8(w2 + k);
-        a3 += xa * ld8(w3 + k);
+    int64_t K16 = K & ~(int64_t)15;
+    for (int64_t k = 0; k < K16; k += 16) {
+        v8f xe, xo;
+        ld16_f32_split(x0 + k, &xe, &xo);
+        a0 += xe * ld8(w0 + k);
+        a0 += xo * ld8(w0 + k + 8);
+        a1 += xe * ld8(w1 + k);
+        a1 += xo * ld8(w1 + k + 8);
+        a2 += xe * ld8(w2 + k);
+        a2 += xo * ld8(w2 + k + 8);
+        a3 += xe * ld8(w3 + k);
+        a3 += xo * ld8(w3 + k + 8);
     }
     out[0] = hsum8(a0);
     out[1] = hsum8(a1);
     out[2] = hsum8(a2);
     out[3] = hsum8(a3);
-    for (int64_t k = K8; k < K; k++)
+    for (int64_t k = K16; k < K; k++)
         for (int r = 0; r < 4; r++)
             out[r] += x0[k] * w[r][k];
 }
 
 /* One token x 8 rows straight from BF16 weights: the decode case, where
  * staging converted rows through wbuf would cost a store and a load per
- * weight for a single use.  Same per-output order as the tiles above. */
+ * weight for a single use.  Same per-output operations as the tiles above. */
 DSQ_INLINE void tile_1x8_bf16(const float *x0, const uint16_t *const w[8], int64_t K, float out[8])
 {
-    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
-    int64_t K8 = K & ~(int64_t)7;
-    for (int64_t k = 0; k < K8; k += 8) {
-        v8f xa = ld8(x0 + k);
-        a0 += xa * ld8_bf16(w[0] + k);
-        a1 += xa * ld8_bf16(w[1] + k);
-        a2 += xa * ld8_bf16(w[2] + k);
-        a3 += xa * ld8_bf16(w[3] + k);
-        a4 += xa * ld8_bf16(w[4] + k);
-        a5 += xa * ld8_bf16(w[5] + k);
-        a6 += xa * ld8_bf16(w[6] + k);
-        a7 += xa * ld8_bf16(w[7] + k);
+    v8f a[8] = {{0}};
+    int64_t K16 = K & ~(int64_t)15;
+    for (int64_t k = 0; k < K16; k += 16) {
+        v8f xe, xo;
+        ld16_f32_split(x0 + k, &xe, &xo);
+        for (int r = 0; r < 8; r++) {
+            v8f we, wo;
+            ld16_bf16_split(w[r] + k, &we, &wo);
+            a[r] += xe * we;
+            a[r] += xo * wo;
+        }
     }
-    out[0] = hsum8(a0);
-    out[1] = hsum8(a1);
-    out[2] = hsum8(a2);
-    out[3] = hsum8(a3);
-    out[4] = hsum8(a4);
-    out[5] = hsum8(a5);
-    out[6] = hsum8(a6);
-    out[7] = hsum8(a7);
-    for (int64_t k = K8; k < K; k++)
+    for (int r = 0; r < 8; r++)
+        out[r] = hsum8(a[r]);
+    for (int64_t k = K16; k < K; k++)
         for (int r = 0; r < 8; r++)
             out[r] += x0[k] * dsq_bf16_to_f32(w[r][k]);
 }
@@ -235,6 +292,23 @@ DSQ_INLINE void store_row(float *y, float v, float b, int accumulate)
     *y = accumulate ? *y + v : v;
 }
 
+float dsq_cpu_dot(const float *a, const float *b, int64_t n)
+{
+    v8f acc = {0};
+    int64_t n16 = n & ~(int64_t)15;
+    for (int64_t k = 0; k < n16; k += 16) {
+        v8f ae, ao, be, bo;
+        ld16_f32_split(a + k, &ae, &ao);
+        ld16_f32_split(b + k, &be, &bo);
+        acc += ae * be;
+        acc += ao * bo;
+    }
+    float s = hsum8(acc);
+    for (int64_t k = n16; k < n; k++)
+        s += a[k] * b[k];
+    return s;
+}
+
 DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
                                     const dsq_tensor *W, const dsq_tensor *bias, int64_t o0,
                                     int64_t o1, int accumulate, float *wbuf)
@@ -242,9 +316,6 @@ DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64
     const int64_t K = W->shape[1];
     const size_t esz = dsq_dtype_size(W->dtype);
     const char *wdata = W->data;
-    /* Tokens per block: keep the block's activations (tb*K floats) within
-     * about half of a typical 1 MiB L2 while a converted row block is reused
-     * across them; a weight row is converted once per token block. */
     if (T == 1 && W->dtype == DSQ_DT_BF16) {
         for (int64_t o = o0; o < o1; o += 8) {
             int nr = o1 - o < 8 ? (int)(o1 - o) : 8;
@@ -258,6 +329,9 @@ DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64
         }
         return;
     }
+    /* Tokens per block: keep the block's activations (tb*K floats) within
+     * about half of a typical 1 MiB L2 while a converted row block is reused
+     * across them; a weight row is converted once per token block. */
     int64_t tblk = (int64_t)(512 * 1024) / (K * (int64_t)sizeof(float));
     tblk = tblk < 2 ? 2 : tblk & ~(int64_t)1;
     for (int64_t t0 = 0; t0 < T; t0 += tblk) {
@@ -273,12 +347,8 @@ DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64
                     continue;
                 }
                 const char *src = wdata + (size_t)(o + r) * (size_t)K * esz;
-                if (W->dtype == DSQ_DT_F32) {
-                    w[r] = (const float *)src;
-                } else {
-                    row_to_f32_inl(wbuf + (size_t)r * (size_t)K, src, W->dtype, K);
-                    w[r] = wbuf + (size_t)r * (size_t)K;
-                }
+                row_to_split(wbuf + (size_t)r * (size_t)K, src, W->dtype, K);
+                w[r] = wbuf + (size_t)r * (size_t)K;
                 b[r] = bias ? dsq_tensor_get(bias, o + r) : 0.0f;
             }
             int64_t t = t0;

@@ -39,9 +39,12 @@ static inline float dsq_cpu_f16_to_f32(uint16_t h)
 /* dst[0..n) = float(src[0..n)) for a BF16/F16/F32 row (exact). */
 void dsq_cpu_row_to_f32(float *dst, const void *src, dsq_dtype dt, int64_t n);
 
-/* fp32 dot product of a[0..n) and b[0..n): 8 interleaved partial sums,
- * combined pairwise, then the n%8 tail in order.  Every matmul output is
- * computed in exactly this order, whatever tile computes it. */
+/* fp32 dot product in the matmul's order ("pair-split"): n is cut into
+ * chunks of 16; in chunk c, lane j of an 8-lane accumulator adds
+ * a[16c+2j]*b[16c+2j] then a[16c+2j+1]*b[16c+2j+1]; the 8 lanes are
+ * combined pairwise, then the n%16 tail is added in order.  Every matmul
+ * output is computed with exactly these operations, whatever tile (or
+ * batch) computes it. */
 float dsq_cpu_dot(const float *a, const float *b, int64_t n);
 /* The attention's variant: 16 interleaved partial sums (two vectors of 8,
  * added lane-wise before the pairwise combination) for a shorter
@@ -51,10 +54,12 @@ float dsq_cpu_dot2(const float *a, const float *b, int64_t n);
 /* Matmul over a range of output features:
  *   Y[t*ldy + o] = (accumulate ? Y[t*ldy + o] : 0) + (dot(X[t], W[o]) + bias[o])
  * for t in 0..T-1, o in o0..o1-1.  W is [N, K] (BF16/F16/F32, row-major),
- * X is [T][ldx] fp32 with K used, bias is [N] or NULL.  Weight rows are
- * converted to fp32 on the fly, DSQ_CPU_MM_ROWS at a time into
- * wbuf[DSQ_CPU_MM_ROWS][K], and each converted block serves a block of
- * tokens sized to stay in L2. */
+ * X is [T][ldx] fp32 with K used, bias is [N] or NULL.  Every output is
+ * exactly dsq_cpu_dot(X[t], float(W[o]), K) + bias[o], bit for bit.  For
+ * several tokens, weight rows are converted to fp32 on the fly,
+ * DSQ_CPU_MM_ROWS at a time, into wbuf[DSQ_CPU_MM_ROWS][K] (scratch) and
+ * each converted block serves a block of tokens sized to stay in L2; a
+ * single token with BF16 weights reads them directly. */
 void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
                          const dsq_tensor *W, const dsq_tensor *bias, int64_t o0, int64_t o1,
                          int accumulate, float *wbuf);
@@ -63,7 +68,10 @@ void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int
 void dsq_cpu_rmsnorm(float *y, const float *x, const dsq_tensor *w, int64_t n, float eps);
 
 /* inv_freq[i] = 1 / theta^(2i/head_dim) for i < head_dim/2, rounded to fp32
- * as Hugging Face does it (fp32 exponent, correctly rounded power). */
+ * as Hugging Face computes it (fp32 exponent, correctly rounded power).  HF
+ * keeps this buffer in fp32 however the model is loaded; only a model cast
+ * after construction (model.to(bfloat16)) rounds it to bf16, which moves
+ * logits by ~1e-2 and is not the reference. */
 void dsq_cpu_rope_inv_freq(float *inv_freq, int32_t head_dim, float theta);
 /* cos/sin of the fp32 angle pos*inv_freq[i] (fp32 product, as HF):
  * cs[0..half) = cos, cs[half..2*half) = sin. */

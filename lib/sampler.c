@@ -20,13 +20,18 @@
  *   draw:         u in [0,1) from xoshiro256** (seeded by splitmix64), pick
  *                 the first token whose cumulative mass exceeds u * total.
  *
- * Efficiency for a 151,936-entry vocabulary: nothing is sorted or
- * exponentiated over the whole vocabulary.  One pass finds the max logit, a
- * second collects only tokens with z >= z_max - 30 (probability relative to
- * the top token >= e^-30 ~ 1e-13; the rest carry < 2e-8 of the mass together
- * even at full vocabulary size and are treated as zero).  Top-k is a
- * quickselect over those candidates; top-p sorts only the candidates above a
- * probability threshold that is lowered until their mass reaches top_p.
+ * Efficiency for a 151,936-entry vocabulary: nothing is sorted.  One
+ * vectorized pass finds the max logit; a second collects only tokens with
+ * z >= z_max - 30 (probability relative to the top token >= e^-30 ~ 1e-13;
+ * the rest carry < 2e-8 of the mass together even at full vocabulary size
+ * and are treated as zero) and exponentiates them with a branch-free exp.
+ * Top-k is a min-heap pass (k <= 1024) or a quickselect; top-p bins the
+ * probabilities by their float exponent/mantissa bits, finds the bin where
+ * the running mass crosses top_p, and runs a mass-weighted quickselect on
+ * that bin alone; the draw walks block sums.  Measured on one x86 core for
+ * vocab 151,936: greedy ~20 us, T=0.6/top-p 0.95 on peaked logits ~60 us.
+ * The tokens within the nucleus are drawn in an arbitrary but deterministic
+ * order, so a seed reproduces its sequence on one build.
  * Buffers are sized to n_vocab on first use and reused. */
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +43,9 @@
 
 /* z below z_max - CUT_Z is probability zero (see above). */
 #define CUT_Z 30.0f
+
+/* top-p histogram geometry, see nucleus() */
+enum { HIST_BINS = 1024, HIST_SHIFT = 19, HIST_WAYS = 4 };
 
 typedef struct cand {
     float v;   /* logit, then exp(z - z_max) once the probabilities are known */
@@ -56,7 +64,8 @@ struct dsq_sampler {
     float *scratch;            /* [cap] top-k heap / quickselect keys        */
     float *cv;                 /* [cap] candidates: logit, then exp(z-z_max) */
     int32_t *ci;               /* [cap] candidates: token id                 */
-    cand *cands;               /* [cap] candidates being sorted for top-p    */
+    cand *cands;               /* [cap] boundary-bin candidates for top-p    */
+    double *hist_mass;         /* [HIST_WAYS][HIST_BINS] top-p histogram     */
 };
 
 /* ---- RNG ------------------------------------------------------------------- */
@@ -167,6 +176,11 @@ dsq_status dsq_sampler_new(const dsq_sampler_params *params, dsq_sampler **out)
                             (int)p.penalty_last_n);
         }
     }
+    s->hist_mass = malloc(sizeof(double) * HIST_WAYS * HIST_BINS);
+    if (!s->hist_mass) {
+        dsq_sampler_free(s);
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the sampler");
+    }
     seed_rng(s->rng, p.seed);
     *out = s;
     return DSQ_OK;
@@ -183,6 +197,7 @@ void dsq_sampler_free(dsq_sampler *s)
     free(s->cv);
     free(s->ci);
     free(s->cands);
+    free(s->hist_mass);
     free(s);
 }
 
@@ -546,6 +561,107 @@ static float top_k_value(float *scratch, const float *x, int32_t n, int32_t k)
     return scratch[0];
 }
 
+/* Top-p by histogram.  Probabilities relative to the top token lie in
+ * (0, 1]; their float bit patterns are monotonic, so (bits(1) - bits(v)) >>
+ * HIST_SHIFT sorts them into bins 1/16 of an octave wide, bin 0 highest.
+ * One pass sums the mass per bin; the bin where the running mass reaches the
+ * target holds the nucleus boundary: tokens in higher bins are all in, lower
+ * bins all out, and only the boundary bin needs an exact selection.  Four
+ * interleaved histograms keep consecutive adds to one bin independent. */
+static inline int32_t hist_bin(float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int64_t d = (int64_t)0x3f800000 - (int64_t)bits; /* bits of 1.0f */
+    d = d < 0 ? 0 : d >> HIST_SHIFT;
+    return d < HIST_BINS - 1 ? (int32_t)d : HIST_BINS - 1;
+}
+
+/* Keep the nucleus of cv/ci[0..nc) (mass `target`) at the front of cv/ci;
+ * returns its size.  Order within it is arbitrary but deterministic. */
+static int32_t nucleus(dsq_sampler *s, int32_t nc, double target)
+{
+    float *cv = s->cv;
+    int32_t *ci = s->ci;
+    double *h = s->hist_mass;
+    memset(h, 0, sizeof(double) * HIST_BINS * HIST_WAYS);
+    for (int32_t i = 0; i < nc; i++)
+        h[(i & (HIST_WAYS - 1)) * HIST_BINS + hist_bin(cv[i])] += cv[i];
+    int32_t edge = HIST_BINS; /* no bin reaches the target (rounding): all in */
+    double before = 0.0;
+    for (int32_t b = 0; b < HIST_BINS; b++) {
+        double m = (h[b] + h[HIST_BINS + b]) + (h[2 * HIST_BINS + b] + h[3 * HIST_BINS + b]);
+        if (before + m >= target) {
+            edge = b;
+            break;
+        }
+        before += m;
+    }
+    if (edge == HIST_BINS)
+        return nc;
+    /* in-place compaction of the sure tokens; the boundary bin to s->cands */
+    cand *c = s->cands;
+    int32_t ns = 0, nb = 0;
+    for (int32_t i = 0; i < nc; i++) {
+        int32_t b = hist_bin(cv[i]);
+        if (b < edge) {
+            cv[ns] = cv[i];
+            ci[ns++] = ci[i];
+        } else if (b == edge) {
+            c[nb].v = cv[i];
+            c[nb++].id = ci[i];
+        }
+    }
+    int32_t l = nucleus_select(c, nb, target - before);
+    for (int32_t i = 0; i < l; i++) {
+        cv[ns + i] = c[i].v;
+        ci[ns + i] = c[i].id;
+    }
+    return ns + l;
+}
+
+/* Sum of cv[0..n) over entries >= floor_v, in four chains. */
+static double mass_at_least(const float *cv, int32_t n, float floor_v)
+{
+    double a[4] = { 0, 0, 0, 0 };
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++)
+            a[j] += cv[i + j] >= floor_v ? (double)cv[i + j] : 0.0;
+    for (; i < n; i++)
+        a[0] += cv[i] >= floor_v ? (double)cv[i] : 0.0;
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+/* The first token (among cv >= floor_v) whose running mass exceeds u.
+ * Block sums find the block first, so the long serial walk happens inside
+ * one block only; rounding falls back to the last eligible token. */
+static int32_t draw(const float *cv, const int32_t *ci, int32_t n, float floor_v, double u)
+{
+    enum { BLOCK = 64 };
+    double acc = 0.0;
+    int32_t i0 = 0;
+    for (; i0 + BLOCK <= n; i0 += BLOCK) {
+        double bs = mass_at_least(cv + i0, BLOCK, floor_v);
+        if (acc + bs > u)
+            break;
+        acc += bs;
+    }
+    int32_t tok = -1;
+    for (int32_t i = i0; i < n; i++) {
+        if (cv[i] < floor_v)
+            continue;
+        tok = ci[i];
+        acc += cv[i];
+        if (acc > u)
+            return tok;
+    }
+    for (int32_t i = n; tok < 0 && i-- > 0;)
+        if (cv[i] >= floor_v)
+            tok = ci[i];
+    return tok;
+}
+
 /* ---- sampling ------------------------------------------------------------------ */
 
 dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_vocab,
@@ -601,78 +717,16 @@ dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_voc
         lane[0] += (double)cv[i4];
     const double total = (lane[0] + lane[1]) + (lane[2] + lane[3]);
 
-    /* the tokens left to draw from, and their mass */
-    const float min_p = s->p.min_p;
-    const cand *kept_c = NULL; /* sorted survivors (top-p), or NULL: cv/ci */
+    /* the tokens left to draw from: cv/ci[0..kept) with cv >= floor_v */
     int32_t kept = nc;
+    const float floor_v = s->p.min_p; /* min-p: the top token (v = 1) stays */
+    if (s->p.top_p < 1.0f)
+        kept = nucleus(s, nc, (double)s->p.top_p * total);
     double kept_mass = total;
-    float floor_v = 0.0f; /* draw only among cv >= floor_v (min-p alone) */
-    if (s->p.top_p < 1.0f) {
-        /* Sort only a prefix that provably holds the nucleus: the tokens with
-         * p >= t, once their mass reaches top_p (or min-p cuts below t
-         * anyway); t is lowered until that holds. */
-        const double target = (double)s->p.top_p * total;
-        cand *c = s->cands;
-        float t = 1e-2f;
-        int32_t f;
-        double before;
-        for (;;) {
-            double mass = 0.0;
-            f = 0;
-            for (int32_t i = 0; i < nc; i++)
-                if (cv[i] >= t) {
-                    c[f].v = cv[i];
-                    c[f++].id = ci[i];
-                    mass += cv[i];
-                }
-            if (mass >= target || t <= min_p || f == nc)
-                break;
-            t = t > 1e-12f ? t * 1e-3f : 0.0f;
-        }
-        /* the nucleus is the shortest descending prefix whose mass reaches
-         * the target: select it, in any order (the draw does not need one) */
-        kept = nucleus_select(c, f, target);
-        before = 0.0;
-        int32_t k2 = 0;
-        for (int32_t i = 0; i < kept; i++) /* min-p: top token (v = 1) stays */
-            if (c[i].v >= min_p) {
-                c[k2++] = c[i];
-                before += c[i].v;
-            }
-        kept = k2;
-        kept_c = c;
-        kept_mass = before;
-    } else if (min_p > 0.0f) {
-        floor_v = min_p;
-        kept_mass = 0.0;
-        for (int32_t i = 0; i < nc; i++)
-            if (cv[i] >= floor_v)
-                kept_mass += cv[i];
-    }
+    if (kept != nc || floor_v > 0.0f)
+        kept_mass = mass_at_least(cv, kept, floor_v);
 
-    /* draw: the first token whose running mass exceeds u * kept_mass */
-    const double u = rng_uniform(s->rng) * kept_mass;
-    double acc = 0.0;
-    int32_t tok = -1;
-    if (kept_c) {
-        tok = kept_c[kept - 1].id; /* rounding fallback */
-        for (int32_t i = 0; i < kept; i++) {
-            acc += kept_c[i].v;
-            if (acc > u) {
-                tok = kept_c[i].id;
-                break;
-            }
-        }
-    } else {
-        for (int32_t i = 0; i < nc; i++) {
-            if (cv[i] < floor_v)
-                continue;
-            tok = ci[i]; /* last eligible is the rounding fallback */
-            acc += cv[i];
-            if (acc > u)
-                break;
-        }
-    }
+    const int32_t tok = draw(cv, ci, kept, floor_v, rng_uniform(s->rng) * kept_mass);
     *token_out = tok;
     record(s, tok);
     return DSQ_OK;

@@ -103,7 +103,29 @@ static void test_f16_exhaustive(void **state)
         if (ua != ub && bad++ < 5)
             printf("f16 0x%04x: fast 0x%08x exact 0x%08x\n", h, ua, ub);
     }
-    printf("f16->f32: %d of 65536 values differ bitwise from dsq_f16_to_f32\n", bad);
+    /* the vector paths: weight rows and F16 KV vectors */
+    uint16_t *all = malloc(65536 * 2);
+    float *row = malloc(65536 * 4), *kv = malloc(128 * 4);
+    for (uint32_t h = 0; h < 65536; h++)
+        all[h] = (uint16_t)h;
+    dsq_cpu_row_to_f32(row, all, DSQ_DT_F16, 65536);
+    for (uint32_t h = 0; h < 65536; h++) {
+        float b = dsq_f16_to_f32((uint16_t)h);
+        if (memcmp(&row[h], &b, 4) != 0 && bad++ < 10)
+            printf("f16 row 0x%04x differs\n", h);
+    }
+    for (uint32_t h0 = 0; h0 < 65536; h0 += 128) {
+        dsq_cpu_kv_load(kv, all + h0, NULL, DSQ_KV_F16, 128);
+        for (uint32_t d = 0; d < 128; d++) {
+            float b = dsq_f16_to_f32((uint16_t)(h0 + d));
+            if (memcmp(&kv[d], &b, 4) != 0 && bad++ < 10)
+                printf("f16 kv 0x%04x differs\n", h0 + d);
+        }
+    }
+    free(all);
+    free(row);
+    free(kv);
+    printf("f16->f32 (scalar, row and KV paths): %d of 3x65536 values differ bitwise from dsq_f16_to_f32\n", bad);
     assert_int_equal(bad, 0);
 }
 
@@ -140,10 +162,11 @@ static void test_dot(void **state)
             ref += (double)a[i] * b[i];
             mag += fabs((double)a[i] * b[i]);
         }
-        float got = dsq_cpu_dot(a, b, n);
-        double err = fabs(got - ref) / mag;
-        printf("dot n=%lld: |err|/sum|terms| = %.3e\n", (long long)n, err);
+        float got = dsq_cpu_dot(a, b, n), got2 = dsq_cpu_dot2(a, b, n);
+        double err = fabs(got - ref) / mag, err2 = fabs(got2 - ref) / mag;
+        printf("dot n=%lld: |err|/sum|terms| = %.3e (attention variant %.3e)\n", (long long)n, err, err2);
         assert_true(err < 1e-6);
+        assert_true(err2 < 1e-6);
         free(a);
         free(b);
     }
@@ -197,6 +220,21 @@ static void check_matmul(dsq_dtype dt, int32_t T, int64_t N, int64_t K, int with
             maxr = fabs(ref) > maxr ? fabs(ref) : maxr;
         }
     double err = maxd / maxr;
+    /* every output is exactly dsq_cpu_dot(x, w) + b, as documented */
+    if (!accumulate) {
+        float *wrow = malloc((size_t)K * 4);
+        int exact = 1;
+        for (int64_t o = 1; o < N - 1; o++) {
+            for (int64_t k = 0; k < K; k++)
+                wrow[k] = (float)wref[o * K + k];
+            for (int32_t t = 0; t < T; t++) {
+                float want = dsq_cpu_dot(X + t * ldx, wrow, K) + (with_bias ? (float)bref[o] : 0.0f);
+                exact &= memcmp(&want, &Y[t * ldy + o], 4) == 0;
+            }
+        }
+        free(wrow);
+        assert_true(exact);
+    }
     printf("matmul %s T=%d N=%lld K=%lld bias=%d acc=%d: rel err %.3e\n", dsq_dtype_name(dt), T,
            (long long)N, (long long)K, with_bias, accumulate, err);
     assert_true(untouched_ok);

@@ -324,6 +324,8 @@ static void test_distributions(void **state)
     check_distribution("top-p 0.95 T 0.6", (cfg){ 0.6f, 0, 0.95f, 0.0f }, 1003, 2.5, draws, 1);
     check_distribution("min-p 0.05", (cfg){ 1.0f, 0, 1.0f, 0.05f }, 1003, 1.5, draws, 1);
     check_distribution("top-k+top-p+min-p", (cfg){ 1.3f, 40, 0.9f, 0.02f }, 1003, 1.5, draws, 1);
+    /* min-p that cuts inside the nucleus */
+    check_distribution("top-p 0.95+min-p 0.15", (cfg){ 1.0f, 0, 0.95f, 0.15f }, 1003, 1.5, draws, 1);
     check_distribution("flat top-p 0.5", (cfg){ 1.0f, 0, 0.5f, 0.0f }, 4001, 0.3, draws, 0);
 }
 

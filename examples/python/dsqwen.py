@@ -1,0 +1,601 @@
+"""dsqwen - Python bindings for libdsqwen through ctypes (standard library only).
+
+The layer mirrors include/dsqwen.h: the params/info structs with their
+leading struct_size, the enums as IntEnums, every function with its exact C
+signature.  On top of it sit small classes (Model, Context, Tokenizer,
+DetokStream, Sampler) that own one handle each, free it in close() and work as
+context managers.  A failing call raises DsqError carrying the status, its
+dsq_status_string() and the dsq_last_error_message() of that call.
+
+Which libdsqwen.so is loaded: load_library(path) if called before anything
+else, else the DSQWEN_LIBRARY environment variable, else the system search
+(libdsqwen.so.0 / libdsqwen.so through LD_LIBRARY_PATH, ld.so.cache).
+
+    import dsqwen
+    with dsqwen.Model("path/to/model", backend=dsqwen.Backend.CPU) as model, \\
+         model.context(max_context=1024) as ctx:
+        logits = ctx.prefill([151646, 9707])       # [n_vocab] floats
+        token = dsqwen.argmax(logits)
+        logits = ctx.decode_step([0], [token])     # [1 * n_vocab]
+"""
+import ctypes as C
+import ctypes.util
+import enum
+import os
+import weakref
+
+__all__ = ["DsqError", "Status", "Backend", "KvLayout", "KvDtype", "Role", "LogLevel",
+           "Model", "Context", "Tokenizer", "DetokStream", "Sampler", "load_library",
+           "version", "chat_format", "set_log_callback", "argmax"]
+
+# --------------------------------------------------------------------------
+# Enumerations and flags (values fixed by dsqwen.h)
+# --------------------------------------------------------------------------
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    ERR_INVALID_ARG = -1
+    ERR_STRUCT_SIZE = -2
+    ERR_OUT_OF_MEMORY = -3
+    ERR_IO = -4
+    ERR_FORMAT = -5
+    ERR_CONFIG = -6
+    ERR_UNSUPPORTED = -7
+    ERR_MISSING_TENSOR = -8
+    ERR_SHAPE = -9
+    ERR_DTYPE = -10
+    ERR_TOKEN = -11
+    ERR_SEQ = -12
+    ERR_CONTEXT_FULL = -13
+    ERR_KV_FULL = -14
+    ERR_BATCH = -15
+    ERR_BUFFER_TOO_SMALL = -16
+    ERR_NO_DEVICE = -17
+    ERR_DEVICE_OOM = -18
+    ERR_DEVICE = -19
+    ERR_INTERNAL = -20
+
+
+class LogLevel(enum.IntEnum):
+    ERROR = 0
+    WARN = 1
+    INFO = 2
+    DEBUG = 3
+
+
+class Backend(enum.IntEnum):
+    AUTO = 0
+    CPU = 1
+    CUDA = 2
+
+
+class KvLayout(enum.IntEnum):
+    STATIC = 0
+    PAGED = 1
+
+
+class KvDtype(enum.IntEnum):
+    F16 = 0
+    INT8 = 1
+    F32 = 2
+
+
+class Role(enum.IntEnum):
+    SYSTEM = 0
+    USER = 1
+    ASSISTANT = 2
+
+
+LOGITS_LAST = 0
+LOGITS_ALL = 1
+TOKENIZE_ADD_SPECIAL = 1
+TOKENIZE_PLAIN_SPECIAL = 2
+
+# --------------------------------------------------------------------------
+# Structs: field for field as in dsqwen.h (ctypes applies the C alignment)
+# --------------------------------------------------------------------------
+
+_i32, _u32, _i64, _u64, _f32 = C.c_int32, C.c_uint32, C.c_int64, C.c_uint64, C.c_float
+
+
+class ModelParams(C.Structure):
+    _fields_ = [("struct_size", _u32), ("backend", _i32), ("device", _i32),
+                ("n_threads", _i32), ("load_tokenizer", _i32)]
+
+
+class ModelInfo(C.Structure):
+    _fields_ = [("struct_size", _u32), ("backend", _i32), ("n_vocab", _i32), ("n_embd", _i32),
+                ("n_layers", _i32), ("n_heads", _i32), ("n_kv_heads", _i32),
+                ("head_dim", _i32), ("n_ff", _i32), ("max_context", _i32),
+                ("tie_embeddings", _i32), ("rope_theta", _f32), ("rms_norm_eps", _f32),
+                ("n_params", _i64), ("weight_bytes", _i64), ("device_bytes", _i64),
+                ("bos_token", _i32), ("eos_token", _i32)]
+
+
+class CtxParams(C.Structure):
+    _fields_ = [("struct_size", _u32), ("max_seqs", _i32), ("max_context", _i32),
+                ("max_batch_tokens", _i32), ("kv_layout", _i32), ("kv_dtype", _i32),
+                ("kv_block_size", _i32), ("kv_pool_tokens", _i64),
+                ("kv_budget_bytes", _i64), ("n_threads", _i32)]
+
+
+class CtxInfo(C.Structure):
+    _fields_ = [("struct_size", _u32), ("backend", _i32), ("kv_layout", _i32),
+                ("kv_dtype", _i32), ("max_seqs", _i32), ("max_context", _i32),
+                ("max_batch_tokens", _i32), ("kv_block_size", _i32),
+                ("kv_bytes_per_token", _i64), ("kv_capacity_tokens", _i64),
+                ("kv_free_tokens", _i64), ("kv_bytes", _i64), ("scratch_bytes", _i64),
+                ("n_threads", _i32), ("n_active_seqs", _i32)]
+
+
+class SamplerParams(C.Structure):
+    _fields_ = [("struct_size", _u32), ("temperature", _f32), ("top_k", _i32),
+                ("top_p", _f32), ("min_p", _f32), ("repetition_penalty", _f32),
+                ("penalty_last_n", _i32), ("seed", _u64), ("n_vocab_valid", _i32)]
+
+
+class ChatMessage(C.Structure):
+    _fields_ = [("role", _i32), ("content", C.c_char_p)]
+
+
+LogFn = C.CFUNCTYPE(None, C.c_int, C.c_char_p, C.c_void_p)
+
+# --------------------------------------------------------------------------
+# Loading the library and declaring every function
+# --------------------------------------------------------------------------
+
+_P, _vp, _st, _sz = C.POINTER, C.c_void_p, C.c_int, C.c_size_t
+_SIGNATURES = {
+    # name: (restype, argtypes); _st marks a dsq_status return
+    "dsq_version_string": (C.c_char_p, []),
+    "dsq_version_number": (C.c_uint, []),
+    "dsq_status_string": (C.c_char_p, [_st]),
+    "dsq_last_error_message": (C.c_char_p, []),
+    "dsq_set_log_callback": (None, [LogFn, _vp, C.c_int]),
+    "dsq_model_default_params": (ModelParams, []),
+    "dsq_model_load": (_st, [C.c_char_p, _P(ModelParams), _P(_vp)]),
+    "dsq_model_free": (None, [_vp]),
+    "dsq_model_get_info": (_st, [_vp, _P(ModelInfo)]),
+    "dsq_ctx_default_params": (CtxParams, []),
+    "dsq_ctx_new": (_st, [_vp, _P(CtxParams), _P(_vp)]),
+    "dsq_ctx_free": (None, [_vp]),
+    "dsq_ctx_last_error": (C.c_char_p, [_vp]),
+    "dsq_ctx_get_info": (_st, [_vp, _P(CtxInfo)]),
+    "dsq_prefill": (_st, [_vp, _i32, _P(_i32), _i32, _u32, _P(_f32)]),
+    "dsq_decode_step": (_st, [_vp, _i32, _P(_i32), _P(_i32), _P(_f32)]),
+    "dsq_seq_remove": (_st, [_vp, _i32]),
+    "dsq_seq_length": (_st, [_vp, _i32, _P(_i32)]),
+    "dsq_tokenizer_load": (_st, [C.c_char_p, _P(_vp)]),
+    "dsq_tokenizer_free": (None, [_vp]),
+    "dsq_model_tokenizer": (_vp, [_vp]),
+    "dsq_tokenize": (_st, [_vp, C.c_char_p, _sz, _u32, _P(_i32), _sz, _P(_sz)]),
+    "dsq_detokenize": (_st, [_vp, _P(_i32), _sz, C.c_int, C.c_char_p, _sz, _P(_sz)]),
+    "dsq_tokenizer_n_tokens": (_i32, [_vp]),
+    "dsq_tokenizer_token_id": (_i32, [_vp, C.c_char_p]),
+    "dsq_token_text": (C.c_char_p, [_vp, _i32]),
+    "dsq_token_is_special": (C.c_int, [_vp, _i32]),
+    "dsq_tokenizer_bos": (_i32, [_vp]),
+    "dsq_tokenizer_eos": (_i32, [_vp]),
+    "dsq_detok_stream_new": (_st, [_vp, C.c_int, _P(_vp)]),
+    "dsq_detok_stream_free": (None, [_vp]),
+    "dsq_detok_stream_push": (_st, [_vp, _i32, C.c_char_p, _sz, _P(_sz)]),
+    "dsq_detok_stream_flush": (_st, [_vp, C.c_char_p, _sz, _P(_sz)]),
+    "dsq_chat_format": (_st, [_P(ChatMessage), _sz, C.c_int, C.c_char_p, _sz, _P(_sz)]),
+    "dsq_sampler_default_params": (SamplerParams, []),
+    "dsq_sampler_new": (_st, [_P(SamplerParams), _P(_vp)]),
+    "dsq_sampler_free": (None, [_vp]),
+    "dsq_sampler_sample": (_st, [_vp, _P(_f32), _i32, _P(_i32)]),
+    "dsq_sampler_accept": (_st, [_vp, _P(_i32), _sz]),
+    "dsq_sampler_reset": (None, [_vp, _u64]),
+}
+
+# The major version this module was written against (DSQ_VERSION_MAJOR).
+_ABI_MAJOR = 0
+_lib = None
+
+
+def load_library(path=None):
+    """Load libdsqwen (see the module docstring for the search order) and
+    declare its functions.  Called implicitly on first use; returns the
+    ctypes.CDLL.  Raises OSError if the library is missing or its major
+    version differs from the one these bindings mirror."""
+    global _lib
+    if _lib is not None and path is None:
+        return _lib
+    path = path or os.environ.get("DSQWEN_LIBRARY")
+    if not path:
+        path = ctypes.util.find_library("dsqwen") or "libdsqwen.so.%d" % _ABI_MAJOR
+    lib = C.CDLL(path)
+    for name, (res, args) in _SIGNATURES.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    if lib.dsq_version_number() // 10000 != _ABI_MAJOR:
+        raise OSError("%s is libdsqwen %s; these bindings need major version %d"
+                      % (path, lib.dsq_version_string().decode(), _ABI_MAJOR))
+    _lib = lib
+    return lib
+
+
+def _L():
+    return _lib if _lib is not None else load_library()
+
+
+class DsqError(Exception):
+    """A libdsqwen call failed.  .status is a Status, .name its
+    dsq_status_string() and .message the library's message for the call."""
+
+    def __init__(self, status, message, what=""):
+        try:
+            self.status = Status(status)
+        except ValueError:  # a code newer than these bindings
+            self.status = status
+        self.name = _L().dsq_status_string(status).decode()
+        self.message = message
+        super().__init__("%s%s%s" % (what + ": " if what else "", self.name,
+                                     " (" + message + ")" if message else ""))
+
+
+def _check(status, what):
+    """Raise DsqError for a failing status.  Reads this thread's message at
+    once: it is valid only until the next libdsqwen call on the thread."""
+    if status != Status.OK:
+        raise DsqError(status, _L().dsq_last_error_message().decode("utf-8", "replace"), what)
+
+
+def version():
+    """Version string of the loaded library, e.g. "0.1.0"."""
+    return _L().dsq_version_string().decode()
+
+
+def _ids(tokens):
+    """A C int32 array from a sequence of ints (or one already)."""
+    if isinstance(tokens, C.Array) and tokens._type_ is _i32:
+        return tokens
+    return (_i32 * len(tokens))(*tokens)
+
+
+def argmax(row, start=0, n=None):
+    """Index of the largest of row[start:start+n] relative to start (first on
+    ties), for ctypes arrays or any sequence; numpy users call .argmax()."""
+    n = len(row) - start if n is None else n
+    best, best_v = 0, row[start]
+    for i in range(1, n):
+        v = row[start + i]
+        if v > best_v:
+            best, best_v = i, v
+    return best
+
+
+_log_keepalive = None  # the installed callback must outlive its C pointer
+
+
+def set_log_callback(fn, max_level=LogLevel.WARN):
+    """Route library diagnostics to fn(level: LogLevel, message: str); None
+    removes the callback.  fn may be called from any thread in the library."""
+    global _log_keepalive
+    if fn is None:
+        _L().dsq_set_log_callback(LogFn(), None, int(max_level))
+        _log_keepalive = None
+        return
+    cb = LogFn(lambda lvl, msg, _user: fn(LogLevel(lvl), msg.decode("utf-8", "replace")))
+    _L().dsq_set_log_callback(cb, None, int(max_level))
+    _log_keepalive = cb
+
+
+def chat_format(messages, add_generation_prompt=True):
+    """Render [(Role, text), ...] in the R1-Distill chat format; returns str."""
+    arr = (ChatMessage * len(messages))(
+        *[ChatMessage(int(r), t.encode("utf-8")) for r, t in messages])
+    n = _sz(0)
+    st = _L().dsq_chat_format(arr, len(messages), int(add_generation_prompt), None, 0,
+                              C.byref(n))
+    if st != Status.ERR_BUFFER_TOO_SMALL:
+        _check(st, "dsq_chat_format")
+    buf = C.create_string_buffer(n.value + 1)
+    _check(_L().dsq_chat_format(arr, len(messages), int(add_generation_prompt), buf,
+                                len(buf), C.byref(n)), "dsq_chat_format")
+    return buf.raw[:n.value].decode("utf-8")
+
+
+def _params(defaults, kwargs, what):
+    """Set keyword fields on a struct from *_default_params(); unknown
+    names are errors rather than silently ignored."""
+    names = {f[0] for f in type(defaults)._fields_} - {"struct_size"}
+    for k, v in kwargs.items():
+        if k not in names:
+            raise TypeError("%s has no field %r" % (what, k))
+        setattr(defaults, k, int(v) if isinstance(v, enum.IntEnum) else v)
+    return defaults
+
+
+class _Handle:
+    """One owned C handle; close() frees it once, and so does the context
+    manager and (as a last resort) garbage collection."""
+    _free = None
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("%s is closed" % type(self).__name__)
+        return self._h
+
+    def close(self):
+        if self._h:
+            h, self._h = self._h, None
+            getattr(_L(), self._free)(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# --------------------------------------------------------------------------
+# Model and Context
+# --------------------------------------------------------------------------
+
+
+class Model(_Handle):
+    """A loaded model (dsq_model_load).  Keyword arguments set fields of
+    dsq_model_params (backend, device, n_threads, load_tokenizer).  Closing
+    the model first closes the contexts made from it."""
+    _free = "dsq_model_free"
+
+    def __init__(self, path, **params):
+        p = _params(_L().dsq_model_default_params(), params, "dsq_model_params")
+        h = _vp()
+        _check(_L().dsq_model_load(os.fsencode(path), C.byref(p), C.byref(h)),
+               "dsq_model_load(%s)" % path)
+        super().__init__(h.value)
+        self._contexts = weakref.WeakSet()
+        info = ModelInfo(struct_size=C.sizeof(ModelInfo))
+        _check(_L().dsq_model_get_info(self.handle, C.byref(info)), "dsq_model_get_info")
+        self.info = info  # ModelInfo; fixed for the model's life
+        t = _L().dsq_model_tokenizer(self.handle)
+        self.tokenizer = Tokenizer(t, owner=self) if t else None
+
+    def context(self, **params):
+        """A new Context; keywords set dsq_ctx_params fields."""
+        ctx = Context(self, **params)
+        self._contexts.add(ctx)
+        return ctx
+
+    def close(self):
+        for ctx in list(getattr(self, "_contexts", ())):
+            ctx.close()
+        super().close()
+
+
+class Context(_Handle):
+    """KV cache and scratch for up to max_seqs sequences (dsq_ctx_new).  One
+    thread at a time.  Holds a reference to its model."""
+    _free = "dsq_ctx_free"
+
+    def __init__(self, model, **params):
+        p = _params(_L().dsq_ctx_default_params(), params, "dsq_ctx_params")
+        h = _vp()
+        _check(_L().dsq_ctx_new(model.handle, C.byref(p), C.byref(h)), "dsq_ctx_new")
+        super().__init__(h.value)
+        self.model = model
+        self.n_vocab = model.info.n_vocab
+
+    def info(self):
+        """Current CtxInfo (free KV tokens and active sequences change)."""
+        info = CtxInfo(struct_size=C.sizeof(CtxInfo))
+        _check(_L().dsq_ctx_get_info(self.handle, C.byref(info)), "dsq_ctx_get_info")
+        return info
+
+    def prefill(self, tokens, seq=0, logits="last"):
+        """Append tokens to sequence seq.  logits: "last" returns a ctypes
+        float array [n_vocab], "all" one of [len(tokens) * n_vocab]
+        (row-major), None computes no logits and returns None."""
+        ids = _ids(tokens)
+        if logits is None:
+            out, flags = None, LOGITS_LAST
+        elif logits in ("last", "all"):
+            flags = LOGITS_ALL if logits == "all" else LOGITS_LAST
+            out = (_f32 * (self.n_vocab * (len(ids) if flags == LOGITS_ALL else 1)))()
+        else:
+            raise ValueError('logits must be "last", "all" or None')
+        _check(_L().dsq_prefill(self.handle, seq, ids, len(ids), flags, out), "dsq_prefill")
+        return out
+
+    def decode_step(self, seqs, tokens, logits=True):
+        """Append tokens[i] to sequence seqs[i] for all i in one batch.
+        Returns a ctypes float array [len(seqs) * n_vocab] (row i belongs to
+        seqs[i]) or None when logits is False."""
+        s, t = _ids(seqs), _ids(tokens)
+        if len(s) != len(t):
+            raise ValueError("seqs and tokens differ in length")
+        out = (_f32 * (self.n_vocab * len(s)))() if logits else None
+        _check(_L().dsq_decode_step(self.handle, len(s), s, t, out), "dsq_decode_step")
+        return out
+
+    def seq_length(self, seq=0):
+        n = _i32()
+        _check(_L().dsq_seq_length(self.handle, seq, C.byref(n)), "dsq_seq_length")
+        return n.value
+
+    def seq_remove(self, seq=0):
+        _check(_L().dsq_seq_remove(self.handle, seq), "dsq_seq_remove")
+
+    def last_error(self):
+        """dsq_ctx_last_error(): message of the last failing call here."""
+        return _L().dsq_ctx_last_error(self.handle).decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------
+# Tokenizer and streaming detokenizer
+# --------------------------------------------------------------------------
+
+
+class Tokenizer(_Handle):
+    """Byte-level BPE tokenizer.  Tokenizer.load(path) owns its handle; a
+    model's tokenizer (Model.tokenizer) is borrowed and lives as long as the
+    model."""
+    _free = "dsq_tokenizer_free"
+
+    def __init__(self, handle, owner=None):
+        super().__init__(handle)
+        self._owner = owner  # a borrowed handle is never freed here
+
+    @classmethod
+    def load(cls, path):
+        h = _vp()
+        _check(_L().dsq_tokenizer_load(os.fsencode(path), C.byref(h)),
+               "dsq_tokenizer_load(%s)" % path)
+        return cls(h.value)
+
+    @property
+    def handle(self):
+        if self._owner is not None and not self._owner._h:
+            raise ValueError("the model owning this tokenizer is closed")
+        return super().handle
+
+    def close(self):
+        if self._owner is None:
+            super().close()
+        else:
+            self._h = None
+
+    def encode(self, text, add_special=False, plain_special=False):
+        """Token ids (list of int) of str or UTF-8 bytes."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        flags = (TOKENIZE_ADD_SPECIAL if add_special else 0) | \
+                (TOKENIZE_PLAIN_SPECIAL if plain_special else 0)
+        n = _sz(0)
+        cap = len(data) + 8  # byte-level BPE: at most one id per byte, plus BOS
+        while True:
+            buf = (_i32 * cap)()
+            st = _L().dsq_tokenize(self.handle, data, len(data), flags, buf, cap, C.byref(n))
+            if st != Status.ERR_BUFFER_TOO_SMALL:
+                break
+            cap = n.value
+        _check(st, "dsq_tokenize")
+        return buf[:n.value]
+
+    def decode(self, tokens, skip_special=False, errors="replace"):
+        """Text of token ids (str; bytes that are not UTF-8 per `errors`)."""
+        return self.decode_bytes(tokens, skip_special).decode("utf-8", errors)
+
+    def decode_bytes(self, tokens, skip_special=False):
+        ids = _ids(tokens)
+        n = _sz(0)
+        cap = 16 * len(ids) + 1
+        while True:
+            buf = C.create_string_buffer(cap)
+            st = _L().dsq_detokenize(self.handle, ids, len(ids), int(skip_special), buf, cap,
+                                     C.byref(n))
+            if st != Status.ERR_BUFFER_TOO_SMALL:
+                break
+            cap = n.value + 1
+        _check(st, "dsq_detokenize")
+        return buf.raw[:n.value]
+
+    def __len__(self):
+        return _L().dsq_tokenizer_n_tokens(self.handle)
+
+    def token_id(self, text):
+        """Id of the token whose stored text is exactly `text`, or -1."""
+        return _L().dsq_tokenizer_token_id(self.handle, text.encode("utf-8"))
+
+    def token_text(self, id):
+        """Raw stored text of a token (byte-level form), or None."""
+        t = _L().dsq_token_text(self.handle, id)
+        return None if t is None else t.decode("utf-8", "replace")
+
+    def is_special(self, id):
+        return bool(_L().dsq_token_is_special(self.handle, id))
+
+    @property
+    def bos(self):
+        return _L().dsq_tokenizer_bos(self.handle)
+
+    @property
+    def eos(self):
+        return _L().dsq_tokenizer_eos(self.handle)
+
+    def stream(self, skip_special=False):
+        """A DetokStream that turns ids into complete UTF-8 text."""
+        return DetokStream(self, skip_special)
+
+
+class DetokStream(_Handle):
+    """Feed ids one at a time with push(); get back only completed text."""
+    _free = "dsq_detok_stream_free"
+
+    def __init__(self, tokenizer, skip_special=False):
+        h = _vp()
+        _check(_L().dsq_detok_stream_new(tokenizer.handle, int(skip_special), C.byref(h)),
+               "dsq_detok_stream_new")
+        super().__init__(h.value)
+        self.tokenizer = tokenizer  # must outlive the stream
+        self._buf = C.create_string_buffer(1024)
+
+    def _call(self, fn, *args):
+        n = _sz(0)
+        while True:
+            st = fn(self.handle, *args, self._buf, len(self._buf), C.byref(n))
+            if st != Status.ERR_BUFFER_TOO_SMALL:  # state is unchanged: retry bigger
+                break
+            self._buf = C.create_string_buffer(2 * len(self._buf))
+        _check(st, fn.__name__)
+        return self._buf.raw[:n.value].decode("utf-8", "replace")
+
+    def push(self, token):
+        return self._call(_L().dsq_detok_stream_push, token)
+
+    def flush(self):
+        """Whatever is still held (incomplete UTF-8 as U+FFFD); resets."""
+        return self._call(_L().dsq_detok_stream_flush)
+
+
+# --------------------------------------------------------------------------
+# Sampler
+# --------------------------------------------------------------------------
+
+
+class Sampler(_Handle):
+    """Next-token sampler (dsq_sampler_new).  Keywords set dsq_sampler_params
+    fields: temperature (<= 0 is greedy), top_k, top_p, min_p,
+    repetition_penalty, penalty_last_n, seed, n_vocab_valid."""
+    _free = "dsq_sampler_free"
+
+    def __init__(self, **params):
+        p = _params(_L().dsq_sampler_default_params(), params, "dsq_sampler_params")
+        h = _vp()
+        _check(_L().dsq_sampler_new(C.byref(p), C.byref(h)), "dsq_sampler_new")
+        super().__init__(h.value)
+
+    def sample(self, logits, row=0, n_vocab=None):
+        """Draw a token from row `row` of a ctypes float array of
+        [rows * n_vocab] logits (n_vocab defaults to its whole length)."""
+        n = len(logits) if n_vocab is None else n_vocab
+        if not isinstance(logits, C.Array) or logits._type_ is not _f32:
+            logits = (_f32 * len(logits))(*logits)
+        if (row + 1) * n > len(logits):
+            raise ValueError("row %d of %d-wide logits is out of range" % (row, n))
+        view = (_f32 * n).from_buffer(logits, row * n * C.sizeof(_f32))  # no copy
+        tok = _i32()
+        _check(_L().dsq_sampler_sample(self.handle, view, n, C.byref(tok)),
+               "dsq_sampler_sample")
+        return tok.value
+
+    def accept(self, tokens):
+        """Record tokens (e.g. the prompt) for the repetition penalty."""
+        ids = _ids(tokens)
+        _check(_L().dsq_sampler_accept(self.handle, ids, len(ids)), "dsq_sampler_accept")
+
+    def reset(self, seed):
+        _L().dsq_sampler_reset(self.handle, seed)

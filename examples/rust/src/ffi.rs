@@ -1,0 +1,222 @@
+//! Raw declarations of include/dsqwen.h, item for item (C names kept so the
+//! header's documentation applies unchanged).  C enums are passed as `c_int`
+//! / `i32` constants: the library may return values this file does not know.
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::marker::{PhantomData, PhantomPinned};
+
+pub const DSQ_VERSION_MAJOR: u32 = 0;
+
+/// `dsq_status`: 0 is DSQ_OK, errors are negative with fixed values.
+pub type dsq_status = c_int;
+pub const DSQ_OK: dsq_status = 0;
+pub const DSQ_ERR_INVALID_ARG: dsq_status = -1;
+pub const DSQ_ERR_STRUCT_SIZE: dsq_status = -2;
+pub const DSQ_ERR_OUT_OF_MEMORY: dsq_status = -3;
+pub const DSQ_ERR_IO: dsq_status = -4;
+pub const DSQ_ERR_FORMAT: dsq_status = -5;
+pub const DSQ_ERR_CONFIG: dsq_status = -6;
+pub const DSQ_ERR_UNSUPPORTED: dsq_status = -7;
+pub const DSQ_ERR_MISSING_TENSOR: dsq_status = -8;
+pub const DSQ_ERR_SHAPE: dsq_status = -9;
+pub const DSQ_ERR_DTYPE: dsq_status = -10;
+pub const DSQ_ERR_TOKEN: dsq_status = -11;
+pub const DSQ_ERR_SEQ: dsq_status = -12;
+pub const DSQ_ERR_CONTEXT_FULL: dsq_status = -13;
+pub const DSQ_ERR_KV_FULL: dsq_status = -14;
+pub const DSQ_ERR_BATCH: dsq_status = -15;
+pub const DSQ_ERR_BUFFER_TOO_SMALL: dsq_status = -16;
+pub const DSQ_ERR_NO_DEVICE: dsq_status = -17;
+pub const DSQ_ERR_DEVICE_OOM: dsq_status = -18;
+pub const DSQ_ERR_DEVICE: dsq_status = -19;
+pub const DSQ_ERR_INTERNAL: dsq_status = -20;
+
+pub const DSQ_LOG_ERROR: c_int = 0;
+pub const DSQ_LOG_WARN: c_int = 1;
+pub const DSQ_LOG_INFO: c_int = 2;
+pub const DSQ_LOG_DEBUG: c_int = 3;
+
+pub const DSQ_BACKEND_AUTO: i32 = 0;
+pub const DSQ_BACKEND_CPU: i32 = 1;
+pub const DSQ_BACKEND_CUDA: i32 = 2;
+pub const DSQ_KV_STATIC: i32 = 0;
+pub const DSQ_KV_PAGED: i32 = 1;
+pub const DSQ_KV_F16: i32 = 0;
+pub const DSQ_KV_INT8: i32 = 1;
+pub const DSQ_KV_F32: i32 = 2;
+pub const DSQ_ROLE_SYSTEM: i32 = 0;
+pub const DSQ_ROLE_USER: i32 = 1;
+pub const DSQ_ROLE_ASSISTANT: i32 = 2;
+
+pub const DSQ_LOGITS_LAST: u32 = 0;
+pub const DSQ_LOGITS_ALL: u32 = 1;
+pub const DSQ_TOKENIZE_ADD_SPECIAL: u32 = 1;
+pub const DSQ_TOKENIZE_PLAIN_SPECIAL: u32 = 2;
+
+// Opaque handles: only ever behind pointers, neither Send, Sync nor Unpin.
+macro_rules! opaque {
+    ($($name:ident),*) => {$(
+        #[repr(C)]
+        pub struct $name {
+            _data: [u8; 0],
+            _marker: PhantomData<(*mut u8, PhantomPinned)>,
+        }
+    )*};
+}
+opaque!(dsq_model, dsq_ctx, dsq_tokenizer, dsq_detok_stream, dsq_sampler);
+
+pub type dsq_log_fn = Option<unsafe extern "C" fn(level: c_int, message: *const c_char, user: *mut c_void)>;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_model_params {
+    pub struct_size: u32,
+    pub backend: i32,
+    pub device: i32,
+    pub n_threads: i32,
+    pub load_tokenizer: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct dsq_model_info {
+    pub struct_size: u32,
+    pub backend: i32,
+    pub n_vocab: i32,
+    pub n_embd: i32,
+    pub n_layers: i32,
+    pub n_heads: i32,
+    pub n_kv_heads: i32,
+    pub head_dim: i32,
+    pub n_ff: i32,
+    pub max_context: i32,
+    pub tie_embeddings: i32,
+    pub rope_theta: f32,
+    pub rms_norm_eps: f32,
+    pub n_params: i64,
+    pub weight_bytes: i64,
+    pub device_bytes: i64,
+    pub bos_token: i32,
+    pub eos_token: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_ctx_params {
+    pub struct_size: u32,
+    pub max_seqs: i32,
+    pub max_context: i32,
+    pub max_batch_tokens: i32,
+    pub kv_layout: i32,
+    pub kv_dtype: i32,
+    pub kv_block_size: i32,
+    pub kv_pool_tokens: i64,
+    pub kv_budget_bytes: i64,
+    pub n_threads: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct dsq_ctx_info {
+    pub struct_size: u32,
+    pub backend: i32,
+    pub kv_layout: i32,
+    pub kv_dtype: i32,
+    pub max_seqs: i32,
+    pub max_context: i32,
+    pub max_batch_tokens: i32,
+    pub kv_block_size: i32,
+    pub kv_bytes_per_token: i64,
+    pub kv_capacity_tokens: i64,
+    pub kv_free_tokens: i64,
+    pub kv_bytes: i64,
+    pub scratch_bytes: i64,
+    pub n_threads: i32,
+    pub n_active_seqs: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_chat_message {
+    pub role: i32,
+    pub content: *const c_char,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_sampler_params {
+    pub struct_size: u32,
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repetition_penalty: f32,
+    pub penalty_last_n: i32,
+    pub seed: u64,
+    pub n_vocab_valid: i32,
+}
+
+extern "C" {
+    pub fn dsq_version_string() -> *const c_char;
+    pub fn dsq_version_number() -> c_uint;
+    pub fn dsq_status_string(status: dsq_status) -> *const c_char;
+    pub fn dsq_last_error_message() -> *const c_char;
+    pub fn dsq_set_log_callback(f: dsq_log_fn, user: *mut c_void, max_level: c_int);
+
+    pub fn dsq_model_default_params() -> dsq_model_params;
+    pub fn dsq_model_load(path: *const c_char, params: *const dsq_model_params,
+                          out: *mut *mut dsq_model) -> dsq_status;
+    pub fn dsq_model_free(model: *mut dsq_model);
+    pub fn dsq_model_get_info(model: *const dsq_model, info: *mut dsq_model_info) -> dsq_status;
+
+    pub fn dsq_ctx_default_params() -> dsq_ctx_params;
+    pub fn dsq_ctx_new(model: *mut dsq_model, params: *const dsq_ctx_params,
+                       out: *mut *mut dsq_ctx) -> dsq_status;
+    pub fn dsq_ctx_free(ctx: *mut dsq_ctx);
+    pub fn dsq_ctx_last_error(ctx: *const dsq_ctx) -> *const c_char;
+    pub fn dsq_ctx_get_info(ctx: *const dsq_ctx, info: *mut dsq_ctx_info) -> dsq_status;
+
+    pub fn dsq_prefill(ctx: *mut dsq_ctx, seq: i32, tokens: *const i32, n_tokens: i32,
+                       flags: u32, logits: *mut f32) -> dsq_status;
+    pub fn dsq_decode_step(ctx: *mut dsq_ctx, n_seqs: i32, seqs: *const i32,
+                           tokens: *const i32, logits: *mut f32) -> dsq_status;
+    pub fn dsq_seq_remove(ctx: *mut dsq_ctx, seq: i32) -> dsq_status;
+    pub fn dsq_seq_length(ctx: *const dsq_ctx, seq: i32, n_out: *mut i32) -> dsq_status;
+
+    pub fn dsq_tokenizer_load(path: *const c_char, out: *mut *mut dsq_tokenizer) -> dsq_status;
+    pub fn dsq_tokenizer_free(tok: *mut dsq_tokenizer);
+    pub fn dsq_model_tokenizer(model: *const dsq_model) -> *const dsq_tokenizer;
+    pub fn dsq_tokenize(tok: *const dsq_tokenizer, text: *const c_char, len: usize, flags: u32,
+                        tokens: *mut i32, cap: usize, n_out: *mut usize) -> dsq_status;
+    pub fn dsq_detokenize(tok: *const dsq_tokenizer, tokens: *const i32, n: usize,
+                          skip_special: c_int, text: *mut c_char, cap: usize,
+                          len_out: *mut usize) -> dsq_status;
+    pub fn dsq_tokenizer_n_tokens(tok: *const dsq_tokenizer) -> i32;
+    pub fn dsq_tokenizer_token_id(tok: *const dsq_tokenizer, text: *const c_char) -> i32;
+    pub fn dsq_token_text(tok: *const dsq_tokenizer, id: i32) -> *const c_char;
+    pub fn dsq_token_is_special(tok: *const dsq_tokenizer, id: i32) -> c_int;
+    pub fn dsq_tokenizer_bos(tok: *const dsq_tokenizer) -> i32;
+    pub fn dsq_tokenizer_eos(tok: *const dsq_tokenizer) -> i32;
+
+    pub fn dsq_detok_stream_new(tok: *const dsq_tokenizer, skip_special: c_int,
+                                out: *mut *mut dsq_detok_stream) -> dsq_status;
+    pub fn dsq_detok_stream_free(s: *mut dsq_detok_stream);
+    pub fn dsq_detok_stream_push(s: *mut dsq_detok_stream, token: i32, text: *mut c_char,
+                                 cap: usize, len_out: *mut usize) -> dsq_status;
+    pub fn dsq_detok_stream_flush(s: *mut dsq_detok_stream, text: *mut c_char, cap: usize,
+                                  len_out: *mut usize) -> dsq_status;
+
+    pub fn dsq_chat_format(msgs: *const dsq_chat_message, n_msgs: usize,
+                           add_generation_prompt: c_int, text: *mut c_char, cap: usize,
+                           len_out: *mut usize) -> dsq_status;
+
+    pub fn dsq_sampler_default_params() -> dsq_sampler_params;
+    pub fn dsq_sampler_new(params: *const dsq_sampler_params, out: *mut *mut dsq_sampler)
+        -> dsq_status;
+    pub fn dsq_sampler_free(s: *mut dsq_sampler);
+    pub fn dsq_sampler_sample(s: *mut dsq_sampler, logits: *const f32, n_vocab: i32,
+                              token_out: *mut i32) -> dsq_status;
+    pub fn dsq_sampler_accept(s: *mut dsq_sampler, tokens: *const i32, n: usize) -> dsq_status;
+    pub fn dsq_sampler_reset(s: *mut dsq_sampler, seed: u64);
+}
