@@ -20,11 +20,16 @@
  *    released with the matching *_free(); every *_free(NULL) is a no-op.  On
  *    failure `*out` is set to NULL and nothing is leaked.
  *  - Params structs start with `uint32_t struct_size`.  Get one from the
- *    matching *_default_params(), change fields, pass it in.  Fields are only
- *    ever appended, so a binary built against an older header keeps working:
- *    the library reads only the first struct_size bytes and uses defaults for
- *    the rest.  A struct_size smaller than the first version of the struct, or
- *    larger than this library knows, is DSQ_ERR_STRUCT_SIZE.
+ *    matching *_default_params() (a static inline function of this header,
+ *    built into the caller, so it never writes more bytes than the caller's
+ *    struct has) or, from an FFI, from *_params_init(p, sizeof *p); change
+ *    fields, pass it in.  Fields are only ever appended, so a binary built
+ *    against an older header keeps working: the library reads only the first
+ *    struct_size bytes and uses defaults for the rest.  A struct_size smaller
+ *    than the first version of the struct, or larger than this library knows,
+ *    is DSQ_ERR_STRUCT_SIZE.  (The structs are never returned by value from
+ *    the library: a larger struct from a newer library would overrun an older
+ *    caller's.)
  *  - Threads: a dsq_model is immutable after load and may be used by many
  *    threads and contexts at once.  A dsq_ctx must be used by one thread at a
  *    time (calls on different contexts may run concurrently).  A dsq_tokenizer
@@ -41,6 +46,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* memset in the inline *_default_params() */
 
 #ifdef __cplusplus
 extern "C" {
@@ -161,8 +167,25 @@ typedef struct dsq_model_params {
     int32_t load_tokenizer; /* 1 (default): load tokenizer.json if present   */
 } dsq_model_params;
 
-/** Defaults for dsq_model_params (struct_size filled in).  Thread-safe. */
-DSQ_API dsq_model_params dsq_model_default_params(void);
+/** Fill the first `struct_size` bytes of *params with defaults and set
+ *  params->struct_size = struct_size.  DSQ_ERR_INVALID_ARG (NULL),
+ *  DSQ_ERR_STRUCT_SIZE (size below the first version or above this
+ *  library's).  Thread-safe. */
+DSQ_API dsq_status dsq_model_params_init(dsq_model_params *params, uint32_t struct_size);
+
+/** dsq_model_params with every field at its default: calls dsq_model_params_init()
+ *  with this header's sizeof.  Inline so the library never writes past the
+ *  caller's struct.  If the library is older than this header the struct
+ *  keeps struct_size and zeros, and the library refuses it with
+ *  DSQ_ERR_STRUCT_SIZE when it is used. */
+static inline dsq_model_params dsq_model_default_params(void)
+{
+    dsq_model_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (uint32_t)sizeof p;
+    (void)dsq_model_params_init(&p, (uint32_t)sizeof p);
+    return p;
+}
 
 /** Load a model.
  *
@@ -237,8 +260,22 @@ typedef struct dsq_ctx_params {
     int32_t n_threads;      /* CPU backend worker threads; 0 = all cores      */
 } dsq_ctx_params;
 
-/** Defaults for dsq_ctx_params (struct_size filled in).  Thread-safe. */
-DSQ_API dsq_ctx_params dsq_ctx_default_params(void);
+/** As dsq_model_params_init(), for dsq_ctx_params.  Thread-safe. */
+DSQ_API dsq_status dsq_ctx_params_init(dsq_ctx_params *params, uint32_t struct_size);
+
+/** dsq_ctx_params with every field at its default: calls dsq_ctx_params_init()
+ *  with this header's sizeof.  Inline so the library never writes past the
+ *  caller's struct.  If the library is older than this header the struct
+ *  keeps struct_size and zeros, and the library refuses it with
+ *  DSQ_ERR_STRUCT_SIZE when it is used. */
+static inline dsq_ctx_params dsq_ctx_default_params(void)
+{
+    dsq_ctx_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (uint32_t)sizeof p;
+    (void)dsq_ctx_params_init(&p, (uint32_t)sizeof p);
+    return p;
+}
 
 /** Create a context on `model`: allocates the KV cache and all scratch
  *  memory up front (no allocation happens later in prefill or decode), starts
@@ -470,7 +507,18 @@ typedef struct dsq_sampler_params {
                                    rows); 0 = all                             */
 } dsq_sampler_params;
 
-DSQ_API dsq_sampler_params dsq_sampler_default_params(void);
+/** As dsq_model_params_init(), for dsq_sampler_params.  Thread-safe. */
+DSQ_API dsq_status dsq_sampler_params_init(dsq_sampler_params *params, uint32_t struct_size);
+
+/** dsq_sampler_params at their defaults (inline; see dsq_model_default_params). */
+static inline dsq_sampler_params dsq_sampler_default_params(void)
+{
+    dsq_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (uint32_t)sizeof p;
+    (void)dsq_sampler_params_init(&p, (uint32_t)sizeof p);
+    return p;
+}
 
 /** DSQ_ERR_INVALID_ARG (NaN or negative values, top_p outside (0,1]),
  *  DSQ_ERR_STRUCT_SIZE, DSQ_ERR_OUT_OF_MEMORY. */

@@ -13,7 +13,7 @@
 
 /* ---- model ----------------------------------------------------------------- */
 
-dsq_model_params dsq_model_default_params(void)
+static dsq_model_params model_defaults(void)
 {
     dsq_model_params p;
     memset(&p, 0, sizeof p);
@@ -23,6 +23,12 @@ dsq_model_params dsq_model_default_params(void)
     p.n_threads = 0;
     p.load_tokenizer = 1;
     return p;
+}
+
+dsq_status dsq_model_params_init(dsq_model_params *params, uint32_t struct_size)
+{
+    dsq_model_params d = model_defaults();
+    return dsq_params_init(params, struct_size, &d, sizeof d, MODEL_PARAMS_V1, "dsq_model_params");
 }
 
 static const dsq_backend_ops *pick_backend(int32_t want, dsq_status *st)
@@ -64,7 +70,7 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         *out = NULL;
     if (!path || !out)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_load: path and out must not be NULL");
-    dsq_model_params p = dsq_model_default_params();
+    dsq_model_params p = model_defaults();
     dsq_status st = dsq_copy_params(&p, sizeof p, params, MODEL_PARAMS_V1, "dsq_model_params");
     if (st != DSQ_OK)
         return st;
@@ -183,7 +189,7 @@ dsq_status dsq_model_get_info(const dsq_model *m, dsq_model_info *info)
 
 /* ---- context --------------------------------------------------------------- */
 
-dsq_ctx_params dsq_ctx_default_params(void)
+static dsq_ctx_params ctx_defaults(void)
 {
     dsq_ctx_params p;
     memset(&p, 0, sizeof p);
@@ -198,6 +204,12 @@ dsq_ctx_params dsq_ctx_default_params(void)
     p.kv_budget_bytes = 0;
     p.n_threads = 0;
     return p;
+}
+
+dsq_status dsq_ctx_params_init(dsq_ctx_params *params, uint32_t struct_size)
+{
+    dsq_ctx_params d = ctx_defaults();
+    return dsq_params_init(params, struct_size, &d, sizeof d, CTX_PARAMS_V1, "dsq_ctx_params");
 }
 
 static dsq_status ctx_status(const dsq_ctx *c, dsq_status st)
@@ -221,7 +233,7 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
         *out = NULL;
     if (!m || !out)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_new: model and out must not be NULL");
-    dsq_ctx_params p = dsq_ctx_default_params();
+    dsq_ctx_params p = ctx_defaults();
     dsq_status st = dsq_copy_params(&p, sizeof p, params, CTX_PARAMS_V1, "dsq_ctx_params");
     if (st != DSQ_OK)
         return st;

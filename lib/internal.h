@@ -291,6 +291,12 @@ static inline float dsq_tensor_get(const dsq_tensor *t, int64_t i)
 dsq_status dsq_copy_params(void *dst, size_t dst_size, const void *src, size_t min_size,
                            const char *what);
 
+/* The body of every dsq_*_params_init(): copy the first `size` bytes of the
+ * full defaults `defaults` (of `full` bytes) into `dst` and set its
+ * struct_size to `size`. */
+dsq_status dsq_params_init(void *dst, uint32_t size, const void *defaults, size_t full,
+                           size_t min_size, const char *what);
+
 #ifdef __cplusplus
 }
 #endif

@@ -105,7 +105,7 @@ static double rng_uniform(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11
 
 /* ---- params ------------------------------------------------------------------ */
 
-dsq_sampler_params dsq_sampler_default_params(void)
+static dsq_sampler_params sampler_defaults(void)
 {
     dsq_sampler_params p;
     memset(&p, 0, sizeof p);
@@ -120,6 +120,12 @@ dsq_sampler_params dsq_sampler_default_params(void)
     p.seed = 0x5eed;
     p.n_vocab_valid = 0;
     return p;
+}
+
+dsq_status dsq_sampler_params_init(dsq_sampler_params *params, uint32_t struct_size)
+{
+    dsq_sampler_params d = sampler_defaults();
+    return dsq_params_init(params, struct_size, &d, sizeof d, SAMPLER_PARAMS_V1, "dsq_sampler_params");
 }
 
 static dsq_status check_params(const dsq_sampler_params *p)
@@ -156,7 +162,7 @@ dsq_status dsq_sampler_new(const dsq_sampler_params *params, dsq_sampler **out)
         *out = NULL;
     if (!out)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_sampler_new: out must not be NULL");
-    dsq_sampler_params p = dsq_sampler_default_params();
+    dsq_sampler_params p = sampler_defaults();
     dsq_status st = dsq_copy_params(&p, sizeof p, params, SAMPLER_PARAMS_V1,
                                     "dsq_sampler_params");
     if (st != DSQ_OK)

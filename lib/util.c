@@ -165,11 +165,25 @@ dsq_status dsq_copy_params(void *dst, size_t dst_size, const void *src, size_t m
     if (given < min_size || given > dst_size)
         return dsq_fail(DSQ_ERR_STRUCT_SIZE,
                         "%s.struct_size is %u; this library accepts %zu..%zu "
-                        "(set it from %s_default_params())",
+                        "(set it with sizeof or %s_init())",
                         what, given, min_size, dst_size, what);
     memcpy(dst, src, given);
     /* struct_size reports what the library now holds */
     uint32_t full = (uint32_t)dst_size;
     memcpy(dst, &full, sizeof full);
+    return DSQ_OK;
+}
+
+dsq_status dsq_params_init(void *dst, uint32_t size, const void *defaults, size_t full,
+                           size_t min_size, const char *what)
+{
+    dsq_clear_error();
+    if (!dst)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "%s_init: params is NULL", what);
+    if (size < min_size || size > full)
+        return dsq_fail(DSQ_ERR_STRUCT_SIZE, "%s_init: struct_size %u; this library accepts %zu..%zu",
+                        what, size, min_size, full);
+    memcpy(dst, defaults, size);
+    memcpy(dst, &size, sizeof size);
     return DSQ_OK;
 }

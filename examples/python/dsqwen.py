@@ -153,11 +153,13 @@ _SIGNATURES = {
     "dsq_status_string": (C.c_char_p, [_st]),
     "dsq_last_error_message": (C.c_char_p, []),
     "dsq_set_log_callback": (None, [LogFn, _vp, C.c_int]),
-    "dsq_model_default_params": (ModelParams, []),
+    # *_default_params() are static inline in dsqwen.h (not exported): an FFI
+    # fills its params struct with *_params_init(p, sizeof *p) instead
+    "dsq_model_params_init": (_st, [_P(ModelParams), _u32]),
     "dsq_model_load": (_st, [C.c_char_p, _P(ModelParams), _P(_vp)]),
     "dsq_model_free": (None, [_vp]),
     "dsq_model_get_info": (_st, [_vp, _P(ModelInfo)]),
-    "dsq_ctx_default_params": (CtxParams, []),
+    "dsq_ctx_params_init": (_st, [_P(CtxParams), _u32]),
     "dsq_ctx_new": (_st, [_vp, _P(CtxParams), _P(_vp)]),
     "dsq_ctx_free": (None, [_vp]),
     "dsq_ctx_last_error": (C.c_char_p, [_vp]),
@@ -182,7 +184,7 @@ _SIGNATURES = {
     "dsq_detok_stream_push": (_st, [_vp, _i32, C.c_char_p, _sz, _P(_sz)]),
     "dsq_detok_stream_flush": (_st, [_vp, C.c_char_p, _sz, _P(_sz)]),
     "dsq_chat_format": (_st, [_P(ChatMessage), _sz, C.c_int, C.c_char_p, _sz, _P(_sz)]),
-    "dsq_sampler_default_params": (SamplerParams, []),
+    "dsq_sampler_params_init": (_st, [_P(SamplerParams), _u32]),
     "dsq_sampler_new": (_st, [_P(SamplerParams), _P(_vp)]),
     "dsq_sampler_free": (None, [_vp]),
     "dsq_sampler_sample": (_st, [_vp, _P(_f32), _i32, _P(_i32)]),
@@ -298,15 +300,19 @@ def chat_format(messages, add_generation_prompt=True):
     return buf.raw[:n.value].decode("utf-8")
 
 
-def _params(defaults, kwargs, what):
-    """Set keyword fields on a struct from *_default_params(); unknown
-    names are errors rather than silently ignored."""
-    names = {f[0] for f in type(defaults)._fields_} - {"struct_size"}
+def _params(cls, kwargs, what):
+    """A `cls` params struct filled with the library's defaults by
+    <what>_init(p, sizeof *p) (the *_default_params() of the header are
+    static inline, so not callable from here), then keyword fields set on
+    it; unknown names are errors rather than silently ignored."""
+    p = cls()
+    _check(getattr(_L(), what + "_init")(C.byref(p), C.sizeof(cls)), what + "_init")
+    names = {f[0] for f in cls._fields_} - {"struct_size"}
     for k, v in kwargs.items():
         if k not in names:
             raise TypeError("%s has no field %r" % (what, k))
-        setattr(defaults, k, int(v) if isinstance(v, enum.IntEnum) else v)
-    return defaults
+        setattr(p, k, int(v) if isinstance(v, enum.IntEnum) else v)
+    return p
 
 
 class _Handle:
@@ -353,7 +359,7 @@ class Model(_Handle):
     _free = "dsq_model_free"
 
     def __init__(self, path, **params):
-        p = _params(_L().dsq_model_default_params(), params, "dsq_model_params")
+        p = _params(ModelParams, params, "dsq_model_params")
         h = _vp()
         _check(_L().dsq_model_load(os.fsencode(path), C.byref(p), C.byref(h)),
                "dsq_model_load(%s)" % path)
@@ -383,7 +389,7 @@ class Context(_Handle):
     _free = "dsq_ctx_free"
 
     def __init__(self, model, **params):
-        p = _params(_L().dsq_ctx_default_params(), params, "dsq_ctx_params")
+        p = _params(CtxParams, params, "dsq_ctx_params")
         h = _vp()
         _check(_L().dsq_ctx_new(model.handle, C.byref(p), C.byref(h)), "dsq_ctx_new")
         super().__init__(h.value)
@@ -573,7 +579,7 @@ class Sampler(_Handle):
     _free = "dsq_sampler_free"
 
     def __init__(self, **params):
-        p = _params(_L().dsq_sampler_default_params(), params, "dsq_sampler_params")
+        p = _params(SamplerParams, params, "dsq_sampler_params")
         h = _vp()
         _check(_L().dsq_sampler_new(C.byref(p), C.byref(h)), "dsq_sampler_new")
         super().__init__(h.value)

@@ -39,8 +39,10 @@ def bind(lib):
         "dsq_version_string": (C.c_char_p, []),
         "dsq_status_string": (C.c_char_p, [C.c_int]),
         "dsq_last_error_message": (C.c_char_p, []),
-        "dsq_model_default_params": (ModelParams, []),
-        "dsq_ctx_default_params": (CtxParams, []),
+        # the *_default_params() of the header are static inline (not in the
+        # .so); an FFI fills its struct through the exported *_params_init()
+        "dsq_model_params_init": (C.c_int, [P(ModelParams), C.c_uint32]),
+        "dsq_ctx_params_init": (C.c_int, [P(CtxParams), C.c_uint32]),
         "dsq_model_load": (C.c_int, [C.c_char_p, P(ModelParams), P(C.c_void_p)]),
         "dsq_model_free": (None, [C.c_void_p]),
         "dsq_ctx_new": (C.c_int, [C.c_void_p, P(CtxParams), P(C.c_void_p)]),
@@ -62,6 +64,15 @@ def check(lib, st, what, ctx=None):
     if st != 0:
         msg = lib.dsq_ctx_last_error(ctx) if ctx else lib.dsq_last_error_message()
         raise RuntimeError("%s: %s: %s" % (what, lib.dsq_status_string(st).decode(), msg.decode()))
+
+
+def default_params(lib, cls, init, what):
+    """A params struct at the library's defaults, its struct_size = sizeof."""
+    p = cls()
+    check(lib, init(C.byref(p), C.sizeof(cls)), what)
+    if p.struct_size != C.sizeof(cls):
+        raise RuntimeError("%s set struct_size %d, expected %d" % (what, p.struct_size, C.sizeof(cls)))
+    return p
 
 
 def read_f32(path, n):
@@ -101,13 +112,13 @@ def run(lib, data, layout):
     pre_ref = read_f32(os.path.join(d, g["prefill_logits"]), len(prompt) * V)
     dec_ref = read_f32(os.path.join(d, g["decode_logits"]), len(dec) * V)
 
-    mp = lib.dsq_model_default_params()
+    mp = default_params(lib, ModelParams, lib.dsq_model_params_init, "dsq_model_params_init")
     mp.backend = DSQ_BACKEND_CPU
     model = C.c_void_p()
     check(lib, lib.dsq_model_load(d.encode(), C.byref(mp), C.byref(model)), "dsq_model_load")
     ctx = C.c_void_p()
     try:
-        cp = lib.dsq_ctx_default_params()
+        cp = default_params(lib, CtxParams, lib.dsq_ctx_params_init, "dsq_ctx_params_init")
         cp.max_seqs, cp.max_context, cp.max_batch_tokens = 2, 256, 32
         cp.kv_layout, cp.kv_dtype, cp.kv_block_size = layout, DSQ_KV_F32, 16
         check(lib, lib.dsq_ctx_new(model, C.byref(cp), C.byref(ctx)), "dsq_ctx_new")
