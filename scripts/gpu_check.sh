@@ -48,6 +48,7 @@ if [ "${SKIP_FULLSIZE:-0}" != 1 ]; then
 fi
 if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
     step memcheck 150 memcheck.log compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_cuda_e2e"
+    step racecheck 150 racecheck.log env DSQ_ATTN_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_cuda_attention"
 fi
 if [ "${SKIP_CTEST:-0}" != 1 ]; then
     step ctest 200 ctest.log bash -c "cd $B && ctest --output-on-failure -j8 --timeout 120 -E 'test_cuda_(kernels|e2e)'"
@@ -61,6 +62,7 @@ fi
     grep -E "worst \|d\|/tol" "$OUT/kernels.log" | awk '{print $NF}' | sort -g | tail -1 | sed 's/^/  worst |d|\/tol over all kernel cases: /'
     echo "--- e2e"; grep -E "###|max\|a-b\||argmax|FAILED|PASSED|KV_FULL|SKIP|Error|error|step .* seq" "$OUT/e2e.log" | head -70
     [ -f "$OUT/memcheck.log" ] && { echo "--- memcheck"; grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.log" | head -8; }
+    [ -f "$OUT/racecheck.log" ] && { echo "--- racecheck"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard|PASSED|FAILED" "$OUT/racecheck.log" | head -8; }
     [ -f "$OUT/ctest.log" ] && { echo "--- ctest"; grep -E "tests passed|Failed|\*\*\*|Not Run|Skipped" "$OUT/ctest.log" | head -20; }
     [ -f "$OUT/fullsize.log" ] && { echo "--- fullsize"; grep -E "^(static|paged)/|^decode batch|without|GPU time per step|^ +[0-9.]+ us|Error|error|Traceback" "$OUT/fullsize.log" | head -50; }
     echo "total $(( $(date +%s) - t_start )) s"

@@ -5,7 +5,7 @@ the weights are random).  Needs numpy only.
 
     python3 scripts/make_demo_model.py OUTDIR
 
-OUTDIR gets config.json, model.safetensors (bf16, tied embeddings, ~80 MB),
+OUTDIR gets config.json, model.safetensors (bf16, ~160 MB),
 tokenizer.json, tokenizer_config.json, generation_config.json.
 """
 import json
@@ -33,7 +33,7 @@ def main(out):
         cfg = json.load(f)
     cfg.update(hidden_size=256, num_attention_heads=2, num_key_value_heads=1,
                intermediate_size=512, num_hidden_layers=2, max_window_layers=2,
-               tie_word_embeddings=True, max_position_embeddings=8192)
+               tie_word_embeddings=False, max_position_embeddings=8192)
     E, H, K, D, F, V = 256, 2, 1, 128, 512, cfg["vocab_size"]
     rng = np.random.default_rng(7)
     t = {}
@@ -50,6 +50,8 @@ def main(out):
         t[p + "mlp.up_proj.weight"] = rng.normal(0, 0.06, (F, E))
         t[p + "mlp.down_proj.weight"] = rng.normal(0, 0.04, (E, F))
     t["model.norm.weight"] = rng.uniform(0.5, 1.5, E)
+    # untied: with a tied head a random model mostly repeats its last token
+    t["lm_head.weight"] = rng.normal(0, 0.5, (V, E))
 
     header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
     for name, a in t.items():

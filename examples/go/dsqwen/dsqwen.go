@@ -67,7 +67,14 @@ type Model struct {
 func Load(path string, backend Backend) (*Model, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	params := C.dsq_model_default_params()
+	// The library's defaults, for this header's struct size (the header's
+	// inline dsq_model_default_params() would do the same).
+	var params C.dsq_model_params
+	if err := call(func() C.dsq_status {
+		return C.dsq_model_params_init(&params, C.uint32_t(unsafe.Sizeof(params)))
+	}); err != nil {
+		return nil, err
+	}
 	params.backend = C.int32_t(backend)
 	m := &Model{}
 	if err := call(func() C.dsq_status { return C.dsq_model_load(cpath, &params, &m.p) }); err != nil {
@@ -98,7 +105,12 @@ type Context struct {
 // NewContext creates a context for maxSeqs sequences of up to maxContext
 // tokens each (0 keeps the library's default for either).
 func (m *Model) NewContext(maxSeqs, maxContext int) (*Context, error) {
-	params := C.dsq_ctx_default_params()
+	var params C.dsq_ctx_params
+	if err := call(func() C.dsq_status {
+		return C.dsq_ctx_params_init(&params, C.uint32_t(unsafe.Sizeof(params)))
+	}); err != nil {
+		return nil, err
+	}
 	if maxSeqs > 0 {
 		params.max_seqs = C.int32_t(maxSeqs)
 	}

@@ -164,13 +164,15 @@ extern "C" {
     pub fn dsq_last_error_message() -> *const c_char;
     pub fn dsq_set_log_callback(f: dsq_log_fn, user: *mut c_void, max_level: c_int);
 
-    pub fn dsq_model_default_params() -> dsq_model_params;
+    // dsq_*_default_params() are static inline in the header, so not in the
+    // library: fill params with dsq_*_params_init() (or `Default`, below).
+    pub fn dsq_model_params_init(params: *mut dsq_model_params, struct_size: u32) -> dsq_status;
     pub fn dsq_model_load(path: *const c_char, params: *const dsq_model_params,
                           out: *mut *mut dsq_model) -> dsq_status;
     pub fn dsq_model_free(model: *mut dsq_model);
     pub fn dsq_model_get_info(model: *const dsq_model, info: *mut dsq_model_info) -> dsq_status;
 
-    pub fn dsq_ctx_default_params() -> dsq_ctx_params;
+    pub fn dsq_ctx_params_init(params: *mut dsq_ctx_params, struct_size: u32) -> dsq_status;
     pub fn dsq_ctx_new(model: *mut dsq_model, params: *const dsq_ctx_params,
                        out: *mut *mut dsq_ctx) -> dsq_status;
     pub fn dsq_ctx_free(ctx: *mut dsq_ctx);
@@ -211,7 +213,8 @@ extern "C" {
                            add_generation_prompt: c_int, text: *mut c_char, cap: usize,
                            len_out: *mut usize) -> dsq_status;
 
-    pub fn dsq_sampler_default_params() -> dsq_sampler_params;
+    pub fn dsq_sampler_params_init(params: *mut dsq_sampler_params, struct_size: u32)
+        -> dsq_status;
     pub fn dsq_sampler_new(params: *const dsq_sampler_params, out: *mut *mut dsq_sampler)
         -> dsq_status;
     pub fn dsq_sampler_free(s: *mut dsq_sampler);
@@ -220,3 +223,29 @@ extern "C" {
     pub fn dsq_sampler_accept(s: *mut dsq_sampler, tokens: *const i32, n: usize) -> dsq_status;
     pub fn dsq_sampler_reset(s: *mut dsq_sampler, seed: u64);
 }
+
+// The Rust counterpart of the header's inline dsq_*_default_params(): start
+// from zeros with struct_size = size_of (this file's layout), let the library
+// write its defaults over the whole struct.  As in C the status is dropped: a
+// library older than these structs refuses to fill them, and the zeroed
+// struct is then refused with DSQ_ERR_STRUCT_SIZE where it is used.
+macro_rules! default_via_init {
+    ($($ty:ident => $init:ident),*) => {$(
+        impl Default for $ty {
+            fn default() -> $ty {
+                // SAFETY: a repr(C) struct of integers and floats only, for
+                // which all-zero bytes are a valid value; `init` writes at
+                // most size_of::<$ty>() bytes into it.
+                unsafe {
+                    let mut p: $ty = std::mem::zeroed();
+                    p.struct_size = std::mem::size_of::<$ty>() as u32;
+                    let _ = $init(&mut p, p.struct_size);
+                    p
+                }
+            }
+        }
+    )*};
+}
+default_via_init!(dsq_model_params => dsq_model_params_init,
+                  dsq_ctx_params => dsq_ctx_params_init,
+                  dsq_sampler_params => dsq_sampler_params_init);

@@ -84,7 +84,7 @@ impl Model {
             status: ffi::DSQ_ERR_INVALID_ARG,
             message: "path contains a NUL byte".into(),
         })?;
-        let mut params = unsafe { ffi::dsq_model_default_params() };
+        let mut params = ffi::dsq_model_params::default();
         params.backend = backend as i32;
         let mut raw = ptr::null_mut();
         check(unsafe { ffi::dsq_model_load(c_path.as_ptr(), &params, &mut raw) })?;
@@ -103,7 +103,7 @@ impl Model {
 
     /// Defaults for `context()`, from the library.
     pub fn context_params() -> ffi::dsq_ctx_params {
-        unsafe { ffi::dsq_ctx_default_params() }
+        ffi::dsq_ctx_params::default()
     }
 
     /// A new context (KV cache + scratch) on this model.
@@ -200,17 +200,37 @@ mod tests {
     use super::ffi;
     use std::mem::size_of;
 
-    // The structs the library fills in defaults for must match its sizes.
+    // The structs the library fills in defaults for must match its sizes:
+    // *_params_init() refuses (DSQ_ERR_STRUCT_SIZE) a size it does not know.
     #[test]
     fn struct_sizes_match_the_library() {
         unsafe {
-            assert_eq!(ffi::dsq_model_default_params().struct_size as usize,
-                       size_of::<ffi::dsq_model_params>());
-            assert_eq!(ffi::dsq_ctx_default_params().struct_size as usize,
-                       size_of::<ffi::dsq_ctx_params>());
-            assert_eq!(ffi::dsq_sampler_default_params().struct_size as usize,
-                       size_of::<ffi::dsq_sampler_params>());
+            let mut mp: ffi::dsq_model_params = std::mem::zeroed();
+            assert_eq!(ffi::dsq_model_params_init(&mut mp, size_of::<ffi::dsq_model_params>() as u32),
+                       ffi::DSQ_OK);
+            assert_eq!(mp.struct_size as usize, size_of::<ffi::dsq_model_params>());
+            let mut cp: ffi::dsq_ctx_params = std::mem::zeroed();
+            assert_eq!(ffi::dsq_ctx_params_init(&mut cp, size_of::<ffi::dsq_ctx_params>() as u32),
+                       ffi::DSQ_OK);
+            assert_eq!(cp.struct_size as usize, size_of::<ffi::dsq_ctx_params>());
+            let mut sp: ffi::dsq_sampler_params = std::mem::zeroed();
+            assert_eq!(ffi::dsq_sampler_params_init(&mut sp,
+                                                    size_of::<ffi::dsq_sampler_params>() as u32),
+                       ffi::DSQ_OK);
+            assert_eq!(sp.struct_size as usize, size_of::<ffi::dsq_sampler_params>());
         }
+        assert_eq!(ffi::dsq_model_params::default().struct_size as usize,
+                   size_of::<ffi::dsq_model_params>());
+        assert_eq!(ffi::dsq_ctx_params::default().struct_size as usize,
+                   size_of::<ffi::dsq_ctx_params>());
+        assert_eq!(ffi::dsq_sampler_params::default().struct_size as usize,
+                   size_of::<ffi::dsq_sampler_params>());
+    }
+
+    // Default must carry the library's defaults, not the zeros it starts from.
+    #[test]
+    fn default_params_come_from_the_library() {
+        assert_eq!(ffi::dsq_model_params::default().load_tokenizer, 1);
     }
 
     #[test]
