@@ -254,9 +254,11 @@ typedef struct dsq_ctx_params {
                                is its exact reference mode); CUDA stores F16
                                or INT8 and refuses F32 (DSQ_ERR_UNSUPPORTED) */
     int32_t kv_block_size;  /* paged: tokens per block; default 16            */
-    int64_t kv_pool_tokens; /* paged: pool size in tokens; 0 = use budget     */
+    int64_t kv_pool_tokens; /* paged: pool size in tokens (rounded down to
+                               whole blocks); 0 = use the budget          */
     int64_t kv_budget_bytes;/* paged: pool size in bytes when kv_pool_tokens
-                               is 0; 0 = max_seqs * max_context tokens        */
+                               is 0 (rounded down to whole blocks); 0 = room
+                               for every sequence to reach max_context     */
     int32_t n_threads;      /* CPU backend worker threads; 0 = all cores      */
 } dsq_ctx_params;
 

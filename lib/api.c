@@ -295,9 +295,9 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
         int64_t tokens = p.kv_pool_tokens;
         if (tokens == 0 && p.kv_budget_bytes > 0)
             tokens = p.kv_budget_bytes / c->kv_bytes_per_token;
-        if (tokens == 0)
-            tokens = (int64_t)p.max_seqs * p.max_context;
         int64_t blocks = tokens / p.kv_block_size;
+        if (tokens == 0) /* default: every sequence can reach max_context */
+            blocks = (int64_t)p.max_seqs * ((p.max_context + p.kv_block_size - 1) / p.kv_block_size);
         if (blocks < 1) {
             st = dsq_fail(DSQ_ERR_INVALID_ARG,
                           "KV pool of %lld tokens holds no block of %d tokens",

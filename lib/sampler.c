@@ -29,7 +29,9 @@
  * probabilities by their float exponent/mantissa bits, finds the bin where
  * the running mass crosses top_p, and runs a mass-weighted quickselect on
  * that bin alone; the draw walks block sums.  Measured on one x86 core for
- * vocab 151,936: greedy ~20 us, T=0.6/top-p 0.95 on peaked logits ~60 us.
+ * vocab 151,936: greedy ~20 us, T=0.6/top-p 0.95 on peaked logits ~60 us,
+ * on near-flat logits (random weights: every token a candidate, nucleus of
+ * ~140k tokens) ~0.6 ms.
  * The tokens within the nucleus are drawn in an arbitrary but deterministic
  * order, so a seed reproduces its sequence on one build.
  * Buffers are sized to n_vocab on first use and reused. */
@@ -45,7 +47,7 @@
 #define CUT_Z 30.0f
 
 /* top-p histogram geometry, see nucleus() */
-enum { HIST_BINS = 1024, HIST_SHIFT = 19, HIST_WAYS = 4 };
+enum { HIST_BINS = 1024, HIST_WAYS = 4 };
 
 typedef struct cand {
     float v;   /* logit, then exp(z - z_max) once the probabilities are known */
@@ -568,62 +570,88 @@ static float top_k_value(float *scratch, const float *x, int32_t n, int32_t k)
 }
 
 /* Top-p by histogram.  Probabilities relative to the top token lie in
- * (0, 1]; their float bit patterns are monotonic, so (bits(1) - bits(v)) >>
- * HIST_SHIFT sorts them into bins 1/16 of an octave wide, bin 0 highest.
- * One pass sums the mass per bin; the bin where the running mass reaches the
- * target holds the nucleus boundary: tokens in higher bins are all in, lower
- * bins all out, and only the boundary bin needs an exact selection.  Four
+ * (0, 1]; their float bit patterns are monotonic, so (top - bits(v)) >> shift
+ * sorts them into bins, bin 0 highest.  One pass sums the mass per bin; the
+ * bin where the running mass reaches the target holds the nucleus boundary:
+ * tokens in higher bins are all in, lower bins all out.  The first level's
+ * bins are sized so 1024 of them span the candidates' range.  If the boundary bin
+ * is still large (a flat distribution puts most tokens in a few bins), it is
+ * binned again 1024 times finer, down to single float values; the last,
+ * small boundary set gets an exact mass-weighted selection.  Four
  * interleaved histograms keep consecutive adds to one bin independent. */
-static inline int32_t hist_bin(float v)
+static inline int32_t hist_bin(float v, uint32_t top, int shift)
 {
     uint32_t bits;
     memcpy(&bits, &v, sizeof bits);
-    int64_t d = (int64_t)0x3f800000 - (int64_t)bits; /* bits of 1.0f */
-    d = d < 0 ? 0 : d >> HIST_SHIFT;
+    int64_t d = (int64_t)top - (int64_t)bits;
+    d = d < 0 ? 0 : d >> shift;
     return d < HIST_BINS - 1 ? (int32_t)d : HIST_BINS - 1;
 }
 
 /* Keep the nucleus of cv/ci[0..nc) (mass `target`) at the front of cv/ci;
  * returns its size.  Order within it is arbitrary but deterministic. */
-static int32_t nucleus(dsq_sampler *s, int32_t nc, double target)
+static int32_t nucleus(dsq_sampler *s, int32_t nc, double target, float v_lo)
 {
     float *cv = s->cv;
     int32_t *ci = s->ci;
     double *h = s->hist_mass;
-    memset(h, 0, sizeof(double) * HIST_BINS * HIST_WAYS);
-    for (int32_t i = 0; i < nc; i++)
-        h[(i & (HIST_WAYS - 1)) * HIST_BINS + hist_bin(cv[i])] += cv[i];
-    int32_t edge = HIST_BINS; /* no bin reaches the target (rounding): all in */
-    double before = 0.0;
-    for (int32_t b = 0; b < HIST_BINS; b++) {
-        double m = (h[b] + h[HIST_BINS + b]) + (h[2 * HIST_BINS + b] + h[3 * HIST_BINS + b]);
-        if (before + m >= target) {
-            edge = b;
-            break;
-        }
-        before += m;
-    }
-    if (edge == HIST_BINS)
-        return nc;
-    /* in-place compaction of the sure tokens; the boundary bin to s->cands */
     cand *c = s->cands;
-    int32_t ns = 0, nb = 0;
-    for (int32_t i = 0; i < nc; i++) {
-        int32_t b = hist_bin(cv[i]);
-        if (b < edge) {
-            cv[ns] = cv[i];
-            ci[ns++] = ci[i];
-        } else if (b == edge) {
-            c[nb].v = cv[i];
-            c[nb++].id = ci[i];
+    int32_t base = 0, n = nc; /* cv[0..base) is in; cv[base..base+n) undecided */
+    uint32_t top = 0x3f800000u; /* bits of 1.0f: no probability is above */
+    double need = target;
+    /* first level: bins just wide enough to span [v_lo, 1], so a flat
+     * distribution spreads over all of them instead of a few */
+    uint32_t lo_bits;
+    memcpy(&lo_bits, &v_lo, sizeof lo_bits);
+    int first = 0;
+    while (first < 31 && (int64_t)(top - (lo_bits < top ? lo_bits : top)) >> first >= HIST_BINS - 1)
+        first++;
+    for (int shift = first;; shift = shift > 10 ? shift - 10 : 0) {
+        memset(h, 0, sizeof(double) * HIST_BINS * HIST_WAYS);
+        for (int32_t i = 0; i < n; i++)
+            h[(i & (HIST_WAYS - 1)) * HIST_BINS + hist_bin(cv[base + i], top, shift)] +=
+                cv[base + i];
+        int32_t edge = -1;
+        double before = 0.0;
+        for (int32_t b = 0; b < HIST_BINS; b++) {
+            double m = (h[b] + h[HIST_BINS + b]) + (h[2 * HIST_BINS + b] + h[3 * HIST_BINS + b]);
+            if (before + m >= need) {
+                edge = b;
+                break;
+            }
+            before += m;
         }
+        if (edge < 0) /* rounding kept the target out of reach: all in */
+            return base + n;
+        /* sure tokens compacted in place; the boundary bin into c */
+        int32_t ns = 0, nb = 0;
+        for (int32_t i = base; i < base + n; i++) {
+            int32_t b = hist_bin(cv[i], top, shift);
+            if (b < edge) {
+                cv[base + ns] = cv[i];
+                ci[base + ns++] = ci[i];
+            } else if (b == edge) {
+                c[nb].v = cv[i];
+                c[nb++].id = ci[i];
+            }
+        }
+        base += ns;
+        need -= before;
+        if (nb <= 2048 || shift == 0) {
+            int32_t l = nucleus_select(c, nb, need);
+            for (int32_t i = 0; i < l; i++) {
+                cv[base + i] = c[i].v;
+                ci[base + i] = c[i].id;
+            }
+            return base + l;
+        }
+        for (int32_t i = 0; i < nb; i++) {
+            cv[base + i] = c[i].v;
+            ci[base + i] = c[i].id;
+        }
+        n = nb;
+        top -= (uint32_t)edge << shift; /* the boundary bin's highest bits */
     }
-    int32_t l = nucleus_select(c, nb, target - before);
-    for (int32_t i = 0; i < l; i++) {
-        cv[ns + i] = c[i].v;
-        ci[ns + i] = c[i].id;
-    }
-    return ns + l;
 }
 
 /* Sum of cv[0..n) over entries >= floor_v, in four chains. */
@@ -727,7 +755,7 @@ dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_voc
     int32_t kept = nc;
     const float floor_v = s->p.min_p; /* min-p: the top token (v = 1) stays */
     if (s->p.top_p < 1.0f)
-        kept = nucleus(s, nc, (double)s->p.top_p * total);
+        kept = nucleus(s, nc, (double)s->p.top_p * total, exp_nonpos((thr - m) * inv_t));
     double kept_mass = total;
     if (kept != nc || floor_v > 0.0f)
         kept_mass = mass_at_least(cv, kept, floor_v);

@@ -547,9 +547,26 @@ static void test_kv_pool_exhaustion(void **state)
     dsq_ctx_free(c);
 }
 
+/* The default paged pool lets every sequence reach max_context even when
+ * max_context is not a multiple of the block size. */
+static void test_default_pool_size(void **state)
+{
+    (void)state;
+    need_model();
+    dsq_ctx *c = new_ctx(DSQ_KV_PAGED, 3, 20, 64, 0); /* 20 tokens = 2 blocks of 16 */
+    dsq_ctx_info ci = {.struct_size = sizeof ci};
+    assert_int_equal(dsq_ctx_get_info(c, &ci), DSQ_OK);
+    assert_int_equal(ci.kv_capacity_tokens, 3 * 32);
+    for (int32_t s = 0; s < 3; s++)
+        assert_int_equal(dsq_prefill(c, s, g_prompt, 20, 0, NULL), DSQ_OK);
+    EXPECT_CTX_FAIL(c, dsq_decode_step(c, 1, &(int32_t){0}, g_prompt, NULL), DSQ_ERR_CONTEXT_FULL);
+    dsq_ctx_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_pool_size),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_null_model_and_ctx),
         cmocka_unit_test(test_null_tokenizer_sampler_chat),
