@@ -226,6 +226,22 @@ static int64_t kv_elem_bytes(int32_t dtype)
     return dtype == DSQ_KV_F32 ? 4 : dtype == DSQ_KV_INT8 ? 1 : 2;
 }
 
+/* Free the host-side bookkeeping of a context (backend state already gone). */
+static void ctx_release_host(dsq_ctx *c)
+{
+    dsq_kv_pages_destroy(&c->pages);
+    free(c->seq_len);
+    free(c->b_tokens);
+    free(c->b_pos);
+    free(c->b_tok_seq);
+    free(c->b_logit_rows);
+    free(c->b_seq_ids);
+    free(c->b_seq_start);
+    free(c->b_seq_pos0);
+    free(c->b_new_len);
+    free(c);
+}
+
 dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out)
 {
     dsq_clear_error();
@@ -320,17 +336,7 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
     return DSQ_OK;
 
 fail:
-    dsq_kv_pages_destroy(&c->pages);
-    free(c->seq_len);
-    free(c->b_tokens);
-    free(c->b_pos);
-    free(c->b_tok_seq);
-    free(c->b_logit_rows);
-    free(c->b_seq_ids);
-    free(c->b_seq_start);
-    free(c->b_seq_pos0);
-    free(c->b_new_len);
-    free(c);
+    ctx_release_host(c);
     return st;
 }
 
@@ -339,17 +345,7 @@ void dsq_ctx_free(dsq_ctx *c)
     if (!c)
         return;
     c->model->ops->ctx_free(c);
-    dsq_kv_pages_destroy(&c->pages);
-    free(c->seq_len);
-    free(c->b_tokens);
-    free(c->b_pos);
-    free(c->b_tok_seq);
-    free(c->b_logit_rows);
-    free(c->b_seq_ids);
-    free(c->b_seq_start);
-    free(c->b_seq_pos0);
-    free(c->b_new_len);
-    free(c);
+    ctx_release_host(c);
 }
 
 dsq_status dsq_ctx_get_info(const dsq_ctx *c, dsq_ctx_info *info)
