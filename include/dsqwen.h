@@ -33,8 +33,8 @@
  *  - Threads: a dsq_model is immutable after load and may be used by many
  *    threads and contexts at once.  A dsq_ctx must be used by one thread at a
  *    time (calls on different contexts may run concurrently).  A dsq_tokenizer
- *    is immutable and thread-safe; a dsq_sampler and a dsq_detok_stream belong
- *    to one thread at a time.
+ *    is immutable and thread-safe; a dsq_sampler, a dsq_detok_stream and a
+ *    dsq_stopper belong to one thread at a time.
  *  - CUDA: each context owns one CUDA stream, created by dsq_ctx_new(), and
  *    all of its GPU work runs on that stream.  Calls that return results to
  *    host memory (logits) synchronize that stream before returning; calls
@@ -163,7 +163,8 @@ typedef struct dsq_model_params {
     uint32_t struct_size;  /* sizeof(dsq_model_params)                      */
     int32_t backend;       /* dsq_backend; default DSQ_BACKEND_AUTO          */
     int32_t device;        /* CUDA device index; default 0                   */
-    int32_t n_threads;     /* CPU threads for load-time work; 0 = all cores  */
+    int32_t n_threads;     /* reserved: loading is single-threaded today and
+                              ignores it; default 0                      */
     int32_t load_tokenizer; /* 1 (default): load tokenizer.json if present   */
 } dsq_model_params;
 
@@ -538,6 +539,82 @@ DSQ_API dsq_status dsq_sampler_accept(dsq_sampler *s, const int32_t *tokens, siz
 
 /** Forget history and re-seed with `seed`. */
 DSQ_API void dsq_sampler_reset(dsq_sampler *s, uint64_t seed);
+
+/** The sampler settings the model's authors recommend: the library defaults
+ *  (dsq_sampler_params_init) overridden by the values of the
+ *  generation_config.json that dsq_model_load() read beside config.json
+ *  (temperature, top_k, top_p, min_p, repetition_penalty; "do_sample": false
+ *  gives temperature 0, i.e. greedy; a field the file leaves out keeps the
+ *  library default), and n_vocab_valid = dsq_tokenizer_n_tokens() of the
+ *  model's tokenizer when one is loaded and it is below n_vocab (ids above it
+ *  are the vocabulary's padding rows).  Without generation_config.json the
+ *  result is the library defaults plus n_vocab_valid.  The caller sets
+ *  params->struct_size; only that many bytes are written (fields past it are
+ *  left untouched).  Pass the result, changed as wanted, to dsq_sampler_new().
+ *  (dsq_model_load() fails with DSQ_ERR_FORMAT, naming the file and field,
+ *  when generation_config.json is not valid JSON or a field has the wrong
+ *  type or an impossible value; a missing file is fine.)
+ *  DSQ_ERR_INVALID_ARG (NULL), DSQ_ERR_STRUCT_SIZE.  Thread-safe. */
+DSQ_API dsq_status dsq_model_sampler_params(const dsq_model *model, dsq_sampler_params *params);
+
+/* ---- stop conditions ---------------------------------------------------- */
+
+/** Streaming stop-string matcher: feed it the sampled ids one at a time, show
+ *  the text it gives back, and stop generating when it says so.  It decodes
+ *  like a dsq_detok_stream with skip_special = 1 (so <｜end▁of▁sentence｜>
+ *  never appears as text; <think> and <｜User｜> do) and holds back any
+ *  trailing text that could be the beginning of a stop string, so a stop
+ *  string is never emitted, even when it is split across tokens; text that
+ *  turns out not to start a stop string is emitted intact, later.
+ *  Matching is on exact bytes of the decoded text.  When several stop
+ *  strings occur, the one that is completed first (earliest end in the text;
+ *  the longest of those ending at the same byte) wins, so the result does not
+ *  depend on how the text was split into tokens.  Belongs to one thread at a
+ *  time; the tokenizer must outlive it. */
+typedef struct dsq_stopper dsq_stopper;
+
+/** Create a stopper for ids of `tok`.  `stop_strings` holds `n_stop`
+ *  non-empty NUL-terminated UTF-8 strings (copied; may be NULL when n_stop is
+ *  0).  With `stop_on_eos` nonzero, the tokenizer's EOS id
+ *  (dsq_tokenizer_eos(), <｜end▁of▁sentence｜> = 151643 for R1-Distill) also
+ *  stops.  DSQ_ERR_INVALID_ARG (NULL tok or out, NULL stop_strings with
+ *  n_stop > 0, a NULL or empty stop string), DSQ_ERR_OUT_OF_MEMORY. */
+DSQ_API dsq_status dsq_stopper_new(const dsq_tokenizer *tok, const char *const *stop_strings,
+                                   size_t n_stop, int stop_on_eos, dsq_stopper **out);
+
+/** Free a stopper.  NULL is a no-op. */
+DSQ_API void dsq_stopper_free(dsq_stopper *s);
+
+/** Push one sampled id.  Writes the text that is now safe to show (possibly
+ *  empty; NUL-terminated) to `text`, its byte length to *len_out, and
+ *  *stopped = 1 when generation should stop, else 0:
+ *   - a stop string was completed: the text before it is written (including
+ *     any text held back earlier); the stop string and whatever follows it
+ *     are dropped;
+ *   - `token` is the EOS id and the stopper was made with stop_on_eos: all
+ *     held-back text is written (an incomplete UTF-8 character as U+FFFD).
+ *  Once stopped, further pushes write nothing and report *stopped = 1 until
+ *  dsq_stopper_reset().  The text written is at most the held-back text
+ *  (shorter than the longest stop string) + 3 + the token's text, so a
+ *  buffer of 64 bytes + the longest token + the longest stop string is
+ *  always enough; `cap` below that bound + 1 for this call is
+ *  DSQ_ERR_BUFFER_TOO_SMALL with *len_out = the bound and nothing changed.
+ *  DSQ_ERR_INVALID_ARG (NULL s, len_out or stopped; NULL text with cap > 0),
+ *  DSQ_ERR_TOKEN (id not in the tokenizer). */
+DSQ_API dsq_status dsq_stopper_push(dsq_stopper *s, int32_t token, char *text, size_t cap,
+                                    size_t *len_out, int *stopped);
+
+/** At the end of generation (e.g. max tokens reached): write the text still
+ *  held back (an incomplete UTF-8 character as U+FFFD) and clear it; the
+ *  stopper stays usable and a stop string can no longer span the flush.
+ *  After a stop nothing is written.  Needs `cap` >= held-back bytes + 4, else
+ *  DSQ_ERR_BUFFER_TOO_SMALL with *len_out = that size - 1 and nothing
+ *  changed.  DSQ_ERR_INVALID_ARG. */
+DSQ_API dsq_status dsq_stopper_flush(dsq_stopper *s, char *text, size_t cap, size_t *len_out);
+
+/** Drop held-back text and the stopped state, ready for a new generation
+ *  with the same stop strings.  NULL is a no-op. */
+DSQ_API void dsq_stopper_reset(dsq_stopper *s);
 
 #ifdef __cplusplus
 }

@@ -107,6 +107,9 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     st = dsq_config_load(cfg_path, &m->cfg);
     if (st != DSQ_OK)
         goto fail;
+    st = dsq_gen_config_load(m->dir, &m->gen); /* optional file */
+    if (st != DSQ_OK)
+        goto fail;
     st = dsq_is_dir(path) ? dsq_st_open_dir(path, &m->st) : dsq_st_open_file(path, &m->st);
     if (st != DSQ_OK)
         goto fail;
@@ -312,12 +315,20 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
         if (tokens == 0 && p.kv_budget_bytes > 0)
             tokens = p.kv_budget_bytes / c->kv_bytes_per_token;
         int64_t blocks = tokens / p.kv_block_size;
-        if (tokens == 0) /* default: every sequence can reach max_context */
+        /* default only when neither size is given: a budget too small for
+         * one token must be refused, not silently replaced by the default */
+        if (p.kv_pool_tokens == 0 && p.kv_budget_bytes == 0)
             blocks = (int64_t)p.max_seqs * ((p.max_context + p.kv_block_size - 1) / p.kv_block_size);
         if (blocks < 1) {
-            st = dsq_fail(DSQ_ERR_INVALID_ARG,
-                          "KV pool of %lld tokens holds no block of %d tokens",
-                          (long long)tokens, p.kv_block_size);
+            if (p.kv_pool_tokens == 0)
+                st = dsq_fail(DSQ_ERR_INVALID_ARG,
+                              "kv_budget_bytes = %lld holds no KV block of %d tokens (%lld bytes per token)",
+                              (long long)p.kv_budget_bytes, p.kv_block_size,
+                              (long long)c->kv_bytes_per_token);
+            else
+                st = dsq_fail(DSQ_ERR_INVALID_ARG,
+                              "KV pool of %lld tokens holds no block of %d tokens",
+                              (long long)tokens, p.kv_block_size);
             goto fail;
         }
         if (blocks > INT32_MAX) {

@@ -183,6 +183,33 @@ dsq_status dsq_kv_pages_reserve(dsq_kv_pages *p, int32_t n, const int32_t *seqs,
 /* Give back blocks of `seq` beyond those needed for `keep_len` tokens. */
 void dsq_kv_pages_trim(dsq_kv_pages *p, int32_t seq, int32_t keep_len);
 
+/* ---- generation_config.json (lib/generation_config.c) -------------------- */
+
+/* Bits of dsq_gen_config.has: which sampler fields the file set. */
+enum {
+    DSQ_GEN_TEMPERATURE = 1u << 0, /* "temperature", or do_sample false -> 0 */
+    DSQ_GEN_TOP_K = 1u << 1,
+    DSQ_GEN_TOP_P = 1u << 2,
+    DSQ_GEN_MIN_P = 1u << 3,
+    DSQ_GEN_REPETITION_PENALTY = 1u << 4
+};
+
+typedef struct dsq_gen_config {
+    uint32_t has;              /* DSQ_GEN_* bits; 0: no file or no field */
+    float temperature;         /* 0 when "do_sample" is false */
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    float repetition_penalty;
+} dsq_gen_config;
+
+/* Parse generation_config.json text; `name` (the path) goes into messages.
+ * DSQ_ERR_FORMAT naming the field for bad JSON, types or values. */
+dsq_status dsq_gen_config_parse(const char *json, size_t len, const char *name,
+                                dsq_gen_config *g);
+/* Read dir/generation_config.json if it exists (else g->has = 0, DSQ_OK). */
+dsq_status dsq_gen_config_load(const char *dir, dsq_gen_config *g);
+
 /* ---- model, context, backends -------------------------------------------- */
 
 typedef struct dsq_backend_ops dsq_backend_ops;
@@ -196,6 +223,7 @@ struct dsq_model {
     int64_t device_bytes;
     dsq_tokenizer *tokenizer;  /* owned; may be NULL */
     char *dir;                 /* directory the model came from */
+    dsq_gen_config gen;        /* generation_config.json (has == 0 if none) */
 };
 
 struct dsq_ctx {

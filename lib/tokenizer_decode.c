@@ -137,7 +137,7 @@ DSQ_API dsq_status dsq_detok_stream_push(dsq_detok_stream *s, int32_t token, cha
     for (size_t i = 0; i < emit; i++)
         text[i] = (char)(i < s->n_held ? s->held[i] : tok[i - s->n_held]);
     text[emit] = 0;
-    uint8_t nh[4];
+    uint8_t nh[4] = {0};
     for (size_t i = 0; i < tail; i++) {
         size_t j = emit + i;
         nh[i] = j < s->n_held ? s->held[j] : tok[j - s->n_held];

@@ -41,6 +41,13 @@ dsq_status dsq_read_file(const char *path, char **data, size_t *len)
 {
     *data = NULL;
     *len = 0;
+    /* A directory opens fine and seeks to LONG_MAX, and a FIFO would block
+     * in fopen: only regular files are read. */
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return dsq_fail(DSQ_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return dsq_fail(DSQ_ERR_IO, "'%s' is not a regular file", path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return dsq_fail(DSQ_ERR_IO, "cannot open '%s': %s", path, strerror(errno));

@@ -4,6 +4,10 @@
 # is CPU-only (the CMake option DSQ_CUDA=AUTO decides).
 set -euo pipefail
 PKGS="cmake make gcc pkg-config python3 python3-numpy libcjson-dev libcmocka-dev libpcre2-dev libutf8proc-dev"
+# nvcc compiles .cu host code with g++, which a fresh Debian lacks
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  PKGS="$PKGS g++"
+fi
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+# NVIDIA's toolkit packages install nvcc in /usr/local/cuda/bin without
+# putting it on PATH; CMake only finds nvcc on PATH (or via CUDACXX).
+if ! command -v nvcc >/dev/null 2>&1 && [ -z "${CUDACXX:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
 JOBS=$(nproc)
 
 echo "== build (release) =="

@@ -13,7 +13,12 @@ typedef struct cli_opts {
     int32_t backend;         /* dsq_backend                                 */
     int32_t kv_dtype;        /* dsq_kv_dtype                                */
     int32_t kv_layout;       /* dsq_kv_layout                               */
-    dsq_sampler_params sp;   /* --temperature --top-p --top-k --min-p ...   */
+    dsq_sampler_params sp;   /* --temperature --top-p --top-k --min-p ...:
+                                only the fields named in sp_set are used;
+                                the rest come from dsq_model_sampler_params */
+    uint32_t sp_set;         /* CLI_SP_* bits                               */
+    const char **stops;      /* --stop STR, repeatable                      */
+    size_t n_stops;
     int32_t max_tokens;      /* tokens to generate (bench: decode steps)    */
     int32_t ctx;             /* --ctx: max context per sequence, 0 = default */
     int32_t threads;         /* --threads, 0 = all cores                    */
@@ -26,12 +31,27 @@ typedef struct cli_opts {
     const char *prompt;      /* positional prompt text (generate)           */
 } cli_opts;
 
+/* Sampler fields given on the command line (they override the model's
+ * generation_config.json). */
+enum {
+    CLI_SP_TEMPERATURE = 1u << 0,
+    CLI_SP_TOP_P = 1u << 1,
+    CLI_SP_TOP_K = 1u << 2,
+    CLI_SP_MIN_P = 1u << 3,
+    CLI_SP_PENALTY = 1u << 4,
+    CLI_SP_PENALTY_N = 1u << 5,
+    CLI_SP_SEED = 1u << 6
+};
+
 /* Everything a command needs once the model is up. */
 typedef struct cli_session {
     dsq_model *model;
     dsq_ctx *ctx;
     dsq_sampler *sampler;
+    dsq_sampler_params sp;        /* what the sampler was made with          */
     const dsq_tokenizer *tok;     /* borrowed from the model; may be NULL    */
+    const char *const *stops;     /* --stop strings (borrowed from opts)     */
+    size_t n_stops;
     dsq_model_info info;
     int32_t n_vocab_valid;        /* ids >= this are padding rows            */
     int32_t eos;                  /* -1 if unknown                           */
@@ -61,16 +81,21 @@ int cli_parse_ids(const char *list, int32_t **ids, int32_t *n);
 int cli_tokenize(const cli_session *s, const char *text, int add_bos, int32_t **ids,
                  int32_t *n);
 
-/* Streams generated tokens to stdout: text through dsq_detok_stream when the
- * model has a tokenizer (hiding <think>..</think> unless asked), else ids. */
+/* Streams generated tokens to stdout: text through a dsq_stopper (which
+ * decodes and holds back what could begin a --stop string) when the model
+ * has a tokenizer (hiding <think>..</think> unless asked), else ids.  The
+ * <think> / </think> tags bypass the stopper (a stop string never spans
+ * one). */
 typedef struct cli_printer {
     const cli_session *s;
-    dsq_detok_stream *stream;
+    dsq_stopper *stopper;
+    int stopped;       /* a --stop string was completed                     */
     int show_thinking;
     int in_think;      /* currently between <think> and </think>            */
     int skip_space;    /* drop whitespace right after a hidden </think>     */
     int printed_ids;   /* ids printed so far (id mode, for separators)      */
-    char buf[1024];
+    char *buf;         /* [buf_cap] text from the stopper, grown on demand  */
+    size_t buf_cap;
 } cli_printer;
 
 /* `prompt` sets the initial think state (a prompt ending in "<think>\n" puts
@@ -94,11 +119,12 @@ typedef struct cli_turn {
     int32_t last;       /* last sampled token, not yet in the KV cache       */
     int ended_eos;      /* reply ended with the EOS token                    */
     int context_full;   /* stopped because the sequence filled its context   */
+    int stopped;        /* a --stop string ended the reply                   */
 } cli_turn;
 
 /* Prefill `prompt` onto sequence 0 (extending what it holds), then sample,
- * stream and decode until EOS, `max_tokens` sampled tokens or a full
- * context.  Prints its own errors; returns 0 on success. */
+ * stream and decode until EOS, a --stop string, `max_tokens` sampled tokens
+ * or a full context.  Prints its own errors; returns 0 on success. */
 int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t n_prompt,
                  int32_t max_tokens, cli_stats *stats, cli_turn *turn);
 /* "prompt N tokens, time to first token X ms, decode M tokens at Y tokens/s"

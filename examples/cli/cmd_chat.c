@@ -49,7 +49,8 @@ static char *turn_text(const cli_opts *o, const char *user, int first)
 
 /* Token ids for one input line, including what closes the previous reply:
  * its last sampled token (never fed to the model yet) and, if the reply was
- * cut short, the EOS the template puts after every assistant message. */
+ * cut short (--max-tokens or a --stop string), the EOS the template puts
+ * after every assistant message. */
 static int turn_tokens(const cli_session *s, const cli_opts *o, const char *line, int first,
                        const cli_turn *prev, int32_t **ids, int32_t *n)
 {
@@ -97,7 +98,7 @@ int cli_chat(const cli_opts *o)
     int interactive = isatty(STDIN_FILENO), rc = 0, first = 1;
     char *line = NULL;
     size_t line_cap = 0;
-    cli_turn prev = { -1, 0, 0 };
+    cli_turn prev = { -1, 0, 0, 0 };
     if (interactive)
         fprintf(stderr, "dsqwen chat: one message per line; /reset starts over, /quit leaves.%s\n",
                 s.tok ? "" : " No tokenizer: type token ids, e.g. 1,2,3.");
@@ -121,7 +122,7 @@ int cli_chat(const cli_opts *o)
                 rc = cli_report(st, "resetting the conversation");
                 break;
             }
-            dsq_sampler_reset(s.sampler, o->sp.seed);
+            dsq_sampler_reset(s.sampler, s.sp.seed);
             first = 1;
             prev.last = -1;
             continue;
@@ -153,7 +154,7 @@ int cli_chat(const cli_opts *o)
             fprintf(stderr, "dsqwen: the context (%d tokens) is full; starting a new "
                             "conversation (raise --ctx to keep more)\n", (int)s.max_context);
             dsq_seq_remove(s.ctx, 0);
-            dsq_sampler_reset(s.sampler, o->sp.seed);
+            dsq_sampler_reset(s.sampler, s.sp.seed);
             first = 1;
             prev.last = -1;
             continue;

@@ -71,17 +71,31 @@ int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_
         goto fail_report;
     s->max_context = ci.max_context;
 
-    /* The embedding has padding rows past the tokenizer's last id; a sampler
-     * must never pick them (their logits are meaningless). */
-    dsq_sampler_params sp = o->sp;
-    if (sp.n_vocab_valid == 0 && s->tok) {
-        int32_t n = dsq_tokenizer_n_tokens(s->tok);
-        if (n > 0 && n < s->info.n_vocab)
-            sp.n_vocab_valid = n;
-    }
+    /* The model's own settings (generation_config.json over the library
+     * defaults; n_vocab_valid masks the embedding's padding rows past the
+     * tokenizer's last id), then what the command line changed. */
+    dsq_sampler_params sp = dsq_sampler_default_params();
+    if ((st = dsq_model_sampler_params(s->model, &sp)) != DSQ_OK)
+        goto fail_report;
+    const dsq_sampler_params *c = &o->sp;
+    if (o->sp_set & CLI_SP_TEMPERATURE) sp.temperature = c->temperature;
+    if (o->sp_set & CLI_SP_TOP_P) sp.top_p = c->top_p;
+    if (o->sp_set & CLI_SP_TOP_K) sp.top_k = c->top_k;
+    if (o->sp_set & CLI_SP_MIN_P) sp.min_p = c->min_p;
+    if (o->sp_set & CLI_SP_PENALTY) sp.repetition_penalty = c->repetition_penalty;
+    if (o->sp_set & CLI_SP_PENALTY_N) sp.penalty_last_n = c->penalty_last_n;
+    if (o->sp_set & CLI_SP_SEED) sp.seed = c->seed;
+    s->sp = sp;
     s->n_vocab_valid = sp.n_vocab_valid > 0 ? sp.n_vocab_valid : s->info.n_vocab;
     if ((st = dsq_sampler_new(&sp, &s->sampler)) != DSQ_OK)
         goto fail_report;
+    if (o->n_stops > 0 && !s->tok) {
+        fprintf(stderr, "dsqwen: --stop needs the model's tokenizer.json (this model has none)\n");
+        cli_session_close(s);
+        return 1;
+    }
+    s->stops = o->stops;
+    s->n_stops = o->n_stops;
 
     s->eos = s->tok ? dsq_tokenizer_eos(s->tok) : -1;
     if (s->eos < 0)
@@ -189,9 +203,11 @@ int cli_printer_init(cli_printer *p, const cli_session *s, int show_thinking,
     p->show_thinking = show_thinking;
     if (!s->tok)
         return 0;
-    dsq_status st = dsq_detok_stream_new(s->tok, 1, &p->stream);
+    /* EOS never reaches the printer (cli_run_turn stops first), so the
+     * stopper only looks for the --stop strings */
+    dsq_status st = dsq_stopper_new(s->tok, s->stops, s->n_stops, 0, &p->stopper);
     if (st != DSQ_OK)
-        return cli_report(st, "creating the detokenizer");
+        return cli_report(st, "creating the stop-string matcher");
     for (int32_t i = 0; i < n_prompt; i++) {
         if (prompt[i] == s->think_open)
             p->in_think = 1;
@@ -222,10 +238,37 @@ static void put_text(cli_printer *p, const char *text, size_t len)
     fflush(stdout);
 }
 
+/* Text the stopper releases for `token` (flush when token < 0) into p->buf,
+ * growing it when the stopper asks for more room. */
+static int stopper_text(cli_printer *p, int32_t token, size_t *len)
+{
+    for (;;) {
+        int stopped = 0;
+        dsq_status st = token >= 0 ? dsq_stopper_push(p->stopper, token, p->buf, p->buf_cap,
+                                                      len, &stopped)
+                                   : dsq_stopper_flush(p->stopper, p->buf, p->buf_cap, len);
+        if (st == DSQ_OK) {
+            p->stopped |= stopped;
+            return 0;
+        }
+        if (st != DSQ_ERR_BUFFER_TOO_SMALL)
+            return cli_report(st, "detokenizing");
+        size_t cap = *len + 1 > 2 * p->buf_cap ? *len + 1 : 2 * p->buf_cap;
+        char *nb = realloc(p->buf, cap);
+        if (!nb) {
+            fprintf(stderr, "dsqwen: no memory\n");
+            return 1;
+        }
+        p->buf = nb;
+        p->buf_cap = cap;
+    }
+}
+
 int cli_printer_push(cli_printer *p, int32_t token)
 {
     const cli_session *s = p->s;
-    if (!p->stream) {
+    size_t len = 0;
+    if (!p->stopper) {
         printf("%s%d", p->printed_ids++ ? " " : "", (int)token);
         fflush(stdout);
         return 0;
@@ -234,6 +277,10 @@ int cli_printer_push(cli_printer *p, int32_t token)
         return 0;
     if (token == s->think_open || token == s->think_close) {
         int open = token == s->think_open;
+        /* what was held back belongs to the side of the tag it came from */
+        if (stopper_text(p, -1, &len))
+            return 1;
+        put_text(p, p->buf, len);
         if (p->show_thinking) {
             fputs(open ? "<think>" : "</think>", stdout);
             fflush(stdout);
@@ -245,21 +292,18 @@ int cli_printer_push(cli_printer *p, int32_t token)
         p->in_think = open;
         return 0;
     }
-    size_t len = 0;
-    dsq_status st = dsq_detok_stream_push(p->stream, token, p->buf, sizeof p->buf, &len);
-    if (st != DSQ_OK)
-        return cli_report(st, "detokenizing");
+    if (stopper_text(p, token, &len))
+        return 1;
     put_text(p, p->buf, len);
     return 0;
 }
 
 int cli_printer_finish(cli_printer *p)
 {
-    if (p->stream) {
+    if (p->stopper) { /* after a stop this writes nothing */
         size_t len = 0;
-        dsq_status st = dsq_detok_stream_flush(p->stream, p->buf, sizeof p->buf, &len);
-        if (st != DSQ_OK)
-            return cli_report(st, "detokenizing");
+        if (stopper_text(p, -1, &len))
+            return 1;
         put_text(p, p->buf, len);
     }
     fputc('\n', stdout);
@@ -269,6 +313,9 @@ int cli_printer_finish(cli_printer *p)
 
 void cli_printer_free(cli_printer *p)
 {
-    dsq_detok_stream_free(p->stream);
-    p->stream = NULL;
+    dsq_stopper_free(p->stopper);
+    p->stopper = NULL;
+    free(p->buf);
+    p->buf = NULL;
+    p->buf_cap = 0;
 }

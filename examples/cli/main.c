@@ -28,12 +28,16 @@ static void usage(FILE *f)
 "  --ctx N                max tokens per sequence (default: library default)\n"
 "  --threads N            CPU threads (default: all cores)\n"
 "  --max-tokens N         tokens to generate (bench: decode steps; default 512, bench 64)\n"
+"  sampling defaults come from the model's generation_config.json when it has\n"
+"  one, else the library's (the values shown):\n"
 "  --temperature T        <= 0 is greedy (default 0.6)\n"
 "  --top-p P              (default 0.95)   --top-k K  (default 0 = off)\n"
 "  --min-p P              (default 0 = off)\n"
 "  --repeat-penalty R     (default 1 = off) --repeat-last-n N (default 64)\n"
 "  --seed N               sampler seed\n"
 "  --greedy               same as --temperature 0\n"
+"  --stop STR             end the reply where its text contains STR (not printed);\n"
+"                         repeatable; EOS always ends it\n"
 "  --show-thinking / --hide-thinking   print or hide <think>..</think> (default show)\n"
 "  --system TEXT          system prompt (chat template mode)\n"
 "  --raw                  no chat template: the prompt is plain text\n"
@@ -63,7 +67,7 @@ enum {
     OPT_MODEL = 256, OPT_BACKEND, OPT_KV, OPT_KV_LAYOUT, OPT_TEMP, OPT_TOP_P, OPT_TOP_K,
     OPT_MIN_P, OPT_PENALTY, OPT_PENALTY_N, OPT_SEED, OPT_MAX_TOKENS, OPT_CTX, OPT_THREADS,
     OPT_SHOW_THINK, OPT_HIDE_THINK, OPT_TOKENS, OPT_RAW, OPT_SYSTEM, OPT_BATCH, OPT_PROMPT_LEN,
-    OPT_GREEDY, OPT_VERSION, OPT_HELP
+    OPT_GREEDY, OPT_STOP, OPT_VERSION, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -90,6 +94,7 @@ static const struct option long_opts[] = {
     { "batch", required_argument, NULL, OPT_BATCH },
     { "prompt-len", required_argument, NULL, OPT_PROMPT_LEN },
     { "greedy", no_argument, NULL, OPT_GREEDY },
+    { "stop", required_argument, NULL, OPT_STOP },
     { "version", no_argument, NULL, OPT_VERSION },
     { "help", no_argument, NULL, OPT_HELP },
     { NULL, 0, NULL, 0 },
@@ -164,6 +169,13 @@ int main(int argc, char **argv)
     o.max_tokens = is_bench ? 64 : 512;
     o.show_thinking = 1;
     o.prompt_len = 128;
+    /* every --stop is one argument, so argc bounds their number */
+    const char **stops = calloc((size_t)argc, sizeof *stops);
+    if (!stops) {
+        fprintf(stderr, "dsqwen: no memory\n");
+        return 1;
+    }
+    o.stops = stops;
 
     static const char *const backends[] = { "auto", "cpu", "cuda" };
     static const char *const kv_dtypes[] = { "f16", "int8", "f32" };
@@ -177,12 +189,30 @@ int main(int argc, char **argv)
         case OPT_BACKEND: bad = parse_choice("backend", optarg, backends, 3, &o.backend); break;
         case OPT_KV: bad = parse_choice("kv", optarg, kv_dtypes, 3, &o.kv_dtype); break;
         case OPT_KV_LAYOUT: bad = parse_choice("kv-layout", optarg, layouts, 2, &o.kv_layout); break;
-        case OPT_TEMP: bad = parse_float("temperature", optarg, &o.sp.temperature); break;
-        case OPT_TOP_P: bad = parse_float("top-p", optarg, &o.sp.top_p); break;
-        case OPT_TOP_K: bad = parse_int("top-k", optarg, 0, INT32_MAX, &o.sp.top_k); break;
-        case OPT_MIN_P: bad = parse_float("min-p", optarg, &o.sp.min_p); break;
-        case OPT_PENALTY: bad = parse_float("repeat-penalty", optarg, &o.sp.repetition_penalty); break;
-        case OPT_PENALTY_N: bad = parse_int("repeat-last-n", optarg, 0, INT32_MAX, &o.sp.penalty_last_n); break;
+        case OPT_TEMP:
+            bad = parse_float("temperature", optarg, &o.sp.temperature);
+            o.sp_set |= CLI_SP_TEMPERATURE;
+            break;
+        case OPT_TOP_P:
+            bad = parse_float("top-p", optarg, &o.sp.top_p);
+            o.sp_set |= CLI_SP_TOP_P;
+            break;
+        case OPT_TOP_K:
+            bad = parse_int("top-k", optarg, 0, INT32_MAX, &o.sp.top_k);
+            o.sp_set |= CLI_SP_TOP_K;
+            break;
+        case OPT_MIN_P:
+            bad = parse_float("min-p", optarg, &o.sp.min_p);
+            o.sp_set |= CLI_SP_MIN_P;
+            break;
+        case OPT_PENALTY:
+            bad = parse_float("repeat-penalty", optarg, &o.sp.repetition_penalty);
+            o.sp_set |= CLI_SP_PENALTY;
+            break;
+        case OPT_PENALTY_N:
+            bad = parse_int("repeat-last-n", optarg, 0, INT32_MAX, &o.sp.penalty_last_n);
+            o.sp_set |= CLI_SP_PENALTY_N;
+            break;
         case OPT_SEED: {
             char *end;
             errno = 0;
@@ -192,6 +222,7 @@ int main(int argc, char **argv)
                 bad = 1;
             }
             o.sp.seed = (uint64_t)v;
+            o.sp_set |= CLI_SP_SEED;
             break;
         }
         case OPT_MAX_TOKENS: bad = parse_int("max-tokens", optarg, 1, INT32_MAX, &o.max_tokens); break;
@@ -204,28 +235,49 @@ int main(int argc, char **argv)
         case OPT_SYSTEM: o.system = optarg; break;
         case OPT_BATCH: o.batch = optarg; break;
         case OPT_PROMPT_LEN: bad = parse_int("prompt-len", optarg, 1, INT32_MAX, &iv); o.prompt_len = iv; break;
-        case OPT_GREEDY: o.sp.temperature = 0.0f; break;
-        case OPT_VERSION: printf("dsqwen %s\n", dsq_version_string()); return 0;
-        case OPT_HELP: usage(stdout); return 0;
+        case OPT_GREEDY:
+            o.sp.temperature = 0.0f;
+            o.sp_set |= CLI_SP_TEMPERATURE;
+            break;
+        case OPT_STOP:
+            if (!optarg[0]) {
+                fprintf(stderr, "dsqwen: --stop wants a non-empty string\n");
+                bad = 1;
+            }
+            stops[o.n_stops++] = optarg;
+            break;
+        case OPT_VERSION:
+            printf("dsqwen %s\n", dsq_version_string());
+            free(stops);
+            return 0;
+        case OPT_HELP:
+            usage(stdout);
+            free(stops);
+            return 0;
         default: bad = 1; break;
         }
     }
+    int rc = 2;
     if (bad)
-        return 2;
+        goto done;
     if (optind < argc) {
         if (strcmp(cmd, "generate") != 0 || optind + 1 < argc || o.tokens) {
             fprintf(stderr, "dsqwen: unexpected argument '%s'\n", argv[optind]);
-            return 2;
+            goto done;
         }
         o.prompt = argv[optind];
     }
     if (!o.model) {
         no_model_help();
-        return 2;
+        goto done;
     }
     if (strcmp(cmd, "generate") == 0)
-        return cli_generate(&o);
-    if (strcmp(cmd, "chat") == 0)
-        return cli_chat(&o);
-    return cli_bench(&o);
+        rc = cli_generate(&o);
+    else if (strcmp(cmd, "chat") == 0)
+        rc = cli_chat(&o);
+    else
+        rc = cli_bench(&o);
+done:
+    free(stops);
+    return rc;
 }

@@ -10,6 +10,7 @@ int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t 
     turn->last = -1;
     turn->ended_eos = 0;
     turn->context_full = 0;
+    turn->stopped = 0;
     stats->n_prompt = n_prompt;
     stats->n_decode = 0;
     stats->t_first = stats->t_decode = 0.0;
@@ -51,6 +52,10 @@ int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t 
         }
         if (cli_printer_push(p, tok))
             return 1;
+        if (p->stopped) { /* a --stop string completed: the reply ends here */
+            turn->stopped = 1;
+            break;
+        }
         if (n_gen >= max_tokens)
             break;
         if (held + 1 > s->max_context) {
