@@ -128,8 +128,9 @@ typedef void (*dsq_log_fn)(dsq_log_level level, const char *message, void *user)
 /** Install a process-wide log callback (NULL removes it).  Messages at or
  *  below `max_level` are delivered; the callback may be called from any thread
  *  that calls into the library and must be thread-safe itself.  Setting the
- *  callback while other threads are inside the library is allowed (the swap is
- *  atomic) but a message already being delivered may reach the old one. */
+ *  callback while other threads are inside the library is allowed (function,
+ *  user pointer and level change together) but a message already being
+ *  delivered may reach the old callback. */
 DSQ_API void dsq_set_log_callback(dsq_log_fn fn, void *user, dsq_log_level max_level);
 
 /* ------------------------------------------------------------------------ */

@@ -11,6 +11,10 @@
 #define MODEL_INFO_V1 sizeof(dsq_model_info)
 #define CTX_INFO_V1 sizeof(dsq_ctx_info)
 
+/* Sanity limits: beyond these a request is a mistake, not a workload. */
+#define DSQ_MAX_THREADS 1024
+#define DSQ_MAX_KV_BYTES ((int64_t)1 << 40) /* 1 TiB of KV cache */
+
 /* ---- model ----------------------------------------------------------------- */
 
 static dsq_model_params model_defaults(void)
@@ -270,8 +274,9 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.kv_layout = %d is not a dsq_kv_layout", p.kv_layout);
     if (p.kv_dtype != DSQ_KV_F16 && p.kv_dtype != DSQ_KV_INT8 && p.kv_dtype != DSQ_KV_F32)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.kv_dtype = %d is not a dsq_kv_dtype", p.kv_dtype);
-    if (p.n_threads < 0)
-        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.n_threads must be >= 0");
+    if (p.n_threads < 0 || p.n_threads > DSQ_MAX_THREADS)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.n_threads must be in 0..%d (got %d)",
+                        DSQ_MAX_THREADS, p.n_threads);
     if (p.n_threads == 0)
         p.n_threads = dsq_n_cores();
     if (p.kv_layout == DSQ_KV_PAGED) {
@@ -331,8 +336,11 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
                               (long long)tokens, p.kv_block_size);
             goto fail;
         }
-        if (blocks > INT32_MAX) {
-            st = dsq_fail(DSQ_ERR_INVALID_ARG, "KV pool too large");
+        /* refuse sizes no machine holds before writing the block tables */
+        if (blocks > INT32_MAX || blocks * p.kv_block_size > DSQ_MAX_KV_BYTES / c->kv_bytes_per_token) {
+            st = dsq_fail(DSQ_ERR_INVALID_ARG, "KV pool of %lld blocks x %d tokens x %lld bytes exceeds %lld bytes",
+                          (long long)blocks, p.kv_block_size, (long long)c->kv_bytes_per_token,
+                          (long long)DSQ_MAX_KV_BYTES);
             goto fail;
         }
         c->p.kv_pool_tokens = blocks * p.kv_block_size;

@@ -721,7 +721,9 @@ dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_voc
         return dsq_fail(DSQ_ERR_INVALID_ARG,
                         "dsq_sampler_sample: no finite logit among the first %d", (int)n);
     const float T = s->p.temperature;
-    if (T <= 0.0f || isinf(m)) { /* greedy (or a +inf logit dominates) */
+    /* greedy, a +inf logit that dominates, or a temperature so small that
+     * 1/T overflows (its limit is greedy; the scaling below would give NaN) */
+    if (T <= 0.0f || isinf(m) || isinf(1.0f / T)) {
         *token_out = best;
         record(s, best);
         return DSQ_OK;

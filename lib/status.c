@@ -1,5 +1,5 @@
 /* status.c - status names, per-thread last error, the log callback. */
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,17 +7,17 @@
 
 static _Thread_local char tls_error[512];
 
-/* The callback, its user pointer and level change together, so they live in
- * one heap-free struct swapped by pointer. */
+/* The callback, its user pointer and level change together: they are read
+ * and written under one mutex (logging is rare: errors and load-time info),
+ * and the callback itself runs outside it. */
 typedef struct log_sink {
     dsq_log_fn fn;
     void *user;
     dsq_log_level max_level;
 } log_sink;
 
-static log_sink sinks[2];
-static _Atomic(log_sink *) current_sink = NULL;
-static atomic_int sink_slot = 0;
+static log_sink sink;
+static pthread_mutex_t sink_mu = PTHREAD_MUTEX_INITIALIZER;
 
 const char *dsq_status_string(dsq_status st)
 {
@@ -53,27 +53,23 @@ void dsq_clear_error(void) { tls_error[0] = '\0'; }
 
 void dsq_set_log_callback(dsq_log_fn fn, void *user, dsq_log_level max_level)
 {
-    if (!fn) {
-        atomic_store(&current_sink, NULL);
-        return;
-    }
-    /* Alternate between two slots so a reader never sees a half-written one
-     * (good enough for a setting changed rarely). */
-    int slot = atomic_fetch_add(&sink_slot, 1) & 1;
-    sinks[slot].fn = fn;
-    sinks[slot].user = user;
-    sinks[slot].max_level = max_level;
-    atomic_store(&current_sink, &sinks[slot]);
+    pthread_mutex_lock(&sink_mu);
+    sink.fn = fn;
+    sink.user = fn ? user : NULL;
+    sink.max_level = max_level;
+    pthread_mutex_unlock(&sink_mu);
 }
 
 static void vlog(dsq_log_level level, const char *fmt, va_list ap)
 {
-    log_sink *s = atomic_load(&current_sink);
-    if (!s || level > s->max_level)
+    pthread_mutex_lock(&sink_mu);
+    log_sink s = sink;
+    pthread_mutex_unlock(&sink_mu);
+    if (!s.fn || level > s.max_level)
         return;
     char buf[1024];
     vsnprintf(buf, sizeof buf, fmt, ap);
-    s->fn(level, buf, s->user);
+    s.fn(level, buf, s.user);
 }
 
 void dsq_log(dsq_log_level level, const char *fmt, ...)

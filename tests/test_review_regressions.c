@@ -135,9 +135,59 @@ static void test_kv_budget_too_small_is_refused(void **state)
     dsq_model_free(m);
 }
 
+/* Absurd sizes are refused up front with INVALID_ARG instead of trying to
+ * start a million threads or write gigabytes of block tables. */
+static void test_absurd_ctx_sizes_are_refused(void **state)
+{
+    (void)state;
+    char *mdir = dsq_test_path("tiny");
+    dsq_model_params mp = dsq_model_default_params();
+    mp.backend = DSQ_BACKEND_CPU;
+    mp.load_tokenizer = 0;
+    dsq_model *m = NULL;
+    dsq_status st = dsq_model_load(mdir, &mp, &m);
+    free(mdir);
+    if (st != DSQ_OK)
+        fail_msg("tiny model: %s", dsq_last_error_message());
+    dsq_ctx_params cp = dsq_ctx_default_params();
+    cp.max_context = 64;
+    cp.n_threads = 1000000;
+    dsq_ctx *c = NULL;
+    assert_int_equal(dsq_ctx_new(m, &cp, &c), DSQ_ERR_INVALID_ARG);
+    assert_null(c);
+    cp.n_threads = 1;
+    cp.kv_layout = DSQ_KV_PAGED;
+    cp.kv_pool_tokens = (int64_t)1 << 40;
+    assert_int_equal(dsq_ctx_new(m, &cp, &c), DSQ_ERR_INVALID_ARG);
+    printf("  huge pool: %s\n", dsq_last_error_message());
+    assert_null(c);
+    dsq_model_free(m);
+}
+
+/* A subnormal temperature: 1/T overflows; the draw is the greedy limit and
+ * UBSan sees no NaN-to-int conversion. */
+static void test_tiny_temperature_is_greedy(void **state)
+{
+    (void)state;
+    dsq_sampler_params sp = dsq_sampler_default_params();
+    sp.temperature = 1e-40f;
+    sp.top_p = 1.0f;
+    dsq_sampler *s = NULL;
+    assert_int_equal(dsq_sampler_new(&sp, &s), DSQ_OK);
+    float logits[7] = { 0.5f, 2.0f, -1.0f, 3.25f, 3.0f, 0.0f, 1.0f };
+    for (int i = 0; i < 20; i++) {
+        int32_t tok = -1;
+        assert_int_equal(dsq_sampler_sample(s, logits, 7, &tok), DSQ_OK);
+        assert_int_equal(tok, 3);
+    }
+    dsq_sampler_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_absurd_ctx_sizes_are_refused),
+        cmocka_unit_test(test_tiny_temperature_is_greedy),
         cmocka_unit_test(test_directory_where_a_file_is_expected),
         cmocka_unit_test(test_kv_budget_too_small_is_refused),
     };
