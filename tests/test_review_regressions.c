@@ -77,9 +77,9 @@ static void test_directory_where_a_file_is_expected(void **state)
     free(dir);
 }
 
-static void test_kv_budget_too_small_is_refused(void **state)
+/* tests/data/tiny on the CPU backend, without a tokenizer */
+static dsq_model *load_tiny_cpu(void)
 {
-    (void)state;
     char *mdir = dsq_test_path("tiny");
     dsq_model_params mp = dsq_model_default_params();
     mp.backend = DSQ_BACKEND_CPU;
@@ -89,6 +89,14 @@ static void test_kv_budget_too_small_is_refused(void **state)
     free(mdir);
     if (st != DSQ_OK)
         fail_msg("tiny model: %s", dsq_last_error_message());
+    return m;
+}
+
+static void test_kv_budget_too_small_is_refused(void **state)
+{
+    (void)state;
+    dsq_model *m = load_tiny_cpu();
+    dsq_status st;
     dsq_model_info mi = {.struct_size = sizeof mi};
     assert_int_equal(dsq_model_get_info(m, &mi), DSQ_OK);
     /* F32 KV: K and V of every layer and KV head, 4 bytes per value */
@@ -140,15 +148,8 @@ static void test_kv_budget_too_small_is_refused(void **state)
 static void test_absurd_ctx_sizes_are_refused(void **state)
 {
     (void)state;
-    char *mdir = dsq_test_path("tiny");
-    dsq_model_params mp = dsq_model_default_params();
-    mp.backend = DSQ_BACKEND_CPU;
-    mp.load_tokenizer = 0;
-    dsq_model *m = NULL;
-    dsq_status st = dsq_model_load(mdir, &mp, &m);
-    free(mdir);
-    if (st != DSQ_OK)
-        fail_msg("tiny model: %s", dsq_last_error_message());
+    dsq_model *m = load_tiny_cpu();
+    dsq_status st;
     dsq_ctx_params cp = dsq_ctx_default_params();
     cp.max_context = 64;
     cp.n_threads = 1000000;
