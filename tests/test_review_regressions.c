@@ -149,7 +149,6 @@ static void test_absurd_ctx_sizes_are_refused(void **state)
 {
     (void)state;
     dsq_model *m = load_tiny_cpu();
-    dsq_status st;
     dsq_ctx_params cp = dsq_ctx_default_params();
     cp.max_context = 64;
     cp.n_threads = 1000000;
