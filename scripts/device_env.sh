@@ -1,4 +1,5 @@
-# Source on the GPU test machine (no -dev packages, no network there): unpacks
+# Source on the GPU test machine (no -dev packages, no network there; make
+# .deps/ first with scripts/fetch_device_deps.sh and carry it): unpacks
 # the carried Debian packages from .deps/ into /tmp/deps and points pkg-config,
 # CMake and the loader at them.  Usage: `source scripts/device_env.sh`.
 mkdir -p /tmp/deps
