@@ -24,8 +24,10 @@
  * A forward pass enqueues everything on the context's stream; the only host
  * synchronisation is the copy of the logits (and, before packing a batch's
  * metadata, waiting for the copy out of the same pinned buffer two passes
- * ago, which has long completed in steady state).  Nothing is allocated
- * after dsq_ctx_new().
+ * ago, which has long completed in steady state).  No buffer is allocated
+ * after dsq_ctx_new(); the first decode step of each batch size captures and
+ * instantiates a graph, and the first product of each shape queries the
+ * cuBLASLt heuristic, which may allocate inside those libraries once.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -486,7 +488,9 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     free(lo);
     /* finite contents everywhere: attention tiles may load rows past a
      * sequence's end (masked to weight 0, and 0 * NaN would still be NaN) */
-    CK(cudaMemset(cc->kv_arena, 0, (size_t)c->kv_bytes), "KV cache initialisation");
+    /* on the context's (non-blocking) stream, so the first KV write is
+     * ordered after the zeroing */
+    CK(cudaMemsetAsync(cc->kv_arena, 0, (size_t)c->kv_bytes, cc->stream), "KV cache initialisation");
 
     /* decode workspace: the largest any batch size needs */
     cc->dec_splits_max = 1;

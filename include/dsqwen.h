@@ -282,8 +282,11 @@ static inline dsq_ctx_params dsq_ctx_default_params(void)
 }
 
 /** Create a context on `model`: allocates the KV cache and all scratch
- *  memory up front (no allocation happens later in prefill or decode), starts
- *  the worker threads (CPU) or creates the CUDA stream and library handles.
+ *  memory up front (prefill and decode allocate no buffers later; on CUDA the
+ *  first decode step at each batch size captures a CUDA graph and the first
+ *  product of each shape picks a cuBLASLt algorithm, which the CUDA runtime
+ *  and cuBLASLt may allocate for once), starts the worker threads (CPU) or
+ *  creates the CUDA stream and library handles.
  *  `params` may be NULL for defaults.
  *
  *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL model/out, non-positive
@@ -344,23 +347,29 @@ DSQ_API dsq_status dsq_ctx_get_info(const dsq_ctx *ctx, dsq_ctx_info *info);
  *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx/tokens, n_tokens <= 0,
  *  unknown flags), DSQ_ERR_SEQ, DSQ_ERR_TOKEN (an id outside 0..n_vocab-1),
  *  DSQ_ERR_CONTEXT_FULL (length would exceed max_context), DSQ_ERR_KV_FULL
- *  (paged pool exhausted), DSQ_ERR_DEVICE.  On any error the sequence is left
- *  exactly as it was before the call (its cache length does not change) and
- *  every other sequence is untouched. */
+ *  (paged pool exhausted), DSQ_ERR_DEVICE_OOM, DSQ_ERR_DEVICE.  On any error
+ *  the sequence is left exactly as it was before the call (its cache length
+ *  does not change) and every other sequence is untouched.  With logits NULL
+ *  on CUDA the call returns before the GPU has run, so a device fault in that
+ *  work is reported by a later call on the context (the sequence has then
+ *  already advanced). */
 DSQ_API dsq_status dsq_prefill(dsq_ctx *ctx, int32_t seq, const int32_t *tokens,
                                int32_t n_tokens, uint32_t flags, float *logits);
 
 /** One decode step for a batch of independent sequences: token tokens[i] is
  *  appended to sequence seqs[i] (which must already hold at least one token,
- *  from dsq_prefill; an empty or removed sequence is DSQ_ERR_SEQ) and its next-token logits are written to
- *  logits[i * n_vocab .. ]; logits may be NULL.  Sequence ids in one call must
+ *  from dsq_prefill; an empty or removed sequence is DSQ_ERR_SEQ) and its
+ *  next-token logits are written to logits[i * n_vocab .. ]; logits may be
+ *  NULL.  Sequence ids in one call must
  *  be distinct; n_seqs may not exceed max_batch_tokens.
  *
  *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULLs, n_seqs <= 0, a repeated
  *  seq id), DSQ_ERR_BATCH, DSQ_ERR_SEQ, DSQ_ERR_TOKEN, DSQ_ERR_CONTEXT_FULL,
- *  DSQ_ERR_KV_FULL, DSQ_ERR_DEVICE.  On error no sequence changes.
- *  On CUDA it performs no host allocation and synchronizes only to copy the
- *  logits out. */
+ *  DSQ_ERR_KV_FULL, DSQ_ERR_DEVICE_OOM, DSQ_ERR_DEVICE.  On error no sequence
+ *  changes.  On CUDA it synchronizes only to copy the logits out (and, like
+ *  dsq_prefill, with logits NULL reports device faults on a later call); it
+ *  allocates nothing itself (see dsq_ctx_new on the first step of a batch
+ *  size). */
 DSQ_API dsq_status dsq_decode_step(dsq_ctx *ctx, int32_t n_seqs, const int32_t *seqs,
                                    const int32_t *tokens, float *logits);
 

@@ -288,6 +288,16 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
         p.kv_block_size = 0;
     }
 
+    if (p.kv_layout == DSQ_KV_STATIC) {
+        /* checked before any size is computed from it (paged: see below) */
+        const dsq_config *mc = &m->cfg;
+        int64_t bpt = (int64_t)mc->n_layers * 2 * mc->n_kv_heads * (mc->head_dim * 4 + 4);
+        if ((int64_t)p.max_seqs * p.max_context > DSQ_MAX_KV_BYTES / bpt)
+            return dsq_fail(DSQ_ERR_INVALID_ARG,
+                            "static KV cache of %d sequences x %d tokens exceeds %lld bytes",
+                            p.max_seqs, p.max_context, (long long)DSQ_MAX_KV_BYTES);
+    }
+
     dsq_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the context");

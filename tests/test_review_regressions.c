@@ -10,6 +10,7 @@
  *
  * Expected values are the documented status codes and, for the pool size,
  * arithmetic on the model's own dimensions (dsq_model_get_info). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,14 @@ static void test_absurd_ctx_sizes_are_refused(void **state)
     assert_int_equal(dsq_ctx_new(m, &cp, &c), DSQ_ERR_INVALID_ARG);
     assert_null(c);
     cp.n_threads = 1;
+    /* static: 2^31 sequences x 4096 tokens would wrap size arithmetic */
+    cp.max_seqs = INT32_MAX;
+    cp.max_context = 4096;
+    assert_int_equal(dsq_ctx_new(m, &cp, &c), DSQ_ERR_INVALID_ARG);
+    printf("  huge static cache: %s\n", dsq_last_error_message());
+    assert_null(c);
+    cp.max_seqs = 1;
+    cp.max_context = 64;
     cp.kv_layout = DSQ_KV_PAGED;
     cp.kv_pool_tokens = (int64_t)1 << 40;
     assert_int_equal(dsq_ctx_new(m, &cp, &c), DSQ_ERR_INVALID_ARG);
