@@ -645,7 +645,14 @@ static dsq_status run_pass(dsq_ctx *c, const pass *p)
     if (!cc->graphs[key] && !cc->graph_failed[key]) {
         cudaGraph_t g = NULL;
         cudaGraphExec_t ge = NULL;
-        CK(cudaStreamBeginCapture(cc->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+        cudaError_t bc = cudaStreamBeginCapture(cc->stream, cudaStreamCaptureModeThreadLocal);
+        if (bc != cudaSuccess) { /* no graph for this shape: run it eagerly from now on */
+            cudaGetLastError();
+            cc->graph_failed[key] = 1;
+            dsq_log(DSQ_LOG_WARN, "CUDA graph capture could not start (%s); %d-sequence decode steps run eagerly",
+                    cudaGetErrorString(bc), p->S);
+            return enqueue_pass(c, p);
+        }
         dsq_status st = enqueue_pass(c, p);
         cudaError_t ce = cudaStreamEndCapture(cc->stream, &g);
         if (st == DSQ_OK && ce == cudaSuccess && g)
