@@ -120,10 +120,7 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     st = dsq_weights_bind(m->st, &m->cfg, &m->w);
     if (st != DSQ_OK)
         goto fail;
-    st = ops->model_load(m, &p);
-    if (st != DSQ_OK)
-        goto fail;
-    m->ops = ops; /* from here on dsq_model_free releases backend state */
+    /* every file is checked before the (slow) upload to a device */
     if (p.load_tokenizer) {
         char *tok_path = dsq_path_join(m->dir, "tokenizer.json");
         if (!tok_path) {
@@ -136,6 +133,10 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         if (st != DSQ_OK)
             goto fail;
     }
+    st = ops->model_load(m, &p);
+    if (st != DSQ_OK)
+        goto fail;
+    m->ops = ops; /* from here on dsq_model_free releases backend state */
     free(cfg_path);
     *out = m;
     return DSQ_OK;
