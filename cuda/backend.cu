@@ -29,7 +29,10 @@
  * instantiates a graph, and the first product of each shape queries the
  * cuBLASLt heuristic, which may allocate inside those libraries once.
  */
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -785,15 +788,36 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
 
 /* ---- registration ---------------------------------------------------------------- */
 
-extern "C" int dsq_cuda_available(void)
+/* The driver library is looked for here (as the CUDA runtime itself will,
+ * by soname) only to name it in the message when it is missing: the runtime
+ * alone would report "driver version is insufficient". */
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static char driver_problem[512]; /* "" when libcuda.so.1 could be opened */
+
+static void driver_probe(void)
 {
+    dlerror();
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(driver_problem, sizeof driver_problem, "the NVIDIA driver library could not be loaded (%s)",
+                 e ? e : "libcuda.so.1");
+    }
+    /* kept open: the runtime maps it for the rest of the process anyway */
+}
+
+extern "C" const char *dsq_cuda_device_problem(void)
+{
+    pthread_once(&driver_once, driver_probe);
+    if (driver_problem[0])
+        return driver_problem;
     int n = 0;
     cudaError_t ce = cudaGetDeviceCount(&n);
     if (ce != cudaSuccess) {
         cudaGetLastError();
-        return 0;
+        return cudaGetErrorString(ce); /* static text */
     }
-    return n > 0;
+    return n > 0 ? NULL : "the CUDA runtime reports no device";
 }
 
 extern "C" const dsq_backend_ops dsq_cuda_backend = {

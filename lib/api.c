@@ -35,26 +35,40 @@ dsq_status dsq_model_params_init(dsq_model_params *params, uint32_t struct_size)
     return dsq_params_init(params, struct_size, &d, sizeof d, MODEL_PARAMS_V1, "dsq_model_params");
 }
 
+/* The CUDA backend needs the NVIDIA driver, a device and cuBLASLt, all
+ * found at run time (nothing CUDA is a link-time dependency of the library),
+ * so a CUDA build still loads and runs on the CPU where they are missing. */
 static const dsq_backend_ops *pick_backend(int32_t want, dsq_status *st)
 {
     *st = DSQ_OK;
     switch (want) {
     case DSQ_BACKEND_CPU: return &dsq_cpu_backend;
-    case DSQ_BACKEND_CUDA:
+    case DSQ_BACKEND_CUDA: {
 #ifdef DSQ_HAVE_CUDA
-        if (dsq_cuda_available())
+        /* both checked, so the message lists everything that is missing */
+        const char *lib = dsq_cublaslt_problem(), *dev = dsq_cuda_device_problem();
+        if (!lib && !dev)
             return &dsq_cuda_backend;
-        *st = dsq_fail(DSQ_ERR_NO_DEVICE, "backend CUDA requested but no usable CUDA device was found");
+        *st = dsq_fail(DSQ_ERR_NO_DEVICE, "backend CUDA requested but unavailable: %s%s%s%s%s",
+                       dev ? dev : "", dev && lib ? "; " : "", lib ? "cuBLASLt could not be loaded (" : "",
+                       lib ? lib : "", lib ? ")" : "");
 #else
         *st = dsq_fail(DSQ_ERR_NO_DEVICE, "backend CUDA requested but this libdsqwen was built without CUDA");
 #endif
         return NULL;
-    case DSQ_BACKEND_AUTO:
+    }
+    case DSQ_BACKEND_AUTO: {
 #ifdef DSQ_HAVE_CUDA
-        if (dsq_cuda_available())
+        /* device first: a machine without a GPU never pays for opening cuBLASLt */
+        const char *why = dsq_cuda_device_problem();
+        if (!why)
+            why = dsq_cublaslt_problem();
+        if (!why)
             return &dsq_cuda_backend;
+        dsq_log(DSQ_LOG_INFO, "backend AUTO: using the CPU, CUDA is unavailable: %s", why);
 #endif
         return &dsq_cpu_backend;
+    }
     default:
         *st = dsq_fail(DSQ_ERR_INVALID_ARG, "params.backend = %d is not a dsq_backend value", (int)want);
         return NULL;

@@ -275,8 +275,13 @@ struct dsq_backend_ops {
 extern const dsq_backend_ops dsq_cpu_backend;
 #ifdef DSQ_HAVE_CUDA
 extern const dsq_backend_ops dsq_cuda_backend;
-/* 1 if the CUDA runtime reports at least one usable device. */
-int dsq_cuda_available(void);
+/* NULL when the NVIDIA driver library loads and the CUDA runtime reports
+ * a device, else why not (static text).  Cheap after the first call. */
+const char *dsq_cuda_device_problem(void);
+/* NULL when cuBLASLt was opened (dlopen, once per process; see
+ * cuda/cublaslt_loader.cu), else why not, naming the library and dlerror()
+ * (static text).  Thread-safe. */
+const char *dsq_cublaslt_problem(void);
 #endif
 
 /* ---- tokenizer (lib/tokenizer.c) --------------------------------------------- */

@@ -8,14 +8,21 @@ ctypes bindings.
 
 Text prompts use the model's tokenizer.json (or --tokenizer PATH); a model
 without one takes --tokens and prints ids.  --temperature 0 (default) is
-greedy.  The library is --library PATH, else $DSQWEN_LIBRARY, else the system
-search.  A summary line goes to stderr at the end.
+greedy.  Uses the installed `dsqwen` package (pip install .), else the
+package sources in ../../python.  The library is --library PATH, else
+$DSQWEN_LIBRARY, else the one inside the package, the install prefix's, or
+the system loader's.  A summary line goes to stderr at the end.
 """
 import argparse
+import os
 import sys
 import time
 
-import dsqwen
+try:
+    import dsqwen  # the installed package (pip install .)
+except ImportError:  # run from a source tree: the package's sources, library per DSQWEN_LIBRARY
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    import dsqwen
 
 
 def parse_args():

@@ -1,32 +1,30 @@
-"""dsqwen - Python bindings for libdsqwen through ctypes (standard library only).
+"""dsqwen._capi - the ctypes layer over libdsqwen (standard library only).
 
-The layer mirrors include/dsqwen.h: the params/info structs with their
-leading struct_size, the enums as IntEnums, every function with its exact C
-signature.  On top of it sit small classes (Model, Context, Tokenizer,
-DetokStream, Sampler) that own one handle each, free it in close() and work as
-context managers.  A failing call raises DsqError carrying the status, its
-dsq_status_string() and the dsq_last_error_message() of that call.
+It mirrors include/dsqwen.h: the params/info structs with their leading
+struct_size, the enums as IntEnums, every function with its exact C
+signature (tests/python checks them against the cffi declarations generated
+from the header).  On top of it sit small classes (Model, Context,
+Tokenizer, DetokStream, Sampler, Stopper) that own one handle each, free it
+in close() and work as context managers.  A failing call raises DsqError
+carrying the status, its dsq_status_string() and the
+dsq_last_error_message() of that call.
 
 Which libdsqwen.so is loaded: load_library(path) if called before anything
-else, else the DSQWEN_LIBRARY environment variable, else the system search
-(libdsqwen.so.0 / libdsqwen.so through LD_LIBRARY_PATH, ld.so.cache).
-
-    import dsqwen
-    with dsqwen.Model("path/to/model", backend=dsqwen.Backend.CPU) as model, \\
-         model.context(max_context=1024) as ctx:
-        logits = ctx.prefill([151646, 9707])       # [n_vocab] floats
-        token = dsqwen.argmax(logits)
-        logits = ctx.decode_step([0], [token])     # [1 * n_vocab]
+else, else the DSQWEN_LIBRARY environment variable, else the copy inside this
+package, else the lib directories of the install prefix, else the system
+search (libdsqwen.so.0 through LD_LIBRARY_PATH and the ld.so cache).
 """
 import ctypes as C
-import ctypes.util
 import enum
 import os
+import sys
+import sysconfig
 import weakref
 
 __all__ = ["DsqError", "Status", "Backend", "KvLayout", "KvDtype", "Role", "LogLevel",
-           "Model", "Context", "Tokenizer", "DetokStream", "Sampler", "load_library",
-           "version", "chat_format", "set_log_callback", "argmax"]
+           "Model", "Context", "Tokenizer", "DetokStream", "Sampler", "Stopper",
+           "load_library", "library_path", "version", "chat_format", "set_log_callback",
+           "argmax"]
 
 # --------------------------------------------------------------------------
 # Enumerations and flags (values fixed by dsqwen.h)
@@ -190,33 +188,80 @@ _SIGNATURES = {
     "dsq_sampler_sample": (_st, [_vp, _P(_f32), _i32, _P(_i32)]),
     "dsq_sampler_accept": (_st, [_vp, _P(_i32), _sz]),
     "dsq_sampler_reset": (None, [_vp, _u64]),
+    "dsq_model_sampler_params": (_st, [_vp, _P(SamplerParams)]),
+    "dsq_stopper_new": (_st, [_vp, _P(C.c_char_p), _sz, C.c_int, _P(_vp)]),
+    "dsq_stopper_free": (None, [_vp]),
+    "dsq_stopper_push": (_st, [_vp, _i32, C.c_char_p, _sz, _P(_sz), _P(C.c_int)]),
+    "dsq_stopper_flush": (_st, [_vp, C.c_char_p, _sz, _P(_sz)]),
+    "dsq_stopper_reset": (None, [_vp]),
 }
 
 # The major version this module was written against (DSQ_VERSION_MAJOR).
 _ABI_MAJOR = 0
+_SONAME = "libdsqwen.so.%d" % _ABI_MAJOR
 _lib = None
+_lib_path = None
+
+
+def _candidates():
+    """(description, path) pairs in search order, after DSQWEN_LIBRARY."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [("inside the package", os.path.join(here, _SONAME))]
+    # the install prefix: sys.prefix (a venv or /usr/local), and the prefix
+    # this package sits under (PREFIX/lib/pythonX.Y/site-packages/dsqwen)
+    prefixes = [sys.prefix]
+    up = here
+    for _ in range(4):
+        up = os.path.dirname(up)
+    prefixes.append(up)
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    for pre in dict.fromkeys(prefixes):
+        for sub in ["lib", "lib64"] + (["lib/" + multiarch] if multiarch else []):
+            out.append(("in the install prefix", os.path.join(pre, sub, _SONAME)))
+    return out
 
 
 def load_library(path=None):
     """Load libdsqwen (see the module docstring for the search order) and
     declare its functions.  Called implicitly on first use; returns the
-    ctypes.CDLL.  Raises OSError if the library is missing or its major
-    version differs from the one these bindings mirror."""
-    global _lib
+    ctypes.CDLL.  Raises OSError listing every place looked at when no
+    library loads, or if its major version differs from these bindings'."""
+    global _lib, _lib_path
     if _lib is not None and path is None:
         return _lib
-    path = path or os.environ.get("DSQWEN_LIBRARY")
-    if not path:
-        path = ctypes.util.find_library("dsqwen") or "libdsqwen.so.%d" % _ABI_MAJOR
-    lib = C.CDLL(path)
+    tried = []
+    if path is None and os.environ.get("DSQWEN_LIBRARY"):
+        path = os.environ["DSQWEN_LIBRARY"]  # an override: nothing else is tried
+    attempts = [("given", path)] if path else \
+        [(d, p) for d, p in _candidates() if os.path.exists(p)] + [("system loader", _SONAME)]
+    lib = None
+    for what, p in attempts:
+        try:
+            lib = C.CDLL(p)
+            path = p
+            break
+        except OSError as e:
+            tried.append("%s: %s" % (p, e))
+    if lib is None:
+        looked = [p for _, p in _candidates()]
+        raise OSError("libdsqwen not found.  Tried: %s.  Looked for %s in: %s; then the system "
+                      "loader (LD_LIBRARY_PATH, ld.so cache).  Set DSQWEN_LIBRARY to the "
+                      "library's path, or install libdsqwen (see README)."
+                      % ("; ".join(tried) or "nothing loadable", _SONAME, ", ".join(looked)))
     for name, (res, args) in _SIGNATURES.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
     if lib.dsq_version_number() // 10000 != _ABI_MAJOR:
         raise OSError("%s is libdsqwen %s; these bindings need major version %d"
                       % (path, lib.dsq_version_string().decode(), _ABI_MAJOR))
-    _lib = lib
+    _lib, _lib_path = lib, path
     return lib
+
+
+def library_path():
+    """Path (or soname) of the libdsqwen that was loaded."""
+    load_library()
+    return _lib_path
 
 
 def _L():
@@ -315,6 +360,17 @@ def _params(cls, kwargs, what):
     return p
 
 
+def _numpy_view(arr, n_vocab, rows):
+    """A numpy float32 view of a ctypes float array (numpy is optional: only
+    this needs it)."""
+    try:
+        import numpy
+    except ImportError as e:
+        raise ImportError("numpy=True needs numpy (pip install numpy, or python3-numpy)") from e
+    a = numpy.frombuffer(arr, dtype=numpy.float32)
+    return a.reshape(-1, n_vocab) if rows else a
+
+
 class _Handle:
     """One owned C handle; close() frees it once, and so does the context
     manager and (as a last resort) garbage collection."""
@@ -359,6 +415,8 @@ class Model(_Handle):
     _free = "dsq_model_free"
 
     def __init__(self, path, **params):
+        if isinstance(params.get("backend"), str):
+            params["backend"] = Backend[params["backend"].upper()]
         p = _params(ModelParams, params, "dsq_model_params")
         h = _vp()
         _check(_L().dsq_model_load(os.fsencode(path), C.byref(p), C.byref(h)),
@@ -382,6 +440,73 @@ class Model(_Handle):
             ctx.close()
         super().close()
 
+    @property
+    def backend(self):
+        """The backend that runs this model (Backend.CPU or Backend.CUDA)."""
+        return Backend(self.info.backend)
+
+    def _tok(self, tokenizer=None):
+        tok = tokenizer if tokenizer is not None else self.tokenizer
+        if tok is None:
+            raise ValueError("this model has no tokenizer.json: pass tokenizer=Tokenizer.load(path)"
+                             " or token ids")
+        return tok
+
+    def tokenize(self, text, add_special=False):
+        """Token ids of text with the model's tokenizer (see Tokenizer.encode)."""
+        return self._tok().encode(text, add_special=add_special)
+
+    def detokenize(self, tokens, skip_special=False):
+        """Text of token ids with the model's tokenizer."""
+        return self._tok().decode(tokens, skip_special=skip_special)
+
+    def sampler_params(self, **overrides):
+        """SamplerParams the model recommends (generation_config.json), with
+        keyword fields overridden."""
+        p = SamplerParams()
+        _check(_L().dsq_sampler_params_init(C.byref(p), C.sizeof(p)), "dsq_sampler_params_init")
+        _check(_L().dsq_model_sampler_params(self.handle, C.byref(p)), "dsq_model_sampler_params")
+        names = {f[0] for f in SamplerParams._fields_} - {"struct_size"}
+        for k, v in overrides.items():
+            if k not in names:
+                raise TypeError("dsq_sampler_params has no field %r" % k)
+            if v is not None:
+                setattr(p, k, v)
+        return p
+
+    def generate(self, prompt, max_tokens=256, stop=(), tokenizer=None, **sampling):
+        """Stream the continuation of `prompt` as text pieces (an iterator of
+        str).  prompt: str (tokenized with BOS as the model's tokenizer
+        says) or a list of token ids.  Stops at EOS, at any string of `stop`
+        (never shown) or after max_tokens.  Sampling keywords (temperature,
+        top_k, top_p, min_p, repetition_penalty, seed) override the model's
+        recommended settings; temperature=0 is greedy.  tokenizer: one to use
+        when the model directory has none."""
+        from . import _generate
+        return _generate.text_stream(self, prompt, max_tokens, stop, tokenizer, sampling)
+
+    def generate_ids(self, prompt_ids, max_tokens=256, stop_ids=None, **sampling):
+        """Stream generated token ids (an iterator of int); no tokenizer needed.
+        Stops after max_tokens, or at an id in stop_ids (default: the
+        tokenizer's EOS when there is one), which is yielded last."""
+        from . import _generate
+        return _generate.id_stream(self, prompt_ids, max_tokens, stop_ids, sampling)
+
+    def chat(self, messages, max_tokens=1024, stop=(), tokenizer=None, **sampling):
+        """Stream the assistant's reply to a conversation as text pieces.
+        messages: [(Role or "system"/"user"/"assistant", text)] or
+        [{"role": ..., "content": ...}] in order.  The R1 format opens the
+        reply with "<think>\n", so the reasoning comes first, then the answer."""
+        msgs = []
+        for m in messages:
+            role, text = (m["role"], m["content"]) if isinstance(m, dict) else m
+            if isinstance(role, str):
+                role = Role[role.upper()]
+            msgs.append((role, text))
+        text = chat_format(msgs, add_generation_prompt=True)
+        ids = self._tok(tokenizer).encode(text)
+        return self.generate(ids, max_tokens, stop, tokenizer, **sampling)
+
 
 class Context(_Handle):
     """KV cache and scratch for up to max_seqs sequences (dsq_ctx_new).  One
@@ -402,10 +527,12 @@ class Context(_Handle):
         _check(_L().dsq_ctx_get_info(self.handle, C.byref(info)), "dsq_ctx_get_info")
         return info
 
-    def prefill(self, tokens, seq=0, logits="last"):
+    def prefill(self, tokens, seq=0, logits="last", numpy=False):
         """Append tokens to sequence seq.  logits: "last" returns a ctypes
         float array [n_vocab], "all" one of [len(tokens) * n_vocab]
-        (row-major), None computes no logits and returns None."""
+        (row-major), None computes no logits and returns None.  numpy=True
+        returns a numpy float32 array instead ([n_vocab] or [n, n_vocab]),
+        viewing the same memory."""
         ids = _ids(tokens)
         if logits is None:
             out, flags = None, LOGITS_LAST
@@ -415,17 +542,22 @@ class Context(_Handle):
         else:
             raise ValueError('logits must be "last", "all" or None')
         _check(_L().dsq_prefill(self.handle, seq, ids, len(ids), flags, out), "dsq_prefill")
+        if numpy and out is not None:
+            return _numpy_view(out, self.n_vocab, flags == LOGITS_ALL)
         return out
 
-    def decode_step(self, seqs, tokens, logits=True):
+    def decode_step(self, seqs, tokens, logits=True, numpy=False):
         """Append tokens[i] to sequence seqs[i] for all i in one batch.
         Returns a ctypes float array [len(seqs) * n_vocab] (row i belongs to
-        seqs[i]) or None when logits is False."""
+        seqs[i]), with numpy=True a numpy array [len(seqs), n_vocab], or
+        None when logits is False."""
         s, t = _ids(seqs), _ids(tokens)
         if len(s) != len(t):
             raise ValueError("seqs and tokens differ in length")
         out = (_f32 * (self.n_vocab * len(s)))() if logits else None
         _check(_L().dsq_decode_step(self.handle, len(s), s, t, out), "dsq_decode_step")
+        if numpy and out is not None:
+            return _numpy_view(out, self.n_vocab, True)
         return out
 
     def seq_length(self, seq=0):
@@ -578,8 +710,17 @@ class Sampler(_Handle):
     repetition_penalty, penalty_last_n, seed, n_vocab_valid."""
     _free = "dsq_sampler_free"
 
-    def __init__(self, **params):
-        p = _params(SamplerParams, params, "dsq_sampler_params")
+    def __init__(self, params=None, **fields):
+        """params: a SamplerParams (e.g. Model.sampler_params()) to start
+        from instead of the library defaults; keywords then set fields."""
+        if params is None:
+            p = _params(SamplerParams, fields, "dsq_sampler_params")
+        else:
+            p = SamplerParams.from_buffer_copy(params)
+            for k, v in fields.items():
+                if k not in {f[0] for f in SamplerParams._fields_} - {"struct_size"}:
+                    raise TypeError("dsq_sampler_params has no field %r" % k)
+                setattr(p, k, v)
         h = _vp()
         _check(_L().dsq_sampler_new(C.byref(p), C.byref(h)), "dsq_sampler_new")
         super().__init__(h.value)
@@ -605,3 +746,43 @@ class Sampler(_Handle):
 
     def reset(self, seed):
         _L().dsq_sampler_reset(self.handle, seed)
+
+
+class Stopper(_Handle):
+    """Stop-string matcher (dsq_stopper): push(id) returns (text, stopped);
+    text never contains a stop string, and special tokens are not shown."""
+    _free = "dsq_stopper_free"
+
+    def __init__(self, tokenizer, stop=(), stop_on_eos=True):
+        enc = [s.encode("utf-8") for s in stop]
+        arr = (C.c_char_p * len(enc))(*enc) if enc else None
+        h = _vp()
+        _check(_L().dsq_stopper_new(tokenizer.handle, arr, len(enc), int(stop_on_eos), C.byref(h)),
+               "dsq_stopper_new")
+        super().__init__(h.value)
+        self.tokenizer = tokenizer  # must outlive the stopper
+        self._buf = C.create_string_buffer(256 + sum(len(e) for e in enc))
+
+    def push(self, token):
+        n, stopped = _sz(0), C.c_int(0)
+        while True:
+            st = _L().dsq_stopper_push(self.handle, token, self._buf, len(self._buf), C.byref(n),
+                                       C.byref(stopped))
+            if st != Status.ERR_BUFFER_TOO_SMALL:  # nothing changed: retry bigger
+                break
+            self._buf = C.create_string_buffer(n.value + 1)
+        _check(st, "dsq_stopper_push")
+        return self._buf.raw[:n.value].decode("utf-8", "replace"), bool(stopped.value)
+
+    def flush(self):
+        n = _sz(0)
+        while True:
+            st = _L().dsq_stopper_flush(self.handle, self._buf, len(self._buf), C.byref(n))
+            if st != Status.ERR_BUFFER_TOO_SMALL:
+                break
+            self._buf = C.create_string_buffer(n.value + 1)
+        _check(st, "dsq_stopper_flush")
+        return self._buf.raw[:n.value].decode("utf-8", "replace")
+
+    def reset(self):
+        _L().dsq_stopper_reset(self.handle)
