@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"example.com/dsqwen/dsqwen"
+	"example.com/dsqwen"
 )
 
 func run(dir string, backend dsqwen.Backend, steps int, prompt []int32) ([]int32, error) {

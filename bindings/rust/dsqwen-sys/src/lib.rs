@@ -1,9 +1,14 @@
-//! Raw declarations of include/dsqwen.h, item for item (C names kept so the
-//! header's documentation applies unchanged).  C enums are passed as `c_int`
-//! / `i32` constants: the library may return values this file does not know.
+//! dsqwen-sys: raw declarations of libdsqwen's include/dsqwen.h, item for
+//! item (C names kept so the header's documentation applies unchanged).  C
+//! enums are passed as `c_int` / `i32` constants: the library may return
+//! values this file does not know.  Hand-written (the header is small and
+//! stable); `cargo test` checks the struct sizes against the library.
+//!
+//! Linking: see build.rs (pkg-config `dsqwen`, or $DSQWEN_LIB_DIR).  The safe
+//! API is the `dsqwen` crate.
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::os::raw::{c_char, c_int, c_uint, c_void};
 use std::marker::{PhantomData, PhantomPinned};
 
 pub const DSQ_VERSION_MAJOR: u32 = 0;
@@ -64,7 +69,7 @@ macro_rules! opaque {
         }
     )*};
 }
-opaque!(dsq_model, dsq_ctx, dsq_tokenizer, dsq_detok_stream, dsq_sampler);
+opaque!(dsq_model, dsq_ctx, dsq_tokenizer, dsq_detok_stream, dsq_sampler, dsq_stopper);
 
 pub type dsq_log_fn = Option<unsafe extern "C" fn(level: c_int, message: *const c_char, user: *mut c_void)>;
 
@@ -222,6 +227,18 @@ extern "C" {
                               token_out: *mut i32) -> dsq_status;
     pub fn dsq_sampler_accept(s: *mut dsq_sampler, tokens: *const i32, n: usize) -> dsq_status;
     pub fn dsq_sampler_reset(s: *mut dsq_sampler, seed: u64);
+    pub fn dsq_model_sampler_params(model: *const dsq_model, params: *mut dsq_sampler_params)
+        -> dsq_status;
+
+    pub fn dsq_stopper_new(tok: *const dsq_tokenizer, stop_strings: *const *const c_char,
+                           n_stop: usize, stop_on_eos: c_int, out: *mut *mut dsq_stopper)
+        -> dsq_status;
+    pub fn dsq_stopper_free(s: *mut dsq_stopper);
+    pub fn dsq_stopper_push(s: *mut dsq_stopper, token: i32, text: *mut c_char, cap: usize,
+                            len_out: *mut usize, stopped: *mut c_int) -> dsq_status;
+    pub fn dsq_stopper_flush(s: *mut dsq_stopper, text: *mut c_char, cap: usize,
+                             len_out: *mut usize) -> dsq_status;
+    pub fn dsq_stopper_reset(s: *mut dsq_stopper);
 }
 
 // The Rust counterpart of the header's inline dsq_*_default_params(): start
@@ -249,3 +266,35 @@ macro_rules! default_via_init {
 default_via_init!(dsq_model_params => dsq_model_params_init,
                   dsq_ctx_params => dsq_ctx_params_init,
                   dsq_sampler_params => dsq_sampler_params_init);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+
+    // *_params_init() refuses (DSQ_ERR_STRUCT_SIZE) a size it does not know,
+    // and sets struct_size: both show the layouts here match the library's.
+    #[test]
+    fn struct_sizes_match_the_library() {
+        unsafe {
+            let mut mp: dsq_model_params = std::mem::zeroed();
+            assert_eq!(dsq_model_params_init(&mut mp, size_of::<dsq_model_params>() as u32), DSQ_OK);
+            assert_eq!(mp.struct_size as usize, size_of::<dsq_model_params>());
+            let mut cp: dsq_ctx_params = std::mem::zeroed();
+            assert_eq!(dsq_ctx_params_init(&mut cp, size_of::<dsq_ctx_params>() as u32), DSQ_OK);
+            assert_eq!(cp.struct_size as usize, size_of::<dsq_ctx_params>());
+            let mut sp: dsq_sampler_params = std::mem::zeroed();
+            assert_eq!(dsq_sampler_params_init(&mut sp, size_of::<dsq_sampler_params>() as u32),
+                       DSQ_OK);
+            assert_eq!(sp.struct_size as usize, size_of::<dsq_sampler_params>());
+        }
+        assert_eq!(dsq_model_params::default().struct_size as usize, size_of::<dsq_model_params>());
+        // Default carries the library's defaults, not the zeros it starts from
+        assert_eq!(dsq_model_params::default().load_tokenizer, 1);
+    }
+
+    #[test]
+    fn version_major_matches() {
+        assert_eq!(unsafe { dsq_version_number() } / 10000, DSQ_VERSION_MAJOR);
+    }
+}

@@ -1,0 +1,191 @@
+package dsqwen
+
+// The Go binding on the tiny reference model (tests/data/tiny: vocabulary
+// 1000, no tokenizer; the R1 tokenizer of tests/data/model is loaded
+// separately for text: ids below 1000 are ordinary tokens there).  The
+// reference values come from Hugging Face transformers (golden.json).
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var data = filepath.Join("..", "..", "tests", "data")
+
+// golden returns the prompt and the reference argmax of its last row.
+func golden(t *testing.T) ([]int32, int) {
+	raw, err := os.ReadFile(filepath.Join(data, "tiny", "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Vocab  int     `json:"vocab"`
+		Prompt []int32 `json:"prompt"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(data, "tiny", "prefill_logits.f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 4*g.Vocab*len(g.Prompt) {
+		t.Fatalf("prefill_logits.f32: %d bytes", len(b))
+	}
+	last := make([]float32, g.Vocab)
+	off := 4 * g.Vocab * (len(g.Prompt) - 1)
+	for i := range last {
+		last[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[off+4*i:]))
+	}
+	return g.Prompt, Argmax(last)
+}
+
+func load(t *testing.T) *Model {
+	m, err := Load(filepath.Join(data, "tiny"), BackendCPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestPrefillMatchesReference(t *testing.T) {
+	prompt, want := golden(t)
+	m := load(t)
+	defer m.Close()
+	if m.NVocab != 1000 || m.Tokenizer() != nil {
+		t.Fatalf("NVocab %d, tokenizer %v", m.NVocab, m.Tokenizer())
+	}
+	ctx, err := m.NewContext(1, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	logits, err := ctx.Prefill(0, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Argmax(logits); got != want {
+		t.Fatalf("argmax %d, reference %d", got, want)
+	}
+}
+
+func greedy(t *testing.T, m *Model, prompt []int32, n int) []int32 {
+	ctx, err := m.NewContext(1, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	logits, err := ctx.Prefill(0, prompt)
+	var ids []int32
+	for i := 0; err == nil && i < n; i++ {
+		ids = append(ids, int32(Argmax(logits)))
+		logits, err = ctx.DecodeStep([]int32{0}, ids[len(ids)-1:])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func TestGenerateStreamsText(t *testing.T) {
+	prompt, want := golden(t)
+	m := load(t)
+	defer m.Close()
+	tok, err := LoadTokenizer(filepath.Join(data, "model", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	var pieces []string
+	opts := GenerateOptions{MaxTokens: 10, Temperature: 0}
+	if err := m.Generate(tok, prompt, opts, func(s string) bool { pieces = append(pieces, s); return true }); err != nil {
+		t.Fatal(err)
+	}
+	ids := greedy(t, m, prompt, 10)
+	if int(ids[0]) != want {
+		t.Fatalf("first id %d, reference %d", ids[0], want)
+	}
+	text, err := tok.Detokenize(ids, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := strings.Join(pieces, "")
+	if len(pieces) < 2 || full != text {
+		t.Fatalf("streamed %q in %d pieces, want %q", full, len(pieces), text)
+	}
+	// a stop string ends the stream and is not shown
+	r := []rune(full)
+	stop := string(r[len(r)/2 : len(r)/2+2])
+	opts.Stop = []string{stop}
+	cut := ""
+	if err := m.Generate(tok, prompt, opts, func(s string) bool { cut += s; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if cut != full[:strings.Index(full, stop)] {
+		t.Fatalf("with stop %q: %q", stop, cut)
+	}
+	// round trip through the tokenizer
+	hello, err := tok.Tokenize("Hello, wörld", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, _ := tok.Detokenize(hello, false); back != "Hello, wörld" {
+		t.Fatalf("round trip gave %q", back)
+	}
+}
+
+func TestErrorsCarryStatusAndMessage(t *testing.T) {
+	_, err := Load("/nonexistent/model", BackendCPU)
+	e, ok := err.(*Error)
+	if !ok || e.Status != -4 || !strings.Contains(e.Name, "DSQ_ERR_IO") || !strings.Contains(e.Message, "/nonexistent/model") {
+		t.Fatalf("got %#v", err)
+	}
+	m := load(t)
+	defer m.Close()
+	ctx, err := m.NewContext(1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	if _, err := ctx.Prefill(0, []int32{5000}); err == nil || err.(*Error).Status != -11 {
+		t.Fatalf("token 5000: %v", err)
+	}
+}
+
+func TestOneModelManyGoroutines(t *testing.T) {
+	prompt, want := golden(t)
+	m := load(t)
+	defer m.Close()
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, err := m.NewContext(1, 128)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			defer ctx.Close()
+			logits, err := ctx.Prefill(0, prompt)
+			if err != nil {
+				errs <- err.Error()
+			} else if got := Argmax(logits); got != want {
+				errs <- fmt.Sprintf("argmax %d, reference %d", got, want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}

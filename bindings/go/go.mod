@@ -1,0 +1,3 @@
+module example.com/dsqwen
+
+go 1.19
