@@ -4,6 +4,9 @@
 # is CPU-only (the CMake option DSQ_CUDA=AUTO decides).
 set -euo pipefail
 PKGS="cmake make gcc pkg-config python3 python3-numpy libcjson-dev libcmocka-dev libpcre2-dev libutf8proc-dev"
+# the language packages (scripts/test_packages.sh): Python venv + pip install,
+# cffi and pytest for its tests; Rust and Go toolchains (Debian's, offline)
+PKGS="$PKGS python3-venv python3-pip python3-setuptools python3-cffi python3-pytest cargo golang-go"
 # nvcc compiles .cu host code with g++, which a fresh Debian lacks
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   PKGS="$PKGS g++"

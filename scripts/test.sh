@@ -25,3 +25,6 @@ cmake --build build-asan -j"$JOBS"
 echo "== ctest (ASan + UBSan) =="
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j"$JOBS")
+
+echo "== packages: Python, Rust, Go (scripts/test_packages.sh) =="
+bash scripts/test_packages.sh

@@ -22,7 +22,7 @@ fn golden() -> (Vec<i32>, usize) {
         };
         rest[..end].to_string()
     };
-    let prompt: Vec<i32> = field("prompt").trim_matches(['[', ']']).split(',')
+    let prompt: Vec<i32> = field("prompt").trim_matches(|c| c == '[' || c == ']').split(',')
         .map(|s| s.trim().parse().unwrap()).collect();
     let vocab: usize = field("vocab").trim().parse().unwrap();
     let raw = std::fs::read(data().join("tiny/prefill_logits.f32")).unwrap();
