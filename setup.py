@@ -50,6 +50,7 @@ class BinaryDistribution(Distribution):
         return True
 
 
+os.makedirs(os.path.join(ROOT, "build-python"), exist_ok=True)  # egg_base must exist
 setup(
     packages=["dsqwen"],
     package_dir={"": "python"},

@@ -467,8 +467,9 @@ int main(void)
     printf("SKIP: no CUDA device (built without CUDA)\n");
     return DSQ_TEST_SKIP;
 #else
-    if (!dsq_cuda_available()) {
-        printf("SKIP: no CUDA device\n");
+    const char *no_device = dsq_cuda_device_problem();
+    if (no_device) {
+        printf("SKIP: no CUDA device (%s)\n", no_device);
         return DSQ_TEST_SKIP;
     }
     const struct CMUnitTest tests[] = {
