@@ -103,7 +103,7 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
             free(m->dir);
             m->dir = strdup("/");
         }
-    } else if (dsq_file_exists(path)) {
+    } else if (dsq_path_exists(path)) {
         st = dsq_fail(DSQ_ERR_INVALID_ARG,
                       "'%s' is neither a model directory nor a .safetensors file", path);
         goto fail;
