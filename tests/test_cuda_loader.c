@@ -8,6 +8,8 @@
  * its logits stay close to the CPU backend's.  An F32 value finite in the file but
  * beyond bf16's range is refused on the GPU (it becomes Inf there) and
  * accepted on the CPU, which computes with it as stored.
+ * The kernel itself (dsq_cu_flag_nonfinite) against the CPU scan on random
+ * regions of odd shapes and pitches, poisoned inside and outside the region.
  * Exits 77 (skipped) when there is no CUDA device or no CUDA build.
  */
 #include "testutil.h"
@@ -19,6 +21,11 @@
 
 #include "internal.h"
 #include "st_writer.h"
+#ifdef DSQ_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "../cuda/kernels.h"
+#endif
 
 static char *tmp;
 
@@ -149,6 +156,87 @@ static void test_f32_overflowing_bf16(void **state)
     expect_load(tmp, &mc, DSQ_OK, NULL);
 }
 
+#ifdef DSQ_HAVE_CUDA
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* One flag from the kernel over [rows][cols] at pitch in `host` (elem 2 or
+ * 4 bytes, `total` elements). */
+static uint32_t gpu_flag(const void *host, size_t total, int eb, int64_t rows, int64_t cols,
+                         int64_t pitch, uint32_t start)
+{
+    void *d = NULL;
+    uint32_t *df = NULL, hf = 0xdead;
+    assert_int_equal(cudaMalloc(&d, total * (size_t)eb), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&df, 4), cudaSuccess);
+    assert_int_equal(cudaMemcpy(d, host, total * (size_t)eb, cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(cudaMemcpy(df, &start, 4, cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(dsq_cu_flag_nonfinite(d, eb, rows, cols, pitch, df, 0), DSQ_OK);
+    assert_int_equal(cudaMemcpy(&hf, df, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(d);
+    cudaFree(df);
+    return hf;
+}
+
+/* The CPU scan over the same region, row by row. */
+static int cpu_flag(const void *host, int eb, int64_t rows, int64_t cols, int64_t pitch)
+{
+    int bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        bad |= dsq_any_nonfinite((const char *)host + (size_t)(r * pitch) * (size_t)eb,
+                                 eb == 2 ? DSQ_DT_BF16 : DSQ_DT_F32, (size_t)cols);
+    return bad;
+}
+
+static void test_flag_kernel_vs_cpu(void **state)
+{
+    (void)state;
+    const struct { int64_t rows, cols, pitch; } shapes[] = {
+        { 1, 1, 1 }, { 3, 7, 7 }, { 5, 13, 26 }, { 4097, 3, 5 }, { 2, 70001, 70003 }, { 9000, 33, 66 },
+    };
+    for (int eb = 2; eb <= 4; eb += 2)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t R = shapes[s].rows, C = shapes[s].cols, P = shapes[s].pitch;
+            const size_t total = (size_t)(R * P) + 17; /* the last row's gap + a tail */
+            uint8_t *h = malloc(total * (size_t)eb);
+            for (int trial = 0; trial < 4; trial++) {
+                /* finite random values: top exponent bit clear */
+                for (size_t i = 0; i < total; i++) {
+                    uint32_t v = rnd() & (eb == 2 ? 0xbfffu : 0xbfffffffu);
+                    memcpy(h + i * (size_t)eb, &v, (size_t)eb);
+                }
+                int64_t r = (int64_t)(rnd() % (uint32_t)R), c = (int64_t)(rnd() % (uint32_t)C);
+                size_t at = (size_t)(r * P + c);
+                if (trial == 1 || trial == 3) { /* inside: NaN / -Inf */
+                    uint32_t v = eb == 2 ? (trial == 1 ? 0x7fc1u : 0xff80u)
+                                         : (trial == 1 ? 0x7fc00001u : 0xff800000u);
+                    memcpy(h + at * (size_t)eb, &v, (size_t)eb);
+                } else if (trial == 2) { /* outside: in the pitch gap or past the end */
+                    size_t out = P > C ? (size_t)(r * P + C + (int64_t)(rnd() % (uint32_t)(P - C)))
+                                       : total - 1 - rnd() % 17; /* P == C */
+                    uint32_t v = eb == 2 ? 0x7f80u : 0x7f800000u;
+                    memcpy(h + out * (size_t)eb, &v, (size_t)eb);
+                }
+                int want = cpu_flag(h, eb, R, C, P);
+                assert_int_equal(want, trial == 1 || trial == 3);
+                uint32_t got = gpu_flag(h, total, eb, R, C, P, 0);
+                assert_int_equal(got, (uint32_t)want);
+                /* the flag is only ever set, never cleared */
+                assert_int_equal(gpu_flag(h, total, eb, R, C, P, 1), 1);
+            }
+            printf("    %d-byte [%lld][%lld] pitch %lld: clean, inside and outside poison agree\n", eb,
+                   (long long)R, (long long)C, (long long)P);
+            free(h);
+        }
+}
+#endif
+
 int main(void)
 {
 #ifndef DSQ_HAVE_CUDA
@@ -160,6 +248,7 @@ int main(void)
         return DSQ_TEST_SKIP;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flag_kernel_vs_cpu),
         cmocka_unit_test_setup_teardown(test_nonfinite_refused_on_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clean_model_matches_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_f32_overflowing_bf16, setup, teardown),
