@@ -529,6 +529,9 @@ static void test_nonfinite_weights_refused(void **state)
     write_model(tmp, 32, &m, off);
     dsq_model_params mp = cpu_params();
     expect_load(tmp, &mp, DSQ_OK, NULL);
+    mp.n_threads = -1; /* the scan's thread count is checked like a context's */
+    expect_load(tmp, &mp, DSQ_ERR_INVALID_ARG, "n_threads");
+    mp.n_threads = 0;
     mp.struct_size = (uint32_t)(offsetof(dsq_model_params, load_tokenizer) + sizeof(int32_t));
     char *file = stw_path(tmp, "model.safetensors");
     const uint8_t nan_bf16[2] = { 0xc0, 0x7f };
