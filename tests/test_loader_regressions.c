@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "json_strict.h"
 #include "st_writer.h"
 
 static char *tmp;
@@ -439,6 +440,59 @@ static void test_duplicate_config_key(void **state)
     free(p);
 }
 
+static void test_duplicate_key_walk(void **state)
+{
+    (void)state;
+    /* the iterative walk reaches every object: siblings after deep subtrees,
+     * objects inside arrays, 900 levels down */
+    const struct { const char *json; const char *dup; } cases[] = {
+        { "{}", NULL },
+        { "{\"a\":1,\"b\":{\"a\":2},\"c\":[{\"a\":3}]}", NULL },
+        { "{\"a\":1,\"a\":2}", "a" },
+        { "{\"x\":{\"y\":{\"z\":[]}},\"q\":1,\"q\":2}", "q" },
+        { "[1,{\"k\":[{},{\"m\":0,\"n\":0,\"m\":1}]}]", "m" },
+        { "{\"b\":1,\"a\":1,\"c\":1,\"a\":2,\"b\":2}", "a" }, /* first repeat in the file */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *j = cJSON_Parse(cases[i].json);
+        assert_non_null(j);
+        int oom = 1;
+        const cJSON *d = dsq_json_duplicate_key(j, &oom);
+        assert_int_equal(oom, 0);
+        if (cases[i].dup) {
+            assert_non_null(d);
+            assert_string_equal(d->string, cases[i].dup);
+        } else {
+            assert_null(d);
+        }
+        cJSON_Delete(j);
+    }
+    enum { DEPTH = 900 };
+    char *deep = malloc(DEPTH * 8 + 64);
+    size_t k = 0;
+    for (int i = 0; i < DEPTH; i++)
+        k += (size_t)sprintf(deep + k, "{\"o\":");
+    k += (size_t)sprintf(deep + k, "{\"z\":1,\"z\":2}");
+    for (int i = 0; i < DEPTH; i++)
+        deep[k++] = '}';
+    deep[k] = '\0';
+    cJSON *j = cJSON_Parse(deep);
+    assert_non_null(j);
+    int oom = 0;
+    const cJSON *d = dsq_json_duplicate_key(j, &oom);
+    assert_non_null(d);
+    assert_string_equal(d->string, "z");
+    cJSON_Delete(j);
+    free(deep);
+    /* NUL offsets: raw, escaped; an escaped backslash before u0000 is not one */
+    const char *esc = "{\"a\\u0000\":1}", *not_esc = "{\"a\\\\u0000\":1}";
+    assert_int_equal(dsq_json_nul_offset(esc, strlen(esc)), 3);
+    assert_int_equal(dsq_json_nul_offset(not_esc, strlen(not_esc)), strlen(not_esc));
+    assert_int_equal(dsq_json_nul_offset("{\"a\":1}\0", 8), 7);
+    const char *in_value = "{\"a\":\"\\u00001\"}";
+    assert_int_equal(dsq_json_nul_offset(in_value, strlen(in_value)), 6);
+}
+
 /* ---- item 2: non-finite weights ------------------------------------------- */
 
 static void test_any_nonfinite_each_dtype(void **state)
@@ -707,6 +761,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nul_in_safetensors_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nul_in_model_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_config_key, setup, teardown),
+        cmocka_unit_test(test_duplicate_key_walk),
         cmocka_unit_test_setup_teardown(test_any_nonfinite_each_dtype, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nonfinite_weights_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nonfinite_unused_tensor_ignored, setup, teardown),
