@@ -244,7 +244,9 @@ typedef struct dsq_backend_ops dsq_backend_ops;
 
 struct dsq_model {
     dsq_config cfg;
-    dsq_st_set *st;            /* mapping; NULL once a backend dropped it */
+    dsq_st_set *st;            /* mapping; NULL once a backend dropped it;
+                                  unmapped (only private copies left) with
+                                  params.copy_weights on the CPU backend   */
     dsq_weights w;             /* views into st (invalid once st is NULL)  */
     const dsq_backend_ops *ops;
     void *be;                  /* backend state */
