@@ -166,7 +166,8 @@ typedef struct dsq_model_params {
     int32_t device;        /* CUDA device index; default 0                   */
     int32_t n_threads;     /* threads for the CPU backend's load-time scan
                               of the weights (skip_finite_check); 0
-                              (default) = all cores                      */
+                              (default) = all cores; outside 0..1024:
+                              DSQ_ERR_INVALID_ARG                        */
     int32_t load_tokenizer; /* 1 (default): load tokenizer.json if present   */
     /* Fields below were added after 0.1.0 (a struct_size that stops before
      * one leaves it at its default). */
