@@ -244,6 +244,89 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
     return DSQ_OK;
 }
 
+/* Refuse non-finite weights, naming the tensor: one device flag per tensor,
+ * set by a check of its uploaded copy (so values that overflowed bf16 count
+ * too), read back with one copy.  Runs on the legacy default stream, after
+ * the synchronous uploads. */
+static dsq_status check_finite(const dsq_model *m, const cu_model *cm)
+{
+    const dsq_config *c = &m->cfg;
+    const int64_t E = c->n_embd, H = c->n_heads, K = c->n_kv_heads, D = c->head_dim, F = c->n_ff,
+                  V = c->n_vocab, L = c->n_layers;
+    typedef struct region {
+        const void *p;
+        int eb;                    /* 2: bf16, 4: fp32 */
+        int64_t rows, cols, pitch; /* elements */
+        char name[96];
+    } region;
+    const int n_max = 3 + 12 * (int)L;
+    region *rg = (region *)calloc((size_t)n_max, sizeof *rg);
+    uint32_t *hf = (uint32_t *)calloc((size_t)n_max, sizeof *hf);
+    uint32_t *df = NULL;
+    dsq_status st = DSQ_OK;
+    int n = 0;
+    if (!rg || !hf) {
+        st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the non-finite weight check");
+        goto done;
+    }
+#define REGION(ptr, elem, r, cl, pt, ...)                               \
+    do {                                                               \
+        region *g_ = &rg[n++];                                         \
+        g_->p = (ptr), g_->eb = (elem), g_->rows = (r), g_->cols = (cl); \
+        g_->pitch = (pt);                                              \
+        snprintf(g_->name, sizeof g_->name, __VA_ARGS__);              \
+    } while (0)
+    REGION(cm->tok_embd, 2, V, E, E, "model.embed_tokens.weight");
+    if (cm->lm_head != cm->tok_embd)
+        REGION(cm->lm_head, 2, V, E, E, "lm_head.weight");
+    REGION(cm->out_norm, 4, 1, E, E, "model.norm.weight");
+    for (int64_t l = 0; l < L; l++) {
+        const cu_layer *dl = &cm->layers[l];
+        const int li = (int)l;
+        REGION(dl->attn_norm, 4, 1, E, E, "model.layers.%d.input_layernorm.weight", li);
+        REGION(dl->wqkv, 2, H * D, E, E, "model.layers.%d.self_attn.q_proj.weight", li);
+        REGION(dl->wqkv + (size_t)(H * D * E), 2, K * D, E, E, "model.layers.%d.self_attn.k_proj.weight", li);
+        REGION(dl->wqkv + (size_t)((H + K) * D * E), 2, K * D, E, E, "model.layers.%d.self_attn.v_proj.weight", li);
+        REGION(dl->bqkv, 4, 1, H * D, H * D, "model.layers.%d.self_attn.q_proj.bias", li);
+        REGION(dl->bqkv + H * D, 4, 1, K * D, K * D, "model.layers.%d.self_attn.k_proj.bias", li);
+        REGION(dl->bqkv + (H + K) * D, 4, 1, K * D, K * D, "model.layers.%d.self_attn.v_proj.bias", li);
+        REGION(dl->wo, 2, E, H * D, H * D, "model.layers.%d.self_attn.o_proj.weight", li);
+        REGION(dl->ffn_norm, 4, 1, E, E, "model.layers.%d.post_attention_layernorm.weight", li);
+        REGION(dl->wgu, 2, F, E, 2 * E, "model.layers.%d.mlp.gate_proj.weight", li);
+        REGION(dl->wgu + E, 2, F, E, 2 * E, "model.layers.%d.mlp.up_proj.weight", li);
+        REGION(dl->wdown, 2, E, F, F, "model.layers.%d.mlp.down_proj.weight", li);
+    }
+#undef REGION
+    if ((st = dsq_cu_status(cudaMalloc(&df, (size_t)n * sizeof *df), "non-finite check flags")) != DSQ_OK) {
+        df = NULL;
+        goto done;
+    }
+    if ((st = dsq_cu_status(cudaMemset(df, 0, (size_t)n * sizeof *df), "non-finite check flags")) != DSQ_OK)
+        goto done;
+    for (int i = 0; i < n && st == DSQ_OK; i++)
+        st = dsq_cu_flag_nonfinite(rg[i].p, rg[i].eb, rg[i].rows, rg[i].cols, rg[i].pitch, df + i, 0);
+    if (st != DSQ_OK)
+        goto done;
+    if ((st = dsq_cu_status(cudaMemcpy(hf, df, (size_t)n * sizeof *df, cudaMemcpyDeviceToHost),
+                            "non-finite weight check")) != DSQ_OK)
+        goto done;
+    for (int i = 0; i < n; i++)
+        if (hf[i]) {
+            st = dsq_fail(DSQ_ERR_FORMAT,
+                          "tensor '%s' holds a non-finite value (NaN or Inf) as uploaded (%s); the "
+                          "checkpoint is corrupt (set dsq_model_params.skip_finite_check to load it "
+                          "anyway)",
+                          rg[i].name, rg[i].eb == 2 ? "bf16" : "fp32");
+            break;
+        }
+done:
+    if (df)
+        cudaFree(df);
+    free(hf);
+    free(rg);
+    return st;
+}
+
 static dsq_status cu_model_load(dsq_model *m, const dsq_model_params *p)
 {
     int count = 0;
@@ -285,6 +368,8 @@ static dsq_status cu_model_load(dsq_model *m, const dsq_model_params *p)
     }
     if (st == DSQ_OK)
         st = upload_all(m, cm, &u);
+    if (st == DSQ_OK && !p->skip_finite_check)
+        st = check_finite(m, cm);
     if (u.stage)
         cudaFreeHost(u.stage);
     if (st != DSQ_OK) {

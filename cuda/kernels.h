@@ -97,6 +97,14 @@ dsq_status dsq_cu_add(float *y, const float *x, int64_t n, cudaStream_t stream);
 /* out[i] = bf16(x[i]) for n fp32 values. */
 dsq_status dsq_cu_f32_to_bf16(const float *x, int64_t n, dsq_bf16 *out, cudaStream_t stream);
 
+/* ---- finite_check.cu ------------------------------------------------------ */
+
+/* Set *flag (device uint32, not cleared here) to 1 if any value of a
+ * [rows][cols] region whose rows are `pitch` elements apart is NaN or +-Inf.
+ * elem_bytes 2: bf16, 4: fp32.  Used once per weight tensor at load. */
+dsq_status dsq_cu_flag_nonfinite(const void *p, int elem_bytes, int64_t rows, int64_t cols,
+                                 int64_t pitch, uint32_t *flag, cudaStream_t stream);
+
 /* ---- gemv.cu: few rows, bandwidth bound ------------------------------------ */
 
 /* The GEMV kernel is specialised for 1..DSQ_GEMV_MAX_TOKENS rows of x. */

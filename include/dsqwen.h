@@ -164,9 +164,33 @@ typedef struct dsq_model_params {
     uint32_t struct_size;  /* sizeof(dsq_model_params)                      */
     int32_t backend;       /* dsq_backend; default DSQ_BACKEND_AUTO          */
     int32_t device;        /* CUDA device index; default 0                   */
-    int32_t n_threads;     /* reserved: loading is single-threaded today and
-                              ignores it; default 0                      */
+    int32_t n_threads;     /* threads for the CPU backend's load-time scan
+                              of the weights (skip_finite_check); 0
+                              (default) = all cores; outside 0..1024:
+                              DSQ_ERR_INVALID_ARG                        */
     int32_t load_tokenizer; /* 1 (default): load tokenizer.json if present   */
+    /* Fields below were added after 0.1.0 (a struct_size that stops before
+     * one leaves it at its default). */
+    int32_t skip_finite_check; /* 0 (default): every weight the model uses is
+                              checked once at load and a NaN or +-Inf
+                              anywhere is refused with DSQ_ERR_FORMAT naming
+                              the tensor (CPU: one pass over the mapped
+                              files, split over n_threads; CUDA: a kernel over
+                              the uploaded bf16/fp32 copy, so an F32/F16
+                              value that overflows bf16 is refused too).
+                              1: skip the scan, for callers who trust their
+                              files (loads a checkpoint whose every call would
+                              return NaN logits).                         */
+    int32_t copy_weights;  /* 0 (default): the CPU backend computes from the
+                              memory-mapped files, which must then stay
+                              unchanged while the model lives (see
+                              dsq_model_load).  1: the CPU backend copies
+                              every tensor it uses into private memory at
+                              load and unmaps the files (costs the weights'
+                              size in RAM; the files may then change or
+                              go).  The CUDA backend always copies the
+                              weights to the GPU and unmaps the files at
+                              the end of the load; it ignores this field.  */
 } dsq_model_params;
 
 /** Fill the first `struct_size` bytes of *params with defaults and set
@@ -195,9 +219,27 @@ static inline dsq_model_params dsq_model_default_params(void)
  *  (or `model.safetensors.index.json` with its shards), or a `.safetensors`
  *  file with `config.json` in the same directory.  `params` may be NULL for
  *  defaults.  The safetensors files are memory-mapped and fully validated
- *  (header, dtypes, offsets, shapes against the config) before any use.
+ *  (header, dtypes, offsets, shapes against the config) before any use, and
+ *  every weight value is checked to be finite (unless
+ *  params->skip_finite_check).  Every file is opened without blocking and
+ *  must be a regular file (a FIFO or device is DSQ_ERR_IO).  JSON files with
+ *  a string holding NUL (raw or \u0000) are DSQ_ERR_FORMAT; a key repeated in
+ *  one object of config.json is DSQ_ERR_CONFIG (of the index or
+ *  generation_config.json DSQ_ERR_FORMAT), since cJSON and Python would
+ *  disagree on what such a file says.
  *  With the CUDA backend the weights are copied to the GPU once and the
  *  mapping is dropped.
+ *
+ *  Files modified while mapped: the CPU backend (without
+ *  params->copy_weights) reads the weights straight from the mapping for
+ *  the model's whole life.  The files must not change until
+ *  dsq_model_free(): a file truncated while mapped makes the next read of
+ *  its lost pages raise SIGBUS, which kills the process (the library cannot
+ *  turn it into a status); bytes overwritten in place show through the
+ *  mapping and silently change the results.  Replacing a file by rename (a
+ *  new inode), as downloaders do, is safe.  Callers who cannot promise this
+ *  set params->copy_weights = 1.  Either backend reads the files during the
+ *  load itself, so they must not change before dsq_model_load() returns.
  *
  *  Returns DSQ_OK and a new model in *out, or: DSQ_ERR_INVALID_ARG (NULL path
  *  or out), DSQ_ERR_STRUCT_SIZE, DSQ_ERR_IO, DSQ_ERR_FORMAT, DSQ_ERR_CONFIG,

@@ -1,12 +1,13 @@
 /* api.c - the public entry points: argument checks, params, sequence
  * bookkeeping and batching; the numeric work is dispatched to a backend. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
 /* First released sizes of the params/info structs (ABI floor). */
-#define MODEL_PARAMS_V1 sizeof(dsq_model_params)
+#define MODEL_PARAMS_V1 (offsetof(dsq_model_params, load_tokenizer) + sizeof(int32_t))
 #define CTX_PARAMS_V1 sizeof(dsq_ctx_params)
 #define MODEL_INFO_V1 sizeof(dsq_model_info)
 #define CTX_INFO_V1 sizeof(dsq_ctx_info)
@@ -92,9 +93,15 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     dsq_status st = dsq_copy_params(&p, sizeof p, params, MODEL_PARAMS_V1, "dsq_model_params");
     if (st != DSQ_OK)
         return st;
+    if (p.n_threads < 0 || p.n_threads > DSQ_MAX_THREADS)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_params.n_threads must be in 0..%d (got %d)",
+                        DSQ_MAX_THREADS, p.n_threads);
     const dsq_backend_ops *ops = pick_backend(p.backend, &st);
     if (!ops)
         return st;
+    /* The CPU backend computes from the weights in place; the CUDA backend
+     * copies them to the device (and checks them there) anyway. */
+    const int on_cpu = ops->kind == DSQ_BACKEND_CPU;
 
     dsq_model *m = calloc(1, sizeof *m);
     if (!m)
@@ -110,7 +117,7 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
             free(m->dir);
             m->dir = strdup("/");
         }
-    } else if (dsq_file_exists(path)) {
+    } else if (dsq_path_exists(path)) {
         st = dsq_fail(DSQ_ERR_INVALID_ARG,
                       "'%s' is neither a model directory nor a .safetensors file", path);
         goto fail;
@@ -131,9 +138,16 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     st = dsq_is_dir(path) ? dsq_st_open_dir(path, &m->st) : dsq_st_open_file(path, &m->st);
     if (st != DSQ_OK)
         goto fail;
-    st = dsq_weights_bind(m->st, &m->cfg, &m->w);
+    st = dsq_weights_bind(m->st, &m->cfg, on_cpu && p.copy_weights, &m->w);
     if (st != DSQ_OK)
         goto fail;
+    if (on_cpu && p.copy_weights)
+        dsq_st_unmap(m->st); /* the files may change from here on */
+    if (on_cpu && !p.skip_finite_check) {
+        st = dsq_weights_check_finite(&m->w, &m->cfg, p.n_threads);
+        if (st != DSQ_OK)
+            goto fail;
+    }
     /* every file is checked before the (slow) upload to a device */
     if (p.load_tokenizer) {
         char *tok_path = dsq_path_join(m->dir, "tokenizer.json");
@@ -141,7 +155,7 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
             st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for paths");
             goto fail;
         }
-        if (dsq_file_exists(tok_path))
+        if (dsq_path_exists(tok_path)) /* not a regular file: refused, not skipped */
             st = dsq_tokenizer_load(tok_path, &m->tokenizer);
         free(tok_path);
         if (st != DSQ_OK)

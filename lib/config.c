@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "internal.h"
+#include "json_strict.h"
 
 /* Upper bound for every size field: far above any real Qwen2 model, low
  * enough that products of two such values fit comfortably in int64. */
@@ -157,6 +158,12 @@ dsq_status dsq_config_parse(const char *json, size_t len, dsq_config *cfg)
 {
     if (!json || !cfg)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_config_parse: NULL argument");
+    size_t nul = dsq_json_nul_offset(json, len);
+    if (nul != len)
+        return dsq_fail(DSQ_ERR_FORMAT,
+                        "config.json: a key or string holds NUL (raw or \\u0000, byte %zu); it "
+                        "would alias a shorter name",
+                        nul);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root)
@@ -169,6 +176,18 @@ dsq_status dsq_config_parse(const char *json, size_t len, dsq_config *cfg)
         }
     if (!cJSON_IsObject(root)) {
         st = dsq_fail(DSQ_ERR_FORMAT, "config.json is not a JSON object");
+        goto done;
+    }
+    /* Python's json (so transformers) keeps the last of a repeated key and
+     * cJSON lookups the first: refuse rather than pick one silently. */
+    int oom = 0;
+    const cJSON *dup = dsq_json_duplicate_key(root, &oom);
+    if (oom || dup) {
+        st = oom ? dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "config.json: no memory to check keys")
+                 : dsq_fail(DSQ_ERR_CONFIG,
+                            "config.json: key \"%.64s\" appears twice in one object (refused: "
+                            "readers disagree on which one counts)",
+                            dup->string);
         goto done;
     }
 

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "internal.h"
+#include "json_strict.h"
 
 /* The field as a number in [lo, hi] (lo excluded when lo_open), or absent
  * (returns 0, *present = 0). */
@@ -45,6 +46,12 @@ dsq_status dsq_gen_config_parse(const char *json, size_t len, const char *name,
     if (!json || !name || !g)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_gen_config_parse: NULL argument");
     memset(g, 0, sizeof *g);
+    size_t nul = dsq_json_nul_offset(json, len);
+    if (nul != len)
+        return dsq_fail(DSQ_ERR_FORMAT,
+                        "%s: a key or string holds NUL (raw or \\u0000, byte %zu); it would alias "
+                        "a shorter name",
+                        name, nul);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root)
@@ -58,6 +65,16 @@ dsq_status dsq_gen_config_parse(const char *json, size_t len, const char *name,
         }
     if (!cJSON_IsObject(root)) {
         st = dsq_fail(DSQ_ERR_FORMAT, "%s is not a JSON object", name);
+        goto done;
+    }
+    /* Python's json keeps the last of a repeated key, cJSON lookups the
+     * first: refuse rather than pick one silently. */
+    int oom = 0;
+    const cJSON *dup = dsq_json_duplicate_key(root, &oom);
+    if (oom || dup) {
+        st = oom ? dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory to check keys", name)
+                 : dsq_fail(DSQ_ERR_FORMAT, "%s: key \"%.64s\" appears twice in one object", name,
+                            dup->string);
         goto done;
     }
 
@@ -125,7 +142,9 @@ dsq_status dsq_gen_config_load(const char *dir, dsq_gen_config *g)
     if (!path)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for paths");
     dsq_status st = DSQ_OK;
-    if (dsq_file_exists(path)) { /* optional: many checkpoints have none */
+    /* optional: many checkpoints have none; one that exists but is not a
+     * regular file (a FIFO) is refused by dsq_read_file, not skipped */
+    if (dsq_path_exists(path)) {
         char *json = NULL;
         size_t len = 0;
         st = dsq_read_file(path, &json, &len);

@@ -70,7 +70,10 @@ int64_t dsq_tensor_numel(const dsq_tensor *t);
 typedef struct dsq_st_entry {
     char *name;
     char dtype_str[8]; /* as in the header: "BF16", "F32", "I64", ... */
-    dsq_tensor t;      /* data points into the file mapping */
+    dsq_tensor t;      /* data points into the file mapping, possibly
+                          misaligned for the dtype (use dsq_st_tensor), or
+                          to the private copy once one was made; NULL after
+                          dsq_st_unmap unless copied */
     int32_t file;      /* index into the set's files */
 } dsq_st_entry;
 
@@ -85,6 +88,18 @@ void dsq_st_close(dsq_st_set *set);
 const dsq_st_entry *dsq_st_find(const dsq_st_set *set, const char *name);
 int32_t dsq_st_count(const dsq_st_set *set);
 const dsq_st_entry *dsq_st_at(const dsq_st_set *set, int32_t i);
+/* A typed view of entry `e` of `set` in *out: data aligned for its dtype.
+ * The bytes are copied to private heap memory (once; kept until the set is
+ * closed) when the mapped bytes are misaligned or `private_copy` is set, so
+ * only tensors someone asks for are ever copied.  DSQ_ERR_OUT_OF_MEMORY,
+ * DSQ_ERR_INVALID_ARG.  Not thread-safe (updates the set). */
+dsq_status dsq_st_tensor(dsq_st_set *set, const dsq_st_entry *e, int private_copy,
+                         dsq_tensor *out);
+/* Bytes copied by dsq_st_tensor so far. */
+uint64_t dsq_st_copied_bytes(const dsq_st_set *set);
+/* Drop every file mapping: only copied tensors keep their data (others get
+ * data NULL), and the files may change from then on. */
+void dsq_st_unmap(dsq_st_set *set);
 
 /* ---- config (lib/config.c) ----------------------------------------------- */
 
@@ -133,8 +148,21 @@ typedef struct dsq_weights {
     int64_t n_bytes;
 } dsq_weights;
 
-dsq_status dsq_weights_bind(const dsq_st_set *st, const dsq_config *cfg, dsq_weights *w);
+/* Bind, copying only the misaligned tensors the model uses
+ * (dsq_st_tensor); with `private_copy` every used tensor is copied, so the
+ * files may be unmapped (dsq_st_unmap) afterwards.  The views stay owned
+ * by `st`. */
+dsq_status dsq_weights_bind(dsq_st_set *st, const dsq_config *cfg, int private_copy,
+                            dsq_weights *w);
 void dsq_weights_release(dsq_weights *w);
+/* Refuse non-finite values (NaN, +-Inf) in any bound weight with
+ * DSQ_ERR_FORMAT naming the tensor: one pass over every value, split over
+ * n_threads threads (0 = all cores).  DSQ_ERR_OUT_OF_MEMORY if the threads
+ * cannot be had. */
+dsq_status dsq_weights_check_finite(const dsq_weights *w, const dsq_config *cfg, int n_threads);
+/* 1 if any of the n values of dtype dt at p is NaN or +-Inf, else 0 (the
+ * scan the check above runs per chunk; branch-free, so it vectorizes). */
+int dsq_any_nonfinite(const void *p, dsq_dtype dt, size_t n);
 
 /* ---- batches --------------------------------------------------------------- */
 
@@ -216,7 +244,9 @@ typedef struct dsq_backend_ops dsq_backend_ops;
 
 struct dsq_model {
     dsq_config cfg;
-    dsq_st_set *st;            /* mapping; NULL once a backend dropped it */
+    dsq_st_set *st;            /* mapping; NULL once a backend dropped it;
+                                  unmapped (only private copies left) with
+                                  params.copy_weights on the CPU backend   */
     dsq_weights w;             /* views into st (invalid once st is NULL)  */
     const dsq_backend_ops *ops;
     void *be;                  /* backend state */
@@ -289,12 +319,16 @@ const char *dsq_cublaslt_problem(void);
 
 /* ---- small helpers (lib/util.c) ------------------------------------------------ */
 
-/* Read a whole file (NUL-terminated); DSQ_ERR_IO / DSQ_ERR_OUT_OF_MEMORY. */
+/* Read a whole regular file (NUL-terminated); DSQ_ERR_IO (also for a FIFO,
+ * device or directory, refused without blocking) / DSQ_ERR_OUT_OF_MEMORY. */
 dsq_status dsq_read_file(const char *path, char **data, size_t *len);
 /* malloc'ed "a/b" */
 char *dsq_path_join(const char *a, const char *b);
 int dsq_is_dir(const char *path);
 int dsq_file_exists(const char *path);
+/* 1 if `path` names anything (a FIFO, a directory, ...): optional files that
+ * exist but are not regular are then refused by dsq_read_file, not skipped. */
+int dsq_path_exists(const char *path);
 int dsq_n_cores(void);
 
 /* bf16/f16 <-> f32 conversions, exact (round-to-nearest-even on narrowing). */

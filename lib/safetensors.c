@@ -15,6 +15,11 @@
  *
  * A set is one file or the shards named by model.safetensors.index.json.
  * Its entries are kept sorted by name so dsq_st_find is a binary search.
+ *
+ * Entries are views into the mapping, which may be misaligned for their
+ * dtype (legal: the format does not pad).  dsq_st_tensor() gives a usable
+ * view, copying on demand, so a checkpoint's unused tensors are never
+ * copied however large they are.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +34,7 @@
 #include <cjson/cJSON.h>
 
 #include "internal.h"
+#include "json_strict.h"
 
 /* The reference implementation's limit; real headers are well under 1 MB. */
 #define ST_MAX_HEADER 100000000ull
@@ -44,13 +50,14 @@ typedef struct st_file {
 struct dsq_st_set {
     st_file *files;       /* [n_files] */
     int32_t n_files;
+    int32_t cap_files;
     dsq_st_entry *entries; /* [n_entries], sorted by name once opened */
     int32_t n_entries;
     int32_t cap_entries;
-    /* [n_entries] heap copies of tensors whose mapped bytes are not aligned
-     * to their element size (legal in the format, unusable through typed
-     * pointers); NULL where the mapping is used directly. */
+    /* [n_entries] private heap copies made by dsq_st_tensor (misaligned
+     * bytes, or a copy asked for); NULL where the mapping is used. */
     void **copies;
+    uint64_t copied_bytes; /* total size of `copies` */
 };
 
 /* ---- dtypes ------------------------------------------------------------- */
@@ -190,11 +197,17 @@ static dsq_status set_new(dsq_st_set **out)
 
 static dsq_status set_add_file(dsq_st_set *set, const char *path, int32_t *idx)
 {
-    st_file *f = realloc(set->files, (size_t)(set->n_files + 1) * sizeof *f);
-    if (!f)
-        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the file list");
-    set->files = f;
-    f = &set->files[set->n_files];
+    if (set->n_files == set->cap_files) {
+        if (set->cap_files > INT32_MAX / 2)
+            return dsq_fail(DSQ_ERR_FORMAT, "too many files");
+        int32_t cap = set->cap_files ? set->cap_files * 2 : 4;
+        st_file *nf = realloc(set->files, (size_t)cap * sizeof *nf);
+        if (!nf)
+            return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the file list");
+        set->files = nf;
+        set->cap_files = cap;
+    }
+    st_file *f = &set->files[set->n_files];
     memset(f, 0, sizeof *f);
     f->path = strdup(path);
     if (!f->path)
@@ -203,10 +216,12 @@ static dsq_status set_add_file(dsq_st_set *set, const char *path, int32_t *idx)
     return DSQ_OK;
 }
 
-/* Map files[idx] read-only. */
+/* Map files[idx] read-only.  O_NONBLOCK so that a FIFO (or a device) in
+ * place of a shard is refused by the fstat check below instead of blocking
+ * open() until a writer appears; it changes nothing for a regular file. */
 static dsq_status file_map(st_file *f)
 {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return dsq_fail(DSQ_ERR_IO, "cannot open '%s': %s", f->path, strerror(errno));
     struct stat sb;
@@ -396,6 +411,13 @@ static dsq_status check_metadata(const char *path, const cJSON *meta)
         if (!cJSON_IsString(c))
             return dsq_fail(DSQ_ERR_FORMAT,
                             "%s: \"__metadata__\" value of '%s' is not a string", path, c->string);
+    int oom = 0;
+    const cJSON *dup = dsq_json_duplicate_key(meta, &oom);
+    if (oom)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory to check \"__metadata__\"", path);
+    if (dup)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: \"__metadata__\" key '%s' appears twice", path,
+                        dup->string);
     return DSQ_OK;
 }
 
@@ -426,6 +448,12 @@ static dsq_status parse_file(dsq_st_set *set, int32_t idx)
     const char *lex = json_lex_problem(h, (size_t)hlen, &at, &float_at);
     if (lex)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: header JSON: %s (byte %zu)", path, lex, at);
+    size_t nul = dsq_json_nul_offset((const char *)h, (size_t)hlen);
+    if (nul != hlen)
+        return dsq_fail(DSQ_ERR_FORMAT,
+                        "%s: header JSON: a string holds NUL (\\u0000, byte %zu); names with NUL "
+                        "would alias shorter names",
+                        path, nul);
 
     /* Parse a NUL-terminated copy: the mapping may end right after the
      * header, and the parser must never be one bug away from reading past. */
@@ -526,7 +554,7 @@ static int entry_cmp(const void *a, const void *b)
     return strcmp(((const dsq_st_entry *)a)->name, ((const dsq_st_entry *)b)->name);
 }
 
-/* Sort by name, refuse duplicates, copy misaligned tensors. */
+/* Sort by name, refuse duplicates. */
 static dsq_status set_finish(dsq_st_set *set)
 {
     if (set->n_entries > 1)
@@ -544,21 +572,6 @@ static dsq_status set_finish(dsq_st_set *set)
     set->copies = calloc((size_t)(set->n_entries > 0 ? set->n_entries : 1), sizeof *set->copies);
     if (!set->copies)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the tensor list");
-    for (int32_t i = 0; i < set->n_entries; i++) {
-        dsq_st_entry *e = &set->entries[i];
-        size_t align = dsq_dtype_size(e->t.dtype); /* 0 for dtypes nobody reads */
-        if (align == 0 || e->t.nbytes == 0 || (uintptr_t)e->t.data % align == 0)
-            continue;
-        /* Legal but rare (writers pad to 8): one copy is cheaper than making
-         * every kernel cope with unaligned loads. */
-        void *copy = malloc(e->t.nbytes);
-        if (!copy)
-            return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory to align tensor '%s' (%zu bytes)",
-                            e->name, e->t.nbytes);
-        memcpy(copy, e->t.data, e->t.nbytes);
-        set->copies[i] = copy;
-        e->t.data = copy;
-    }
     return DSQ_OK;
 }
 
@@ -621,6 +634,27 @@ static int wmap_cmp(const void *a, const void *b)
     return strcmp(((const st_wmap *)a)->tensor, ((const st_wmap *)b)->tensor);
 }
 
+/* A shard name and where the index mentions it (weight_map position). */
+typedef struct st_shard_ref {
+    const char *name;
+    int pos;
+} st_shard_ref;
+
+static int shard_ref_cmp(const void *a, const void *b)
+{
+    const st_shard_ref *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c != 0)
+        return c;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static int int_cmp(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 /* A shard must be a plain file name in the index's directory. */
 static int shard_name_ok(const char *s)
 {
@@ -634,11 +668,21 @@ static dsq_status open_index(const char *dir, const char *index_path, dsq_st_set
     dsq_status st = dsq_read_file(index_path, &text, &len);
     if (st != DSQ_OK)
         return st;
+    size_t nul = dsq_json_nul_offset(text, len);
+    if (nul != len) {
+        free(text);
+        return dsq_fail(DSQ_ERR_FORMAT,
+                        "%s: a string holds NUL (raw or \\u0000, byte %zu); names with NUL would "
+                        "alias shorter names",
+                        index_path, nul);
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     st_wmap *wm = NULL;
     dsq_st_set *set = NULL;
-    const char **shard_names = NULL; /* [n_files], into the cJSON tree */
+    const char **shard_names = NULL; /* [n] shard of each weight_map member, into the cJSON tree */
+    st_shard_ref *shard_refs = NULL; /* [n] */
+    int *first_pos = NULL;           /* [n] */
     if (!root) {
         st = dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", index_path);
         goto done;
@@ -648,6 +692,14 @@ static dsq_status open_index(const char *dir, const char *index_path, dsq_st_set
             st = dsq_fail(DSQ_ERR_FORMAT, "%s: bytes after the JSON object", index_path);
             goto done;
         }
+    int oom = 0;
+    const cJSON *dup = dsq_json_duplicate_key(root, &oom);
+    if (oom || dup) {
+        st = oom ? dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory to check keys", index_path)
+                 : dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' appears twice in one object", index_path,
+                            dup->string);
+        goto done;
+    }
     const cJSON *map = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(map)) {
         st = dsq_fail(DSQ_ERR_FORMAT, "%s: no \"weight_map\" object", index_path);
@@ -660,14 +712,18 @@ static dsq_status open_index(const char *dir, const char *index_path, dsq_st_set
     }
     wm = malloc((size_t)n * sizeof *wm);
     shard_names = malloc((size_t)n * sizeof *shard_names);
-    if (!wm || !shard_names) {
+    shard_refs = malloc((size_t)n * sizeof *shard_refs);
+    first_pos = malloc((size_t)n * sizeof *first_pos);
+    if (!wm || !shard_names || !shard_refs || !first_pos) {
         st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the weight map");
         goto done;
     }
     if ((st = set_new(&set)) != DSQ_OK)
         goto done;
 
-    /* Distinct shards, in order of first mention; each opened once. */
+    /* Distinct shards, in order of first mention; each opened once.  Found
+     * by sorting (name, position) pairs: an index may name a shard per
+     * tensor, and comparing each against every shard seen is quadratic. */
     int i = 0;
     for (const cJSON *c = map->child; c; c = c->next, i++) {
         if (!cJSON_IsString(c) || !shard_name_ok(c->valuestring)) {
@@ -676,26 +732,39 @@ static dsq_status open_index(const char *dir, const char *index_path, dsq_st_set
                           index_path, c->string);
             goto done;
         }
-        int32_t f = -1;
-        for (int32_t k = 0; k < set->n_files; k++)
-            if (strcmp(shard_names[k], c->valuestring) == 0) {
-                f = k;
-                break;
-            }
-        if (f < 0) {
-            char *shard_path = dsq_path_join(dir, c->valuestring);
-            if (!shard_path) {
-                st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for a path");
-                goto done;
-            }
-            st = set_add_file(set, shard_path, &f);
-            free(shard_path);
-            if (st != DSQ_OK)
-                goto done;
-            shard_names[f] = c->valuestring;
-        }
         wm[i].tensor = c->string;
-        wm[i].file = f;
+        wm[i].file = -1;
+        shard_names[i] = c->valuestring;
+        shard_refs[i].name = c->valuestring;
+        shard_refs[i].pos = i;
+    }
+    qsort(shard_refs, (size_t)n, sizeof *shard_refs, shard_ref_cmp);
+    /* first mentions, then those in file order get file indices 0, 1, ... */
+    int n_first = 0;
+    for (i = 0; i < n; i++)
+        if (i == 0 || strcmp(shard_refs[i - 1].name, shard_refs[i].name) != 0)
+            first_pos[n_first++] = shard_refs[i].pos;
+    qsort(first_pos, (size_t)n_first, sizeof *first_pos, int_cmp);
+    for (i = 0; i < n_first; i++) {
+        char *shard_path = dsq_path_join(dir, shard_names[first_pos[i]]);
+        int32_t f = -1;
+        if (!shard_path) {
+            st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for a path");
+            goto done;
+        }
+        st = set_add_file(set, shard_path, &f);
+        free(shard_path);
+        if (st != DSQ_OK)
+            goto done;
+        wm[first_pos[i]].file = f;
+    }
+    /* every other mention takes the file of its name's first mention */
+    int group = 0; /* shard_refs[group]: the first mention of the current name */
+    for (i = 1; i < n; i++) {
+        if (strcmp(shard_refs[group].name, shard_refs[i].name) != 0)
+            group = i;
+        else
+            wm[shard_refs[i].pos].file = wm[shard_refs[group].pos].file;
     }
     qsort(wm, (size_t)n, sizeof *wm, wmap_cmp);
     for (i = 1; i < n; i++)
@@ -753,6 +822,8 @@ static dsq_status open_index(const char *dir, const char *index_path, dsq_st_set
 done:
     free(wm);
     free(shard_names);
+    free(shard_refs);
+    free(first_pos);
     cJSON_Delete(root);
     free(text);
     if (st != DSQ_OK) {
@@ -776,9 +847,9 @@ dsq_status dsq_st_open_dir(const char *dir, dsq_st_set **out)
     dsq_status st;
     if (!single || !index)
         st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for paths");
-    else if (dsq_file_exists(single))
+    else if (dsq_path_exists(single)) /* not a regular file: refused by the open */
         st = dsq_st_open_file(single, out);
-    else if (dsq_file_exists(index)) {
+    else if (dsq_path_exists(index)) {
         st = open_index(dir, index, out);
     } else
         st = dsq_fail(DSQ_ERR_IO,
@@ -807,6 +878,49 @@ const dsq_st_entry *dsq_st_find(const dsq_st_set *set, const char *name)
 }
 
 int32_t dsq_st_count(const dsq_st_set *set) { return set ? set->n_entries : 0; }
+
+dsq_status dsq_st_tensor(dsq_st_set *set, const dsq_st_entry *e, int private_copy, dsq_tensor *out)
+{
+    if (!set || !e || !out || e < set->entries || e >= set->entries + set->n_entries)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_st_tensor: not an entry of this set");
+    size_t i = (size_t)(e - set->entries);
+    dsq_st_entry *me = &set->entries[i];
+    size_t align = dsq_dtype_size(me->t.dtype); /* 0 for dtypes nobody reads */
+    int misaligned = align != 0 && (uintptr_t)me->t.data % align != 0;
+    if (!set->copies[i] && me->t.nbytes != 0 && (misaligned || private_copy)) {
+        if (!me->t.data)
+            return dsq_fail(DSQ_ERR_INTERNAL, "tensor '%s': its file is no longer mapped", me->name);
+        /* Misaligned bytes are legal but rare (writers pad to 8): one copy
+         * is cheaper than making every kernel cope with unaligned loads. */
+        void *copy = malloc(me->t.nbytes);
+        if (!copy)
+            return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory to copy tensor '%s' (%zu bytes)",
+                            me->name, me->t.nbytes);
+        memcpy(copy, me->t.data, me->t.nbytes);
+        set->copies[i] = copy;
+        set->copied_bytes += me->t.nbytes;
+        me->t.data = copy;
+    }
+    *out = me->t;
+    return DSQ_OK;
+}
+
+uint64_t dsq_st_copied_bytes(const dsq_st_set *set) { return set ? set->copied_bytes : 0; }
+
+void dsq_st_unmap(dsq_st_set *set)
+{
+    if (!set)
+        return;
+    for (int32_t i = 0; i < set->n_entries; i++)
+        if (!set->copies || !set->copies[i])
+            set->entries[i].t.data = NULL;
+    for (int32_t i = 0; i < set->n_files; i++) {
+        if (set->files[i].map)
+            munmap((void *)set->files[i].map, set->files[i].size);
+        set->files[i].map = NULL;
+        set->files[i].size = 0;
+    }
+}
 
 const dsq_st_entry *dsq_st_at(const dsq_st_set *set, int32_t i)
 {

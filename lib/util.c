@@ -1,5 +1,6 @@
 /* util.c - files, paths, half-precision conversions, params copying. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,39 +42,50 @@ dsq_status dsq_read_file(const char *path, char **data, size_t *len)
 {
     *data = NULL;
     *len = 0;
-    /* A directory opens fine and seeks to LONG_MAX, and a FIFO would block
-     * in fopen: only regular files are read. */
+    /* Only regular files are read.  O_NONBLOCK first, fstat second: a FIFO
+     * (or a device) would block in a plain open() until a writer appears,
+     * and checking the path with stat() before opening it races with its
+     * replacement.  A directory opens fine but is refused the same way. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return dsq_fail(DSQ_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
-    if (stat(path, &sb) != 0)
-        return dsq_fail(DSQ_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return dsq_fail(DSQ_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
         return dsq_fail(DSQ_ERR_IO, "'%s' is not a regular file", path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dsq_fail(DSQ_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return dsq_fail(DSQ_ERR_IO, "cannot seek '%s'", path);
     }
-    long n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return dsq_fail(DSQ_ERR_IO, "cannot size '%s'", path);
+    if (sb.st_size < 0 || (uint64_t)sb.st_size >= (uint64_t)SIZE_MAX) {
+        close(fd);
+        return dsq_fail(DSQ_ERR_IO, "'%s' is too large to read", path);
     }
-    char *buf = malloc((size_t)n + 1);
+    size_t n = (size_t)sb.st_size;
+    char *buf = malloc(n + 1);
     if (!buf) {
-        fclose(f);
-        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for '%s' (%ld bytes)", path, n);
+        close(fd);
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for '%s' (%zu bytes)", path, n);
     }
-    if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != n) {
         free(buf);
-        fclose(f);
-        return dsq_fail(DSQ_ERR_IO, "short read on '%s'", path);
+        return dsq_fail(DSQ_ERR_IO, "short read on '%s' (%zu of %zu bytes)", path, got, n);
     }
-    fclose(f);
     buf[n] = '\0';
     *data = buf;
-    *len = (size_t)n;
+    *len = n;
     return DSQ_OK;
 }
 
@@ -101,6 +113,12 @@ int dsq_file_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int dsq_path_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
 }
 
 int dsq_n_cores(void)

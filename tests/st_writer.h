@@ -172,6 +172,16 @@ static uint8_t *stw_write_tensors(const char *path, const stw_tensor *t, int n, 
     }
     for (size_t i = 0; i < off; i++)
         data[i] = stw_rand_byte();
+    /* Float values finite (the loader refuses NaN/Inf): clear the top
+     * exponent bit of each element (in its most significant byte). */
+    size_t b = 0;
+    for (int i = 0; i < n; b += stw_nbytes(&t[i]), i++) {
+        size_t es = stw_dtype_bytes(t[i].dtype), nb = stw_nbytes(&t[i]);
+        if (!strcmp(t[i].dtype, "F32") || !strcmp(t[i].dtype, "F16") ||
+            !strcmp(t[i].dtype, "BF16") || !strcmp(t[i].dtype, "F64"))
+            for (size_t k = b + es - 1; k < b + nb; k += es)
+                data[k] &= 0xbf;
+    }
     if (stw_write(path, h, data, off, align) != 0) {
         free(h);
         free(data);

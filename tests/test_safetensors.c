@@ -45,7 +45,7 @@ static void expect_open_fails(const char *path, int is_dir, dsq_status want, con
 
 /* ---- valid files ---------------------------------------------------------- */
 
-static void check_tensor(const dsq_st_set *set, const stw_tensor *t, const uint8_t *data,
+static void check_tensor(dsq_st_set *set, const stw_tensor *t, const uint8_t *data,
                          size_t off, dsq_dtype dt)
 {
     const dsq_st_entry *e = dsq_st_find(set, t->name);
@@ -59,9 +59,18 @@ static void check_tensor(const dsq_st_set *set, const stw_tensor *t, const uint8
     assert_int_equal(e->t.nbytes, stw_nbytes(t));
     if (e->t.nbytes)
         assert_memory_equal(e->t.data, data + off, e->t.nbytes);
+    /* the typed view: aligned, same bytes (a copy only where misaligned) */
+    const void *mapped = e->t.data;
+    dsq_tensor tv;
+    assert_int_equal(dsq_st_tensor(set, e, 0, &tv), DSQ_OK);
     size_t es = dsq_dtype_size(dt);
-    if (es && e->t.nbytes)
-        assert_int_equal((uintptr_t)e->t.data % es, 0);
+    if (es && tv.nbytes)
+        assert_int_equal((uintptr_t)tv.data % es, 0);
+    if (!es || (uintptr_t)mapped % es == 0)
+        assert_ptr_equal(tv.data, mapped);
+    if (tv.nbytes)
+        assert_memory_equal(tv.data, data + off, tv.nbytes);
+    assert_int_equal(tv.nbytes, e->t.nbytes);
 }
 
 static const stw_tensor round_trip_tensors[] = {

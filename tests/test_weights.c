@@ -133,7 +133,7 @@ static dsq_status bind_dir(const char *dir, dsq_weights *keep, dsq_st_set **keep
     assert_int_equal(dsq_st_open_dir(dir, &set), DSQ_OK);
     dsq_weights w;
     memset(&w, 0x5a, sizeof w);
-    dsq_status st = dsq_weights_bind(set, &cfg, &w);
+    dsq_status st = dsq_weights_bind(set, &cfg, 0, &w);
     printf("    bind -> %s | %s\n", dsq_status_string(st), st ? dsq_last_error_message() : "");
     if (st != DSQ_OK) {
         assert_null(w.layers); /* nothing left to free */
@@ -347,17 +347,17 @@ static void test_config_mismatch(void **state)
     dsq_weights w;
     dsq_config c = cfg;
     c.n_layers = L + 1;
-    assert_int_equal(dsq_weights_bind(set, &c, &w), DSQ_ERR_MISSING_TENSOR);
+    assert_int_equal(dsq_weights_bind(set, &c, 0, &w), DSQ_ERR_MISSING_TENSOR);
     assert_non_null(strstr(dsq_last_error_message(), "model.layers.2."));
     c = cfg;
     c.n_vocab = V + 1;
-    assert_int_equal(dsq_weights_bind(set, &c, &w), DSQ_ERR_SHAPE);
+    assert_int_equal(dsq_weights_bind(set, &c, 0, &w), DSQ_ERR_SHAPE);
     assert_non_null(strstr(dsq_last_error_message(), "model.embed_tokens.weight"));
     c = cfg;
     c.n_kv_heads = 2;
-    assert_int_equal(dsq_weights_bind(set, &c, &w), DSQ_ERR_SHAPE);
+    assert_int_equal(dsq_weights_bind(set, &c, 0, &w), DSQ_ERR_SHAPE);
     assert_non_null(strstr(dsq_last_error_message(), "k_proj"));
-    assert_int_equal(dsq_weights_bind(NULL, &c, &w), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_weights_bind(NULL, &c, 0, &w), DSQ_ERR_INVALID_ARG);
     dsq_st_close(set);
 }
 
