@@ -9,8 +9,12 @@
  *
  * Expected: DSQ_ERR_OUT_OF_MEMORY (or DSQ_ERR_INVALID_ARG, should the API
  * ever cap max_batch_tokens), no context, and a message that states the
- * numbers the caller passed.  ASan's allocator is told to return NULL for
- * requests above its limit (instead of aborting), as a plain malloc does. */
+ * numbers the caller passed.  max_batch_tokens 1e8 (the reported value)
+ * needs 205 GB for one activation buffer of the tiny model, more than these
+ * machines have, while the API's own per-token arrays (400 MB) fit.  Under
+ * ASan, whose allocator would reserve even 205 GB of address space, requests
+ * above 4 GB return NULL (instead of aborting), as a plain malloc's do when
+ * memory is short. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +24,10 @@
 
 /* read by the ASan runtime when the test is built with -fsanitize=address */
 const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1:max_allocation_size_mb=4096";
+}
 
 static dsq_model *load_tiny_cpu(void)
 {
@@ -40,8 +47,9 @@ static void test_huge_batch_scratch_fails_cleanly(void **state)
 {
     (void)state;
     dsq_model *m = load_tiny_cpu();
-    /* 6e8 x 512 floats = 1.2 TB; INT32_MAX x 512 floats = 4.4 TB */
-    const int32_t batches[2] = { 600000000, INT32_MAX };
+    /* 1e8 x 512 floats = 205 GB; INT32_MAX x 512 floats = 4.4 TB (also
+     * without sanitizers, in the API's arrays or the backend's) */
+    const int32_t batches[2] = { 100000000, INT32_MAX };
     for (int i = 0; i < 2; i++) {
         dsq_ctx_params cp = dsq_ctx_default_params();
         cp.max_seqs = 1;
@@ -52,6 +60,11 @@ static void test_huge_batch_scratch_fails_cleanly(void **state)
         dsq_status st = dsq_ctx_new(m, &cp, &c);
         const char *msg = dsq_last_error_message();
         printf("  max_batch_tokens %d: %s (%s)\n", (int)batches[i], dsq_status_string(st), msg);
+        if (st == DSQ_OK && i == 0) { /* a machine with > 205 GB to spare */
+            printf("  (the memory was there: nothing to check for this size)\n");
+            dsq_ctx_free(c);
+            continue;
+        }
         assert_null(c);
         assert_true(st == DSQ_ERR_OUT_OF_MEMORY || st == DSQ_ERR_INVALID_ARG);
         /* the backend's scratch message names what was asked for */
