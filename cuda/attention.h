@@ -34,7 +34,15 @@
  *   dequantized value = q_i * scale.  Dequantization happens inside the
  *   attention kernels: K's scale multiplies the fp32 score q.k_int, V's scale
  *   multiplies the softmax weight before P.V.  No separate pass.
- *   F16: x_i rounded to nearest fp16, saturated to +-65504.
+ *   A (token, head) vector holding any NaN or Inf is stored as q_i = 0 with
+ *   scale = NaN (int8 cannot hold it; it must not read back finite).
+ *   F16: x_i rounded to nearest fp16 (IEEE, as the CPU: |x| >= 65520 is
+ *   +-Inf, NaN stays NaN).
+ *   Non-finite values: a NaN or Inf in the K, V or scale of a key that a
+ *   query attends to makes that query's output non-finite (NaN, or Inf
+ *   where IEEE arithmetic gives Inf; a K of -Inf giving a score of -inf is
+ *   weight 0, as on the CPU); keys it does not attend to (causally later,
+ *   past the sequence's end) never affect it.
  *
  * ---- Activations (caller's buffers, bf16, row-major)
  *   Q / K / V inputs may live inside one fused QKV buffer: every input takes a

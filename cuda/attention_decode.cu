@@ -16,6 +16,12 @@
  * shared memory at the end.  Each block writes (m, l, acc) of its split to
  * the workspace; a merge kernel rescales and sums the splits.
  *
+ * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
+ * so every key a block sees is one the query attends to, and a NaN/Inf in
+ * its K, V or INT8 scale flows through the scores, weights and P.V into
+ * NaN/Inf output (fmaxf in the running max skips a NaN score, but its weight
+ * exp2(NaN) is NaN); the merge keeps a NaN or zero sum as NaN.
+ *
  * The split plan depends only on the sequence's length (read on the device)
  * and max_splits (fixed per launch shape): blocks past a sequence's last
  * split return at once, so one captured graph serves any lengths.
@@ -375,7 +381,10 @@ __global__ void __launch_bounds__(D)
 #pragma unroll 8
     for (int s = 0; s < used; s++)
         acc += wsp[s] * src[(int64_t)s * D];
-    out[(int64_t)b * o_stride + h * D + d] = __float2bfloat16_rn(L > 0.f ? acc / L : 0.f);
+    /* L = NaN (a NaN score or V) or 0 (every score -inf) must give NaN, as
+     * the CPU's softmax does, not a finite 0; only an empty sequence (no
+     * split used) outputs 0 */
+    out[(int64_t)b * o_stride + h * D + d] = __float2bfloat16_rn(used > 0 ? acc / L : 0.f);
 }
 
 static int g_smem_optin = 0; /* per-block opt-in limit of the current device */

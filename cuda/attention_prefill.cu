@@ -16,6 +16,17 @@
  * INT8: K's per-token scale multiplies the fp32 scores (exact: q.(k*s) =
  * (q.k)*s up to rounding), V's scale multiplies P before it is rounded to
  * fp16 (the row sum l uses the unscaled P).
+ *
+ * Non-finite K/V (see attention.h): a NaN or Inf that a row attends to must
+ * reach its output, and one it does not attend to must not.  NaN/Inf in K
+ * or a K scale gives a NaN/Inf score, hence a NaN weight, for the rows that
+ * see it; a causally masked key's score is replaced by -inf, so its K
+ * cannot leak.  V is different: P.V runs on the tensor cores for all 16 rows
+ * of a warp at once, and a masked key's weight 0 times a NaN (or Inf) V is
+ * still NaN.  So tiles that hold keys after some row of the block (the
+ * "diagonal" tiles, at most two per block) are screened first: non-finite V
+ * values (fp16) or V scales (int8) are zeroed in shared memory and the key
+ * is flagged; each row that attends to a flagged key outputs NaN.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,6 +44,47 @@ template <int D> constexpr int prefill_smem_bytes()
     return (kPrefillRows * (D + 8) + 2 * 2 * kTileKeys * (D + 8)) * 2 + 2 * 2 * kTileKeys * 4;
 }
 
+/* Screen one diagonal tile's V (see the top): zero non-finite V values
+ * (fp16: exponent all ones) or INT8 V scales in place, and set bad[k] for
+ * every key k of the tile that had one.  All threads; the caller syncs. */
+template <int D, bool INT8>
+__device__ __forceinline__ void screen_v(__half *sv, float *svs, int *bad)
+{
+    const int t = threadIdx.x;
+    if (INT8) { /* int8 values are finite; a NaN scale marks a bad vector */
+        if (t < kTileKeys) {
+            const float s = svs[t];
+            const bool b = !isfinite(s);
+            if (b)
+                svs[t] = 0.f;
+            bad[t] = b;
+        }
+        return;
+    }
+    constexpr int CPR = D / 8; /* 16-byte chunks per row: 16 or 8 lanes */
+    const int lane = t & 31;
+#pragma unroll
+    for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+        const int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
+        uint4 *p = (uint4 *)(sv + r * (D + 8) + cc * 8);
+        uint4 w = *p;
+        uint32_t wd[4] = {w.x, w.y, w.z, w.w};
+        bool b = false;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const bool lo = (wd[k] & 0x7c00u) == 0x7c00u, hi = (wd[k] & 0x7c000000u) == 0x7c000000u;
+            wd[k] &= (lo ? 0xffff0000u : 0xffffffffu) & (hi ? 0x0000ffffu : 0xffffffffu);
+            b = b || lo || hi;
+        }
+        if (b)
+            *p = make_uint4(wd[0], wd[1], wd[2], wd[3]);
+        /* the CPR lanes of one row are consecutive and aligned in the warp */
+        const unsigned grp = __ballot_sync(0xffffffffu, b) >> (lane & ~(CPR - 1));
+        if ((lane & (CPR - 1)) == 0)
+            bad[r] = (grp & ((1u << CPR) - 1)) != 0;
+    }
+}
+
 template <int D, bool INT8>
 __global__ void __launch_bounds__(kThreads)
     prefill_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, __nv_bfloat16 *out,
@@ -46,6 +98,7 @@ __global__ void __launch_bounds__(kThreads)
     __half *sv = sk + 2 * kTileKeys * RH;         /* [2][64][RH]     */
     float *sks = (float *)(sv + 2 * kTileKeys * RH); /* [2][64]      */
     float *svs = sks + 2 * kTileKeys;             /* [2][64]         */
+    __shared__ int vbad[kTileKeys]; /* diagonal tile: key's V was non-finite */
 
     const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kPrefillRows;
     const int tok0 = cu_seqlens[b];
@@ -86,6 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < D / 8; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+    bool poison[2] = {false, false}; /* the row attends to a non-finite V */
 
     for (int j = 0; j < n_tiles; j++) {
         const int cur = j & 1;
@@ -94,6 +148,16 @@ __global__ void __launch_bounds__(kThreads)
             ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * kTileKeys * RH,
                      sv + (cur ^ 1) * kTileKeys * RH, sks + (cur ^ 1) * kTileKeys,
                      svs + (cur ^ 1) * kTileKeys);
+        /* block-uniform: the tile holds a key after the block's first row */
+        if (key0 + kTileKeys - 1 > pos0 + m0) {
+            screen_v<D, INT8>(sv + cur * kTileKeys * RH, svs + cur * kTileKeys, vbad);
+            __syncthreads();
+            for (int k = 0; k < kTileKeys; k++)
+                if (vbad[k]) {
+                    poison[0] = poison[0] || key0 + k <= qpos0;
+                    poison[1] = poison[1] || key0 + k <= qpos1;
+                }
+        }
         /* a warp whose last row precedes the whole tile has nothing to do */
         if (key0 <= qpos_w + 15) {
             const __half *tk = sk + cur * kTileKeys * RH, *tv = sv + cur * kTileKeys * RH;
@@ -163,12 +227,15 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
     }
 
-    /* normalise and store bf16 pairs; rows past n are padding */
+    /* normalise and store bf16 pairs; rows past n are padding.  A valid row
+     * has l >= 1 (its largest finite score contributes 2^0) unless every
+     * score it saw was -inf (l = 0: 0 * inf = NaN, as the CPU's softmax
+     * gives) or NaN (l = NaN); neither may become a finite 0. */
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float l = quad_sum(l_r[r]);
-        inv[r] = l > 0.f ? 1.f / l : 0.f;
+        inv[r] = poison[r] ? __int_as_float(0x7fffffff) : 1.f / l;
     }
     const int row0 = m0 + warp * 16 + (lane >> 2);
 #pragma unroll

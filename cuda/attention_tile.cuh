@@ -109,7 +109,8 @@ __device__ __forceinline__ void i8x4_to_h4(uint32_t w, uint32_t &lo, uint32_t &h
 }
 
 /* bf16x8 (16 B) -> fp16x8 (16 B).  Exact for |x| <= 65504 (bf16 has fewer
- * mantissa bits); larger values saturate. */
+ * mantissa bits); larger finite values saturate; NaN and Inf stay NaN and
+ * Inf (fminf/fmaxf alone would turn NaN into -65504). */
 __device__ __forceinline__ uint4 bf16x8_to_h8(uint4 in)
 {
     uint32_t w[4] = {in.x, in.y, in.z, in.w};
@@ -118,8 +119,8 @@ __device__ __forceinline__ uint4 bf16x8_to_h8(uint4 in)
     for (int i = 0; i < 4; i++) {
         __nv_bfloat162 b = *reinterpret_cast<__nv_bfloat162 *>(&w[i]);
         float2 f = __bfloat1622float2(b);
-        f.x = fminf(fmaxf(f.x, -65504.f), 65504.f);
-        f.y = fminf(fmaxf(f.y, -65504.f), 65504.f);
+        f.x = isfinite(f.x) ? fminf(fmaxf(f.x, -65504.f), 65504.f) : f.x;
+        f.y = isfinite(f.y) ? fminf(fmaxf(f.y, -65504.f), 65504.f) : f.y;
         o[i] = pack_half2(f.x, f.y);
     }
     return make_uint4(o[0], o[1], o[2], o[3]);

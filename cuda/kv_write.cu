@@ -49,30 +49,39 @@ __global__ void __launch_bounds__(128)
     const int64_t row = kv_row(a, tok_seq[t], pos[t]);
     const int64_t off = (row * a.n_kv + h) * D + lane * E;
     if (!INT8) {
+        /* IEEE round to nearest, as the CPU's dsq_f32_to_f16: beyond +-65504
+         * is +-Inf, NaN stays NaN (a saturating clamp made NaN -65504) */
         __half *dst = (__half *)(is_v ? a.v : a.k) + off;
         uint32_t o[E / 2];
 #pragma unroll
         for (int i = 0; i < E / 2; i++)
-            o[i] = pack_half2(fminf(fmaxf(x[2 * i], -65504.f), 65504.f),
-                              fminf(fmaxf(x[2 * i + 1], -65504.f), 65504.f));
+            o[i] = pack_half2(x[2 * i], x[2 * i + 1]);
         if (E == 4)
             *(uint2 *)dst = make_uint2(o[0], o[E / 2 - 1]);
         else
             *(uint32_t *)dst = o[0];
     } else {
         float amax = 0.f;
+        bool finite = true;
 #pragma unroll
-        for (int i = 0; i < E; i++)
+        for (int i = 0; i < E; i++) {
             amax = fmaxf(amax, fabsf(x[i]));
+            finite = finite && isfinite(x[i]);
+        }
 #pragma unroll
         for (int s = 16; s > 0; s >>= 1)
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
-        const float scale = amax / 127.0f; /* IEEE division: matches the CPU */
+        /* fmaxf drops NaN, and an Inf made the scale Inf: a vector with any
+         * NaN/Inf is stored as zeros with a NaN scale (as on the CPU), so it
+         * reads back as NaN */
+        finite = __all_sync(0xffffffffu, finite);
+        const float scale = finite ? amax / 127.0f : __int_as_float(0x7fffffff);
+        /* IEEE division: matches the CPU */
         uint32_t packed = 0;
 #pragma unroll
         for (int i = 0; i < E; i++) {
             int qi = 0;
-            if (scale > 0.f) {
+            if (scale > 0.f) { /* false for the NaN scale */
                 float r = rintf(__fdiv_rn(x[i], scale));
                 qi = (int)fminf(fmaxf(r, -127.f), 127.f);
             }

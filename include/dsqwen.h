@@ -581,7 +581,12 @@ DSQ_API dsq_status dsq_sampler_new(const dsq_sampler_params *params, dsq_sampler
 DSQ_API void dsq_sampler_free(dsq_sampler *s);
 
 /** Draw one token from host `logits[n_vocab]` (not modified) and record it
- *  for the repetition penalty.  DSQ_ERR_INVALID_ARG.  One thread at a time. */
+ *  for the repetition penalty.  A logit that is -inf or NaN is never drawn
+ *  (NaN counts as -inf), whatever the settings; if some logit is +inf the
+ *  first +inf one is drawn.  Any finite temperature is accepted: as it grows
+ *  the draw tends to uniform over the finite logits.  DSQ_ERR_INVALID_ARG
+ *  (also when no logit among the first n_vocab_valid is above -inf).  One
+ *  thread at a time. */
 DSQ_API dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_vocab,
                                       int32_t *token_out);
 

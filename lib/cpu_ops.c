@@ -438,12 +438,18 @@ void dsq_cpu_kv_store(void *dst, float *scale, int32_t kv_dtype, const float *x,
     } else {
         int8_t *q = dst;
         float amax = 0.0f;
-        for (int32_t d = 0; d < D; d++)
+        int finite = 1;
+        for (int32_t d = 0; d < D; d++) {
             amax = fabsf(x[d]) > amax ? fabsf(x[d]) : amax;
-        float s = amax / 127.0f;
+            finite &= isfinite(x[d]) != 0;
+        }
+        /* int8 cannot hold NaN or Inf: such a vector is stored as all-zero
+         * values with a NaN scale, so it reads back as all NaN (attention
+         * then gives NaN, as with F32/F16 KV) instead of finite garbage */
+        float s = finite ? amax / 127.0f : NAN;
         *scale = s;
         for (int32_t d = 0; d < D; d++) {
-            float r = s > 0.0f ? rintf(x[d] / s) : 0.0f;
+            float r = s > 0.0f ? rintf(x[d] / s) : 0.0f; /* NaN s: 0 */
             r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
             q[d] = (int8_t)r;
         }

@@ -91,8 +91,13 @@ void dsq_cpu_rope_apply(float *x, const float *cs, int32_t head_dim);
  *                  scale = amax / 127.0f                  (fp32 division)
  *                  q[d]  = rint(x[d] / scale)             (fp32 division,
  *                          round half to even), clamped to [-127, 127];
- *                          all q = 0 and scale = 0 when amax == 0
+ *                          all q = 0 and scale = 0 when amax == 0;
+ *                          all q = 0 and scale = NaN when any x[d] is NaN
+ *                          or +-Inf (int8 cannot hold them: the vector
+ *                          reads back as all NaN, never as finite values)
  *                read back as x'[d] = (float)q[d] * scale  (fp32 product).
+ *   F16 overflow (|x| >= 65520) gives +-Inf and NaN stays NaN (IEEE), so a
+ *   non-finite K or V gives NaN attention output with every KV dtype.
  * The CUDA kernels are tested against exactly this. */
 void dsq_cpu_kv_store(void *dst, float *scale, int32_t kv_dtype, const float *x, int32_t D);
 void dsq_cpu_kv_load(float *x, const void *src, const float *scale, int32_t kv_dtype, int32_t D);

@@ -34,7 +34,14 @@
  * ~140k tokens) ~0.6 ms.
  * The tokens within the nucleus are drawn in an arbitrary but deterministic
  * order, so a seed reproduces its sequence on one build.
+ * Non-finite logits: -inf and NaN are never drawn (NaN counts as -inf); a
+ * +inf logit is the limit of every distribution, so the first +inf is drawn;
+ * no logit above -inf is DSQ_ERR_INVALID_ARG.  Any finite temperature is
+ * valid: as T grows the draw tends to uniform over the finite logits (the
+ * z_max - CUT_Z*T cutoff is clamped to -FLT_MAX when it overflows, and
+ * exp_nonpos maps what underflows, -inf and NaN to 0).
  * Buffers are sized to n_vocab on first use and reused. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -513,12 +520,16 @@ static int32_t collect_at_least(const float *x, int32_t n, float t, float *cv, i
     return nc;
 }
 
-/* exp(x) for x in [-87, 0] with relative error ~2e-7: 2^(x log2 e) split
+/* exp(x) for x in (-87, 0] with relative error ~2e-7: 2^(x log2 e) split
  * into an integer power (built in the exponent bits) and 2^f, |f| <= 0.5,
  * by a degree-6 Taylor polynomial.  Branch-free so loops over it vectorize;
- * libm's expf is a call per element. */
+ * libm's expf is a call per element.  x <= -87, -inf or NaN gives 0: the
+ * polynomial runs on a clamped copy, so the float-to-int conversion and the
+ * exponent shift below never see a value outside their range. */
 static inline float exp_nonpos(float x)
 {
+    const int in_range = x > -87.0f; /* false for NaN */
+    x = in_range ? x : -87.0f;
     float t = x * 1.44269504088896341f;
     float r = (t + 0x1.8p23f) - 0x1.8p23f; /* round to nearest integer */
     float f = (t - r) * 0.693147180559945f; /* e^f = 2^(t - r) */
@@ -527,7 +538,7 @@ static inline float exp_nonpos(float x)
     int32_t bits = ((int32_t)r + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return in_range ? p * scale : 0.0f;
 }
 
 /* Min-heap of floats: the k largest values seen; heap[0] is the k-th. */
@@ -681,17 +692,19 @@ static int32_t draw(const float *cv, const int32_t *ci, int32_t n, float floor_v
             break;
         acc += bs;
     }
-    int32_t tok = -1;
     for (int32_t i = i0; i < n; i++) {
         if (cv[i] < floor_v)
             continue;
-        tok = ci[i];
         acc += cv[i];
         if (acc > u)
-            return tok;
+            return ci[i];
     }
+    /* rounding: the last eligible token of non-zero mass (a candidate whose
+     * probability underflowed to 0 must not be drawn; the top token has
+     * mass 1, so one exists) */
+    int32_t tok = -1;
     for (int32_t i = n; tok < 0 && i-- > 0;)
-        if (cv[i] >= floor_v)
+        if (cv[i] >= floor_v && cv[i] > 0.0f)
             tok = ci[i];
     return tok;
 }
@@ -729,8 +742,12 @@ dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_voc
         return DSQ_OK;
     }
 
-    /* candidates: z >= z_max - CUT_Z, and with top-k logit >= the k-th */
+    /* candidates: z >= z_max - CUT_Z, and with top-k logit >= the k-th.
+     * For a huge temperature (CUT_Z*T > FLT_MAX) or huge negative logits
+     * the cutoff overflows to -inf; it is then every finite logit, never
+     * -inf (masked) or NaN (which compares false). */
     float thr = m - CUT_Z * T;
+    thr = thr >= -FLT_MAX ? thr : -FLT_MAX;
     if (s->p.top_k > 0 && s->p.top_k < n) {
         float vk = top_k_value(s->scratch, x, n, s->p.top_k);
         if (vk > thr)

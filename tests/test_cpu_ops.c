@@ -496,6 +496,113 @@ static void test_attention(void **state)
     check_attention(DSQ_KV_INT8, 1, 5, 130, 300);
 }
 
+/* Non-finite K/V (issue 14, defect 4): INT8 converted NaN to int8 (undefined)
+ * and an Inf gave a scale of Inf, so a corrupted vector read back finite.
+ * Now: F32 keeps it, F16 keeps NaN/Inf (and overflows past 65504 to Inf),
+ * INT8 reads back all NaN; finite vectors are unchanged. */
+static void test_kv_nonfinite(void **state)
+{
+    (void)state;
+    const int32_t D = 67;
+    const float bad[3] = { NAN, INFINITY, -INFINITY };
+    float x[67], y[67];
+    uint8_t buf[67 * 4];
+    for (int dt = 0; dt < 3; dt++)
+        for (int b = 0; b < 3; b++)
+            for (int at = 0; at < D; at += 33) {
+                fill(x, D, 3.0f);
+                x[at] = bad[b];
+                float scale = 1.0f;
+                poison(y, D);
+                dsq_cpu_kv_store(buf, &scale, dt, x, D);
+                dsq_cpu_kv_load(y, buf, &scale, dt, D);
+                for (int d = 0; d < D; d++) {
+                    if (dt == DSQ_KV_INT8) {
+                        if (!isnan(y[d]))
+                            fail_msg("INT8, x[%d] = %g: read back y[%d] = %g, want NaN", at,
+                                     (double)bad[b], d, (double)y[d]);
+                    } else if (d == at) {
+                        assert_true(isnan(bad[b]) ? isnan(y[d]) : y[d] == bad[b]);
+                    } else {
+                        assert_true(isfinite(y[d]));
+                    }
+                }
+            }
+    /* finite but beyond fp16: F16 overflows to Inf (IEEE, as the CUDA
+     * kernels store it); INT8 and F32 stay finite */
+    fill(x, D, 3.0f);
+    x[10] = 1e5f;
+    x[11] = -3e38f;
+    for (int dt = 0; dt < 3; dt++) {
+        float scale = 1.0f;
+        dsq_cpu_kv_store(buf, &scale, dt, x, D);
+        dsq_cpu_kv_load(y, buf, &scale, dt, D);
+        if (dt == DSQ_KV_F16) {
+            assert_true(y[10] == INFINITY && y[11] == -INFINITY);
+        } else {
+            for (int d = 0; d < D; d++)
+                assert_true(isfinite(y[d]));
+        }
+    }
+}
+
+/* A NaN or Inf in one cached K or V vector makes the attention output of
+ * every query that attends to it non-finite, with every KV dtype; queries
+ * that do not reach it (fewer positions) stay finite. */
+static void test_attention_nonfinite(void **state)
+{
+    (void)state;
+    const int32_t D = 64, n_kv = 2, n_rep = 3, n_ctx = 9, head = 1, bad_pos = 5;
+    const size_t n_rows = (size_t)n_ctx;
+    int64_t rows[9];
+    for (int p = 0; p < n_ctx; p++)
+        rows[p] = n_ctx - 1 - p;
+    float vec[64], q[3 * 64], out[3 * 64], scores[3 * 9], tmp[64];
+    const float bad[3] = { NAN, INFINITY, -INFINITY };
+    for (int dt = 0; dt < 3; dt++)
+        for (int side = 0; side < 2; side++)
+            for (int b = 0; b < 3; b++) {
+                size_t esz = dsq_cpu_kv_elem_size(dt);
+                uint8_t *K = calloc(n_rows * n_kv * D, esz), *V = calloc(n_rows * n_kv * D, esz);
+                float ks[9 * 2], vs[9 * 2];
+                for (size_t r = 0; r < n_rows; r++)
+                    for (int h = 0; h < n_kv; h++) {
+                        size_t slot = r * n_kv + h;
+                        fill(vec, D, 1.0f);
+                        if (h == head && (int64_t)r == rows[bad_pos] && side == 0)
+                            vec[7] = bad[b];
+                        dsq_cpu_kv_store(K + slot * D * esz, ks + slot, dt, vec, D);
+                        fill(vec, D, 1.0f);
+                        if (h == head && (int64_t)r == rows[bad_pos] && side == 1)
+                            vec[7] = bad[b];
+                        dsq_cpu_kv_store(V + slot * D * esz, vs + slot, dt, vec, D);
+                    }
+                dsq_cpu_kv_view kv = {K, V, ks, vs, dt, n_kv, D};
+                fill(q, (size_t)n_rep * D, 1.0f);
+                for (int r = 0; r < n_rep; r++)
+                    q[r * D + 7] = 1.0f; /* K[7] = +-Inf gives a score of +-Inf */
+                /* IEEE: a score of -Inf is weight 0 (a masked key), so F32
+                 * and F16 K = -Inf give finite output; INT8 cannot store
+                 * -Inf and reads the vector back as NaN */
+                const int masked = side == 0 && b == 2 && dt != DSQ_KV_INT8;
+                /* a query that stops before bad_pos, then one that reaches it */
+                for (int reach = 0; reach < 2; reach++) {
+                    int32_t nc = reach ? n_ctx : bad_pos;
+                    poison(out, (size_t)n_rep * D);
+                    dsq_cpu_attend(&kv, head, rows, nc, q, n_rep, 0.125f, out, scores, tmp);
+                    int n_bad = 0;
+                    for (int i = 0; i < n_rep * D; i++)
+                        n_bad += !isfinite(out[i]);
+                    if (reach && !masked ? n_bad == 0 : n_bad != 0)
+                        fail_msg("kv dtype %d, %s[%d][7] = %g, %d positions: %d of %d outputs "
+                                 "non-finite", dt, side ? "V" : "K", bad_pos, (double)bad[b], nc,
+                                 n_bad, n_rep * D);
+                }
+                free(K);
+                free(V);
+            }
+}
+
 /* ---- thread pool ------------------------------------------------------------------- */
 
 typedef struct pool_probe {
@@ -795,6 +902,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu_mul),       cmocka_unit_test(test_kv_roundtrip),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_threadpool),
+        cmocka_unit_test(test_kv_nonfinite),   cmocka_unit_test(test_attention_nonfinite),
         cmocka_unit_test(test_forward_vs_naive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

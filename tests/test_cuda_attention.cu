@@ -69,6 +69,10 @@ struct Scenario {
     const char *name;
     int D, H, KVH, dtype, paged, bs;
     std::vector<int> pos0, n; /* per batch sequence: cached tokens, new tokens */
+    /* optional: K (side 0) or V (side 1) element 5 of kv head inj_head of
+     * sequence inj_seq at position inj_pos is set to inj_val */
+    int inj_seq = -1, inj_pos = 0, inj_head = 0, inj_side = 0;
+    float inj_val = 0.f;
 };
 
 struct Built {
@@ -95,13 +99,17 @@ static int64_t host_row(const Built &b, int s, int p)
            p % b.block_size;
 }
 
-/* Host twin of the kernel's INT8 quantization (attention.h). */
+/* Host twin of the kernel's INT8 quantization (attention.h): a vector with
+ * a NaN or Inf is all zeros with a NaN scale. */
 static void quant_i8(const float *x, int D, int8_t *q, float *scale)
 {
     float amax = 0.f;
-    for (int i = 0; i < D; i++)
+    bool finite = true;
+    for (int i = 0; i < D; i++) {
         amax = fmaxf(amax, fabsf(x[i]));
-    float s = amax / 127.0f;
+        finite = finite && isfinite(x[i]);
+    }
+    float s = finite ? amax / 127.0f : NAN;
     for (int i = 0; i < D; i++) {
         float r = s > 0.f ? rintf(x[i] / s) : 0.f;
         q[i] = (int8_t)fminf(fmaxf(r, -127.f), 127.f);
@@ -193,6 +201,8 @@ static void build(const Scenario &sc, Built &b)
                     v[h * D + d] = bf16_round(fv * rnd_uni(-1, 1) + voff[h * D + d]);
                 }
             }
+            if (s == sc.inj_seq && p == sc.inj_pos)
+                (sc.inj_side ? v : k)[sc.inj_head * D + 5] = sc.inj_val;
             const bool is_new = p >= sc.pos0[s];
             float *q = NULL;
             if (is_new) {
@@ -291,15 +301,17 @@ static void build(const Scenario &sc, Built &b)
                     if (elt == 2) {
                         const uint16_t *d16 = (const uint16_t *)dev + dst;
                         for (int i = 0; i < D; i++) {
-                            uint16_t want = dsq_f32_to_f16(fminf(fmaxf(x[i], -65504.f), 65504.f));
-                            mismatches += d16[i] != want;
+                            /* IEEE rounding, as the CPU; any NaN is a NaN */
+                            uint16_t want = dsq_f32_to_f16(x[i]);
                             out[i] = dsq_f16_to_f32(d16[i]);
+                            mismatches += d16[i] != want && !(isnan(x[i]) && isnan(out[i]));
                         }
                     } else {
                         float want_s;
                         quant_i8(x, D, qq.data(), &want_s);
                         float got_s = (side ? hvs : hks)[(size_t)r * KVH + h];
-                        mismatches += memcmp(&got_s, &want_s, 4) != 0;
+                        mismatches += memcmp(&got_s, &want_s, 4) != 0 &&
+                                      !(isnan(got_s) && isnan(want_s));
                         const int8_t *d8 = (const int8_t *)dev + dst;
                         for (int i = 0; i < D; i++) {
                             mismatches += d8[i] != qq[i];
@@ -643,6 +655,121 @@ static void test_other_shapes(void **state)
     }
 }
 
+/* ---- non-finite K/V (issue 14, defect 4) -------------------------------------
+ * One K or V element of one (sequence, position, kv head) is NaN or +Inf.
+ * Which outputs must be non-finite is decided by the double-precision
+ * reference on the cache as stored (IEEE: a NaN or +inf score, or a NaN/Inf
+ * V with any weight, spreads; a -inf score is weight 0): exactly those
+ * (row, head) outputs must be non-finite on the GPU, all others finite and
+ * within the usual tolerance.  Before the fix the kernels dropped NaN (F16
+ * stores saturated NaN to -65504, the INT8 absmax skipped NaN, the decode
+ * merge turned a NaN sum into 0) and, in prefill, a NaN/Inf V of a later
+ * token (weight 0 after the causal mask) still poisoned earlier rows. */
+static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
+{
+    Built b;
+    memset(&b.kv, 0, sizeof b.kv);
+    build(sc, b);
+    const int D = sc.D, H = sc.H, KVH = sc.KVH, G = H / KVH;
+    const int n_out = decode ? b.n_seqs : b.n_new;
+    size_t out_bytes = (size_t)n_out * b.o_stride * 2;
+    void *dout, *ws = NULL;
+    size_t ws_bytes = 0;
+    CK(cudaMalloc(&dout, out_bytes));
+    CK(cudaMemset(dout, 0xff, out_bytes));
+    if (decode) {
+        ws_bytes = dsq_attn_decode_workspace_bytes(b.n_seqs, H, D, splits);
+        CK(cudaMalloc(&ws, ws_bytes));
+        CK(cudaMemset(ws, 0xff, ws_bytes));
+        CK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H,
+                           splits, ws, ws_bytes, 0));
+    } else {
+        CK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0,
+                            b.n_seqs, b.max_n, H, 0));
+    }
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> out((size_t)n_out * b.o_stride);
+    CK(cudaMemcpy(out.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+    int want_bad = 0, got_bad = 0, wrong = 0;
+    Err e;
+    std::vector<double> ref(D);
+    for (int s = 0; s < b.n_seqs; s++)
+        for (int i = 0; i < sc.n[s]; i++) {
+            const int orow = decode ? s : b.cu[s] + i;
+            const float *q = &b.q[(size_t)(b.cu[s] + i) * H * D];
+            for (int h = 0; h < H; h++) {
+                ref_attend(q + h * D, b.kd[s].data(), b.vd[s].data(), h / G, KVH, D,
+                           sc.pos0[s] + i + 1, ref.data());
+                bool rb = false, gb = false;
+                for (int d = 0; d < D; d++) {
+                    rb = rb || !std::isfinite(ref[d]);
+                    gb = gb || !std::isfinite(dsq_bf16_to_f32(out[(size_t)orow * b.o_stride + h * D + d]));
+                }
+                want_bad += rb;
+                got_bad += gb;
+                if (rb != gb) {
+                    if (wrong < 5)
+                        printf("    seq %d pos %d head %d: reference %s, GPU %s\n", s,
+                               sc.pos0[s] + i, h, rb ? "non-finite" : "finite",
+                               gb ? "non-finite" : "finite");
+                    wrong++;
+                } else if (!rb) {
+                    for (int d = 0; d < D; d++)
+                        e.add(dsq_bf16_to_f32(out[(size_t)orow * b.o_stride + h * D + d]), ref[d],
+                              ref[d]);
+                }
+            }
+        }
+    printf("  %-12s %-7s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
+           "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
+           sc.name, decode ? "decode" : "prefill", sc.inj_side ? "V" : "K", sc.inj_head,
+           (double)sc.inj_val, sc.inj_seq, sc.inj_pos, want_bad, got_bad, wrong, e.rel());
+    cudaFree(dout);
+    cudaFree(ws);
+    release(b);
+    /* the injection must matter somewhere, or the case tests nothing */
+    return wrong == 0 && want_bad > 0 && e.rel() < kTol;
+}
+
+static void test_nonfinite_kv(void **state)
+{
+    (void)state;
+    bool ok = true;
+    const float vals[2] = {NAN, INFINITY};
+    for (int dt = 0; dt < 2; dt++)
+        for (int side = 0; side < 2; side++)
+            for (int vi = 0; vi < 2; vi++) {
+                /* prefill: the bad token sits inside the first tile of a
+                 * 70-token prompt (rows before it share its tile and its
+                 * warp's 16 rows), and in a prompt extending a cache */
+                Scenario p = mk(nm(dt, dt), dt, dt, {0, 10, 0}, {70, 40, 5});
+                p.inj_seq = 0;
+                p.inj_pos = 37;
+                p.inj_head = 1;
+                p.inj_side = side;
+                p.inj_val = vals[vi];
+                ok = run_nonfinite(p, false, 0) && ok;
+                p.inj_seq = 1;
+                p.inj_pos = 3; /* cached part: every new row attends to it */
+                ok = run_nonfinite(p, false, 0) && ok;
+                p.inj_seq = 0;
+                p.inj_pos = 66; /* second tile, second block of query rows */
+                ok = run_nonfinite(p, false, 0) && ok;
+                /* decode: a cached token, then the current one; splits merge */
+                Scenario d = mk(nm(dt, dt), dt, dt, {99, 36, 0}, {1, 1, 1});
+                d.inj_seq = 0;
+                d.inj_pos = 50;
+                d.inj_head = 1;
+                d.inj_side = side;
+                d.inj_val = vals[vi];
+                ok = run_nonfinite(d, true, 1) && ok;
+                ok = run_nonfinite(d, true, 3) && ok;
+                d.inj_pos = 99;
+                ok = run_nonfinite(d, true, 2) && ok;
+            }
+    assert_true(ok);
+}
+
 static void test_invalid_args(void **state)
 {
     (void)state;
@@ -918,6 +1045,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invalid_args),  cmocka_unit_test(test_prefill_short),
         cmocka_unit_test(test_decode_batch),  cmocka_unit_test(test_other_shapes),
+        cmocka_unit_test(test_nonfinite_kv),
         cmocka_unit_test(test_prefill_long),  cmocka_unit_test(test_timing),
         cmocka_unit_test(test_summary),
     };

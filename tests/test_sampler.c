@@ -2,6 +2,7 @@
  * with the Hugging Face warper definitions (TemperatureLogitsWarper,
  * TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper and
  * RepetitionPenaltyLogitsProcessor), over many draws. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -508,6 +509,152 @@ static void test_invalid_params(void **state)
     dsq_sampler_free(s);
 }
 
+/* ---- non-finite logits and extreme settings (issue 14, defect 3) ----------- */
+
+/* A draw must be a token whose (penalised) logit is finite, or the first
+ * +inf one when there is any; never -inf (masked) or NaN. */
+static void check_draw(const float *x, int n, int32_t tok, const char *what)
+{
+    int first_pinf = -1;
+    for (int i = 0; i < n && first_pinf < 0; i++)
+        if (x[i] == INFINITY)
+            first_pinf = i;
+    if (tok < 0 || tok >= n)
+        fail_msg("%s: token %d outside 0..%d", what, (int)tok, n - 1);
+    if (first_pinf >= 0 ? tok != first_pinf : !isfinite(x[tok]))
+        fail_msg("%s: drew token %d whose logit is %g", what, (int)tok, (double)x[tok]);
+}
+
+/* The reported case: temperature 1e38 made the cutoff m - 30*T -inf, the
+ * masked tokens became candidates and exp of -inf was converted to an
+ * integer; token 7 (a -inf logit) was drawn every time. */
+static void test_huge_temperature_never_draws_masked(void **state)
+{
+    (void)state;
+    const float x[8] = { 0, -INFINITY, 1, -INFINITY, 2, 0.5f, -INFINITY, -INFINITY };
+    dsq_sampler_params p = dsq_sampler_default_params();
+    p.temperature = 1e38f;
+    dsq_sampler *s = NULL;
+    assert_int_equal(dsq_sampler_new(&p, &s), DSQ_OK);
+    int count[8] = { 0 };
+    for (int i = 0; i < 1000; i++) {
+        int32_t tok = -1;
+        assert_int_equal(dsq_sampler_sample(s, x, 8, &tok), DSQ_OK);
+        check_draw(x, 8, tok, "T=1e38");
+        count[tok]++;
+    }
+    printf("  T=1e38 over {0,-inf,1,-inf,2,0.5,-inf,-inf}: %d %d %d %d %d %d %d %d\n", count[0],
+           count[1], count[2], count[3], count[4], count[5], count[6], count[7]);
+    /* T -> inf is uniform over the finite logits (top-p 0.95 of four equal
+     * masses keeps all four): each expected 250 of 1000 */
+    for (int i = 0; i < 8; i++)
+        if (isfinite(x[i]))
+            assert_true(count[i] > 150 && count[i] < 350);
+    dsq_sampler_free(s);
+}
+
+/* Every combination of extreme temperatures, filters and penalties over
+ * logit sets with -inf, NaN, +inf and values near +-FLT_MAX.  Under UBSan
+ * (the sanitizer build) this also checks that no float-to-int conversion or
+ * shift is out of range. */
+static void test_nonfinite_logits_any_settings(void **state)
+{
+    (void)state;
+    const float NA = NAN, NI = -INFINITY;
+    const float sets[][8] = {
+        { 0, NI, 1, NI, 2, 0.5f, NI, NI },
+        { NA, NI, 3, NA, NI, -1, NA, 2.5f },
+        { -FLT_MAX, FLT_MAX, NI, 1, NA, -3e38f, 3e38f, NI },
+        { -3e38f, NI, -FLT_MAX, -1e38f, NA, NI, -2e38f, NI },
+        { NI, NI, NI, 5, NI, NI, NI, NI },
+        { 1, INFINITY, NI, NA, INFINITY, 2, NI, 0 },
+    };
+    const float temps[] = { 1e-30f, 1e-6f, 0.6f, 1, 100, 1e6f, 1e20f, 1e37f, 1.2e37f, 1e38f, FLT_MAX };
+    const int topk[] = { 0, 1, 3, 5, 8, 2000 };
+    const float topp[] = { 0.1f, 0.95f, 1 };
+    const float minp[] = { 0, 0.5f, 1 };
+    const float pens[] = { 1, 1.5f, 1e30f };
+    long draws = 0;
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
+        for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
+            for (size_t ki = 0; ki < sizeof topk / sizeof topk[0]; ki++)
+                for (size_t pi = 0; pi < sizeof topp / sizeof topp[0]; pi++)
+                    for (size_t mi = 0; mi < sizeof minp / sizeof minp[0]; mi++)
+                        for (size_t ri = 0; ri < sizeof pens / sizeof pens[0]; ri++) {
+                            dsq_sampler_params p = dsq_sampler_default_params();
+                            p.temperature = temps[ti];
+                            p.top_k = topk[ki];
+                            p.top_p = topp[pi];
+                            p.min_p = minp[mi];
+                            p.repetition_penalty = pens[ri];
+                            p.seed = draws;
+                            dsq_sampler *s = NULL;
+                            assert_int_equal(dsq_sampler_new(&p, &s), DSQ_OK);
+                            /* penalised logits, as the sampler sees them
+                             * (history: tokens 0, 3 and 6) */
+                            float y[8];
+                            memcpy(y, sets[si], sizeof y);
+                            if (pens[ri] != 1) {
+                                const int32_t hist[3] = { 0, 3, 6 };
+                                assert_int_equal(dsq_sampler_accept(s, hist, 3), DSQ_OK);
+                                for (int h = 0; h < 3; h++)
+                                    y[hist[h]] = y[hist[h]] > 0 ? y[hist[h]] / pens[ri]
+                                                                : y[hist[h]] * pens[ri];
+                            }
+                            char what[160];
+                            snprintf(what, sizeof what, "set %zu T %g top_k %d top_p %g min_p %g pen %g",
+                                     si, (double)temps[ti], topk[ki], (double)topp[pi],
+                                     (double)minp[mi], (double)pens[ri]);
+                            for (int d = 0; d < 8; d++) {
+                                int32_t tok = -1;
+                                dsq_status st = dsq_sampler_sample(s, sets[si], 8, &tok);
+                                if (st != DSQ_OK)
+                                    fail_msg("%s: %s (%s)", what, dsq_status_string(st),
+                                             dsq_last_error_message());
+                                check_draw(y, 8, tok, what);
+                                draws++;
+                                if (pens[ri] != 1) { /* keep the history as above */
+                                    const int32_t hist[3] = { 0, 3, 6 };
+                                    dsq_sampler_reset(s, (uint64_t)draws);
+                                    assert_int_equal(dsq_sampler_accept(s, hist, 3), DSQ_OK);
+                                }
+                            }
+                            dsq_sampler_free(s);
+                        }
+    printf("  %ld draws with non-finite logits and extreme settings: none masked\n", draws);
+}
+
+/* A full-size vocabulary (the vectorized and histogram paths): half the
+ * tokens -inf, some NaN, temperature 1e38 and FLT_MAX. */
+static void test_nonfinite_full_vocab(void **state)
+{
+    (void)state;
+    const int n = 151936;
+    float *x = malloc(sizeof(float) * n);
+    assert_non_null(x);
+    random_logits(x, n, 2.0, 99);
+    for (int i = 0; i < n; i++) {
+        if (i % 2)
+            x[i] = -INFINITY;
+        else if (i % 97 == 0)
+            x[i] = NAN;
+    }
+    const float temps[3] = { 1e38f, FLT_MAX, 5e36f };
+    for (int t = 0; t < 3; t++) {
+        dsq_sampler_params p = dsq_sampler_default_params();
+        p.temperature = temps[t];
+        dsq_sampler *s = NULL;
+        assert_int_equal(dsq_sampler_new(&p, &s), DSQ_OK);
+        for (int d = 0; d < 200; d++) {
+            int32_t tok = -1;
+            assert_int_equal(dsq_sampler_sample(s, x, n, &tok), DSQ_OK);
+            check_draw(x, n, tok, "full vocabulary");
+        }
+        dsq_sampler_free(s);
+    }
+    free(x);
+}
+
 /* After the first call at a vocabulary size, sampling allocates nothing. */
 static void test_no_allocation_after_first(void **state)
 {
@@ -547,6 +694,9 @@ int main(void)
         cmocka_unit_test(test_repetition_penalty),
         cmocka_unit_test(test_invalid_params),
         cmocka_unit_test(test_no_allocation_after_first),
+        cmocka_unit_test(test_huge_temperature_never_draws_masked),
+        cmocka_unit_test(test_nonfinite_logits_any_settings),
+        cmocka_unit_test(test_nonfinite_full_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
