@@ -3,7 +3,11 @@
 # The CUDA toolkit is not a Debian package here: when nvcc is absent the build
 # is CPU-only (the CMake option DSQ_CUDA=AUTO decides).
 set -euo pipefail
-PKGS="cmake make gcc pkg-config python3 python3-numpy libcjson-dev libcmocka-dev libpcre2-dev libutf8proc-dev"
+# python3: the ctypes tests and scripts/make_demo_model.py use the standard
+# library only (any python3 first on PATH works), so no python3-numpy.
+PKGS="cmake make gcc pkg-config python3 libcjson-dev libcmocka-dev libpcre2-dev libutf8proc-dev"
+# line editing and history in `dsqwen chat` (optional: without it, plain input)
+PKGS="$PKGS libedit-dev"
 # nvcc compiles .cu host code with g++, which a fresh Debian lacks
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   PKGS="$PKGS g++"
@@ -16,6 +20,9 @@ if [ -n "$missing" ]; then
   echo "deps.sh: installing:$missing"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+  # Wait (up to 10 min) for another apt/dpkg (e.g. unattended-upgrades on a
+  # fresh machine) to release its lock instead of failing at once.
+  LOCK_WAIT="-o DPkg::Lock::Timeout=600"
+  $SUDO apt-get $LOCK_WAIT update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get $LOCK_WAIT install -y -qq $missing >/dev/null
 fi
