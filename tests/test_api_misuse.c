@@ -147,8 +147,8 @@ static void test_status_strings(void **state)
                            "DSQ_ERR_MISSING_TENSOR", "DSQ_ERR_SHAPE", "DSQ_ERR_DTYPE", "DSQ_ERR_TOKEN",
                            "DSQ_ERR_SEQ", "DSQ_ERR_CONTEXT_FULL", "DSQ_ERR_KV_FULL", "DSQ_ERR_BATCH",
                            "DSQ_ERR_BUFFER_TOO_SMALL", "DSQ_ERR_NO_DEVICE", "DSQ_ERR_DEVICE_OOM",
-                           "DSQ_ERR_DEVICE", "DSQ_ERR_INTERNAL"};
-    for (int code = 0; code >= DSQ_ERR_INTERNAL; code--) {
+                           "DSQ_ERR_DEVICE", "DSQ_ERR_INTERNAL", "DSQ_ERR_CANCELLED"};
+    for (int code = 0; code >= DSQ_ERR_CANCELLED; code--) {
         const char *s = dsq_status_string((dsq_status)code);
         assert_non_null(s);
         const char *name = names[-code];
@@ -158,7 +158,7 @@ static void test_status_strings(void **state)
         assert_string_not_equal(s, "unknown status");
     }
     assert_string_equal(dsq_status_string((dsq_status)1), "unknown status");
-    assert_string_equal(dsq_status_string((dsq_status)-21), "unknown status");
+    assert_string_equal(dsq_status_string((dsq_status)-22), "unknown status");
     assert_string_equal(dsq_status_string((dsq_status)-1000), "unknown status");
     assert_non_null(dsq_version_string());
     assert_int_equal(dsq_version_number(), DSQ_VERSION_NUMBER);
