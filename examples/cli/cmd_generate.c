@@ -14,7 +14,9 @@ static char *read_stdin(void)
     while (buf) {
         size_t got = fread(buf + len, 1, cap - len - 1, stdin);
         len += got;
-        if (got == 0)
+        /* stop at end of input: another fread after a terminal's Ctrl-D
+         * would wait for a second one */
+        if (got == 0 || feof(stdin) || ferror(stdin))
             break;
         if (len + 1 == cap) {
             char *nb = realloc(buf, cap * 2);
