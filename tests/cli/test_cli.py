@@ -111,6 +111,19 @@ def test_verbose():
                      "--verbose"], 0)
     for want in ("backend cpu", "loaded in", "2 layers", "vocab 1000", "KV f16"):
         check(want in err, f"--verbose lacks {want!r}", err)
+    # the library's own log messages reach stderr: a model whose
+    # tokenizer_config.json is broken loads with a warning
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        for f in ("config.json", "model.safetensors", "tokenizer.json"):
+            os.symlink(os.path.join(os.path.abspath(DEMO), f), os.path.join(d, f))
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            f.write("{ not json")
+        args = ["generate", "--model", d, "--backend", "cpu", "--max-tokens", "1", "hi"]
+        _, err = expect(args + ["--verbose"], 0)
+        check("libdsqwen warning: tokenizer_config.json" in err, "no library log message", err)
+        _, err = expect(args, 0)
+        check("libdsqwen" not in err, "library messages without --verbose", err)
 
 
 # ---- generate -------------------------------------------------------------------------
