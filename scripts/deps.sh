@@ -23,6 +23,17 @@ if [ -n "$missing" ]; then
   # Wait (up to 10 min) for another apt/dpkg (e.g. unattended-upgrades on a
   # fresh machine) to release its lock instead of failing at once.
   LOCK_WAIT="-o DPkg::Lock::Timeout=600"
-  $SUDO apt-get $LOCK_WAIT update -qq
+  # apt-get update also takes the package lists' lock, which that timeout
+  # does not cover on every apt version: retry while that lock is held.
+  for try in $(seq 60); do
+    if err=$($SUDO apt-get $LOCK_WAIT update -qq 2>&1); then break; fi
+    case "$err" in
+      *"Could not get lock"*|*"Unable to lock"*) ;;
+      *) echo "$err" >&2; exit 1 ;;
+    esac
+    [ "$try" -lt 60 ] || { echo "$err" >&2; exit 1; }
+    echo "deps.sh: another apt holds its lock; waiting..." >&2
+    sleep 10
+  done
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get $LOCK_WAIT install -y -qq $missing >/dev/null
 fi
