@@ -112,11 +112,10 @@ static void reset(chat *c)
  * until the kept history + the message + room for a reply fit.  Returns 0
  * (history unchanged or shortened, cache emptied when shortened), 1 if the
  * message cannot fit even alone, -1 on a library error. */
-static int make_room(chat *c, int32_t n_user, int32_t held)
+static int make_room(chat *c, int32_t n_user)
 {
     const int32_t max = c->s.max_context;
     int32_t reserve = c->o->max_tokens < max / 4 ? c->o->max_tokens : max / 4;
-    (void)held;
     if ((int64_t)c->hist.n + n_user + reserve <= max)
         return 0;
     if ((int64_t)c->n_prefix + n_user + 1 > max) {
@@ -178,18 +177,14 @@ static int one_message(chat *c, const char *line)
         }
         c->need_close = 0;
     }
-    int32_t held = 0;
-    dsq_status st = dsq_seq_length(s->ctx, 0, &held);
-    if (st != DSQ_OK) {
-        free(u);
-        return cli_report(st, "reading the sequence length");
-    }
-    int room = make_room(c, n_u, held);
+    int room = make_room(c, n_u);
     if (room != 0) {
         free(u);
         return room < 0 ? CLI_EXIT_FAIL : 0;
     }
-    if ((st = dsq_seq_length(s->ctx, 0, &held)) != DSQ_OK) {
+    int32_t held = 0; /* the cache holds hist[0:held] */
+    dsq_status st = dsq_seq_length(s->ctx, 0, &held);
+    if (st != DSQ_OK) {
         free(u);
         return cli_report(st, "reading the sequence length");
     }
