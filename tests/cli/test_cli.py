@@ -174,7 +174,8 @@ def test_chat_text_with_template():
                        "--max-tokens", "12", "--seed", "3"], 0,
                       stdin=b"first message\nsecond message\nthird message\n")
     check("dropped the oldest" in err, "demo chat did not drop turns at --ctx 48", err)
-    check(out.count("<think>") == 3, "each message must get a reply", out, err)
+    check(err.count("tokens/s]") == 3 and out.count("<think>") >= 3,
+          "each message must get a reply", out, err)
 
 
 # ---- Ctrl-C -------------------------------------------------------------------------------
