@@ -225,6 +225,8 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
             fq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)D);
         CK(cudaMemcpy(cm->inv_freq, fq, (size_t)(D / 2) * 4, cudaMemcpyHostToDevice), "weight upload");
     }
+    /* progress by bytes placed: the arena is filled in layout order */
+    OK(dsq_load_progress(m, (int64_t)((char *)(cm->inv_freq + D / 2) - base), (int64_t)off));
     for (int64_t l = 0; l < L; l++) {
         const dsq_layer_weights *lw = &w->layers[l];
         cu_layer *dl = &cm->layers[l];
@@ -240,6 +242,7 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
         OK(upload_bf16(u, dl->wgu, (size_t)(2 * E), &lw->w_gate, F, E, "gate_proj.weight"));
         OK(upload_bf16(u, dl->wgu + E, (size_t)(2 * E), &lw->w_up, F, E, "up_proj.weight"));
         OK(upload_bf16(u, dl->wdown, (size_t)F, &lw->w_down, E, F, "down_proj.weight"));
+        OK(dsq_load_progress(m, (int64_t)((char *)(dl->wdown + E * F) - base), (int64_t)off));
     }
     return DSQ_OK;
 }

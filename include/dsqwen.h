@@ -79,6 +79,12 @@ DSQ_API const char *dsq_version_string(void);
 /** DSQ_VERSION_NUMBER of the library actually loaded.  Thread-safe. */
 DSQ_API unsigned dsq_version_number(void);
 
+/** What this library was built with: a static, space-separated list of
+ *  words, "cpu" always, "cuda" when the CUDA backend is compiled in (whether
+ *  a GPU is present is dsq_backend_available()'s question).  Never NULL.
+ *  Thread-safe. */
+DSQ_API const char *dsq_build_features(void);
+
 /* ------------------------------------------------------------------------ */
 /* Status codes and errors                                                  */
 /* ------------------------------------------------------------------------ */
@@ -104,7 +110,8 @@ typedef enum dsq_status {
     DSQ_ERR_NO_DEVICE = -17,      /* CUDA requested but no usable GPU         */
     DSQ_ERR_DEVICE_OOM = -18,     /* GPU memory exhausted                     */
     DSQ_ERR_DEVICE = -19,         /* any other CUDA / cuBLAS failure          */
-    DSQ_ERR_INTERNAL = -20        /* a bug in libdsqwen; please report        */
+    DSQ_ERR_INTERNAL = -20,       /* a bug in libdsqwen; please report        */
+    DSQ_ERR_CANCELLED = -21       /* a callback asked to stop (model load)    */
 } dsq_status;
 
 /** Static English name of a status ("DSQ_ERR_KV_FULL: KV cache is full").
@@ -143,6 +150,14 @@ typedef enum dsq_backend {
     DSQ_BACKEND_CUDA = 2
 } dsq_backend;
 
+/** 1 if `backend` can be used on this machine now, else 0 (never an error
+ *  status).  DSQ_BACKEND_CPU and DSQ_BACKEND_AUTO: always 1.
+ *  DSQ_BACKEND_CUDA: 1 when the CUDA backend is compiled in (see
+ *  dsq_build_features()) and a usable CUDA device is found; the first call
+ *  initializes the CUDA runtime, which may take a second.  Values that are
+ *  not a dsq_backend: 0.  Thread-safe; no CUDA stream is used. */
+DSQ_API int dsq_backend_available(dsq_backend backend);
+
 typedef enum dsq_kv_layout {
     DSQ_KV_STATIC = 0, /* one contiguous slot of max_context per sequence   */
     DSQ_KV_PAGED = 1   /* shared pool of fixed-size blocks + block tables    */
@@ -159,6 +174,17 @@ typedef enum dsq_kv_dtype {
 /* ------------------------------------------------------------------------ */
 
 typedef struct dsq_model dsq_model;
+
+/** Load-progress callback (dsq_model_params.progress).  Called by
+ *  dsq_model_load() on the thread that called it, synchronously, with
+ *  `fraction` in [0, 1], never decreasing from one call to the next: a few
+ *  calls while the files are parsed and checked, then after each layer's
+ *  weights are in place (with the CUDA backend: uploaded), and 1 once the
+ *  model is ready.  Return 0 to continue; any other value cancels the load,
+ *  which then frees everything it made and returns DSQ_ERR_CANCELLED.  The
+ *  callback must not free or use the model being loaded (it has none yet);
+ *  other libdsqwen calls are allowed. */
+typedef int (*dsq_progress_fn)(float fraction, void *user);
 
 typedef struct dsq_model_params {
     uint32_t struct_size;  /* sizeof(dsq_model_params)                      */
@@ -191,6 +217,9 @@ typedef struct dsq_model_params {
                               go).  The CUDA backend always copies the
                               weights to the GPU and unmaps the files at
                               the end of the load; it ignores this field.  */
+    dsq_progress_fn progress; /* NULL (default): no progress reports; see
+                                 dsq_progress_fn                         */
+    void *progress_user;    /* passed to `progress` unchanged; default NULL  */
 } dsq_model_params;
 
 /** Fill the first `struct_size` bytes of *params with defaults and set
@@ -245,7 +274,8 @@ static inline dsq_model_params dsq_model_default_params(void)
  *  or out), DSQ_ERR_STRUCT_SIZE, DSQ_ERR_IO, DSQ_ERR_FORMAT, DSQ_ERR_CONFIG,
  *  DSQ_ERR_UNSUPPORTED, DSQ_ERR_MISSING_TENSOR, DSQ_ERR_SHAPE, DSQ_ERR_DTYPE,
  *  DSQ_ERR_OUT_OF_MEMORY, DSQ_ERR_NO_DEVICE, DSQ_ERR_DEVICE_OOM,
- *  DSQ_ERR_DEVICE.  Thread-safe (loads may run concurrently).  Synchronous. */
+ *  DSQ_ERR_DEVICE, DSQ_ERR_CANCELLED (params->progress returned nonzero).
+ *  Thread-safe (loads may run concurrently).  Synchronous. */
 DSQ_API dsq_status dsq_model_load(const char *path, const dsq_model_params *params,
                                   dsq_model **out);
 

@@ -76,6 +76,53 @@ static const dsq_backend_ops *pick_backend(int32_t want, dsq_status *st)
     }
 }
 
+int dsq_backend_available(dsq_backend backend)
+{
+    switch (backend) {
+    case DSQ_BACKEND_AUTO:
+    case DSQ_BACKEND_CPU: return 1;
+    case DSQ_BACKEND_CUDA:
+#ifdef DSQ_HAVE_CUDA
+        return dsq_cuda_available();
+#else
+        return 0;
+#endif
+    }
+    return 0;
+}
+
+const char *dsq_build_features(void)
+{
+#ifdef DSQ_HAVE_CUDA
+    return "cpu cuda";
+#else
+    return "cpu";
+#endif
+}
+
+dsq_status dsq_load_progress(dsq_model *m, int64_t done, int64_t total)
+{
+    if (!m->progress)
+        return DSQ_OK;
+    double f = total > 0 ? (double)done / (double)total : 1.0;
+    f = f < 0.0 ? 0.0 : f > 1.0 ? 1.0 : f;
+    float frac = (float)(m->progress_lo + (m->progress_hi - m->progress_lo) * f);
+    if (m->progress(frac, m->progress_user) != 0)
+        return dsq_fail(DSQ_ERR_CANCELLED, "model load cancelled by the progress callback at %.0f%%",
+                        100.0 * frac);
+    return DSQ_OK;
+}
+
+/* Progress at a fixed point between phases; the following phase (a
+ * backend's upload) reports into [f, hi]. */
+static dsq_status progress_at(dsq_model *m, float f, float hi)
+{
+    m->progress_lo = m->progress_hi = f;
+    dsq_status st = dsq_load_progress(m, 1, 1);
+    m->progress_hi = hi;
+    return st;
+}
+
 static int ends_with(const char *s, const char *suffix)
 {
     size_t ls = strlen(s), lx = strlen(suffix);
@@ -106,8 +153,14 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     dsq_model *m = calloc(1, sizeof *m);
     if (!m)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the model handle");
-
+    m->progress = p.progress;
+    m->progress_user = p.progress_user;
+    /* Fractions of the whole load: parsing and checking the files (the
+     * tokenizer is the slow part on the host) up to 0.1, then the backend's
+     * weight placement (CUDA: the upload) to 1. */
     char *cfg_path = NULL;
+    if ((st = progress_at(m, 0.0f, 0.0f)) != DSQ_OK)
+        goto fail;
     if (dsq_is_dir(path)) {
         m->dir = strdup(path);
     } else if (ends_with(path, ".safetensors")) {
@@ -130,15 +183,21 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         goto fail;
     }
     st = dsq_config_load(cfg_path, &m->cfg);
+    if (st == DSQ_OK)
+        st = progress_at(m, 0.01f, 0.01f);
     if (st != DSQ_OK)
         goto fail;
     st = dsq_gen_config_load(m->dir, &m->gen); /* optional file */
     if (st != DSQ_OK)
         goto fail;
     st = dsq_is_dir(path) ? dsq_st_open_dir(path, &m->st) : dsq_st_open_file(path, &m->st);
+    if (st == DSQ_OK)
+        st = progress_at(m, 0.03f, 0.03f);
     if (st != DSQ_OK)
         goto fail;
     st = dsq_weights_bind(m->st, &m->cfg, on_cpu && p.copy_weights, &m->w);
+    if (st == DSQ_OK)
+        st = progress_at(m, 0.04f, 0.04f);
     if (st != DSQ_OK)
         goto fail;
     if (on_cpu && p.copy_weights)
@@ -161,10 +220,15 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         if (st != DSQ_OK)
             goto fail;
     }
+    if ((st = progress_at(m, 0.1f, 1.0f)) != DSQ_OK)
+        goto fail;
     st = ops->model_load(m, &p);
     if (st != DSQ_OK)
         goto fail;
     m->ops = ops; /* from here on dsq_model_free releases backend state */
+    if ((st = progress_at(m, 1.0f, 1.0f)) != DSQ_OK)
+        goto fail;
+    m->progress = NULL; /* the callback belongs to this call only */
     free(cfg_path);
     *out = m;
     return DSQ_OK;

@@ -92,6 +92,8 @@ static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             if ((st = check_tensor(all[i].t, all[i].name, l)) != DSQ_OK)
                 return st;
+        if ((st = dsq_load_progress(m, l + 1, cfg->n_layers)) != DSQ_OK)
+            return st;
     }
     m->be = NULL;
     m->device_bytes = 0;

@@ -254,6 +254,11 @@ struct dsq_model {
     dsq_tokenizer *tokenizer;  /* owned; may be NULL */
     char *dir;                 /* directory the model came from */
     dsq_gen_config gen;        /* generation_config.json (has == 0 if none) */
+    /* load progress (only during dsq_model_load): params' callback, and the
+     * part of 0..1 that the current phase maps its own 0..1 into */
+    dsq_progress_fn progress;
+    void *progress_user;
+    float progress_lo, progress_hi;
 };
 
 struct dsq_ctx {
@@ -313,6 +318,12 @@ const char *dsq_cuda_device_problem(void);
  * (static text).  Thread-safe. */
 const char *dsq_cublaslt_problem(void);
 #endif
+
+/* Load progress of the current phase (a backend's model_load: `done` of
+ * `total`, e.g. bytes uploaded) to the load's progress callback, if any.
+ * DSQ_ERR_CANCELLED (message set) when the callback asks to stop; the caller
+ * then fails the load. */
+dsq_status dsq_load_progress(dsq_model *m, int64_t done, int64_t total);
 
 /* ---- tokenizer (lib/tokenizer.c) --------------------------------------------- */
 /* dsq_tokenizer_load() is public; nothing else needed here. */

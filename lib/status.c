@@ -43,6 +43,7 @@ const char *dsq_status_string(dsq_status st)
     case DSQ_ERR_DEVICE_OOM: return "DSQ_ERR_DEVICE_OOM: GPU memory exhausted";
     case DSQ_ERR_DEVICE: return "DSQ_ERR_DEVICE: CUDA error";
     case DSQ_ERR_INTERNAL: return "DSQ_ERR_INTERNAL: internal error";
+    case DSQ_ERR_CANCELLED: return "DSQ_ERR_CANCELLED: cancelled by a callback";
     }
     return "unknown status";
 }

@@ -19,6 +19,7 @@ MODEL="${1:-}"
 PROMPT="${2:-Explain in one paragraph why the sky is blue.}"
 if [ -z "$MODEL" ]; then
   MODEL=build/demo-model
+  # standard library only: works with whatever python3 is first on PATH
   [ -f "$MODEL/model.safetensors" ] || python3 scripts/make_demo_model.py "$MODEL"
   echo "(demo model: random weights with the real tokenizer; expect gibberish." \
        " Pass a real model directory for real text.)" >&2

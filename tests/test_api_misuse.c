@@ -148,8 +148,8 @@ static void test_status_strings(void **state)
                            "DSQ_ERR_MISSING_TENSOR", "DSQ_ERR_SHAPE", "DSQ_ERR_DTYPE", "DSQ_ERR_TOKEN",
                            "DSQ_ERR_SEQ", "DSQ_ERR_CONTEXT_FULL", "DSQ_ERR_KV_FULL", "DSQ_ERR_BATCH",
                            "DSQ_ERR_BUFFER_TOO_SMALL", "DSQ_ERR_NO_DEVICE", "DSQ_ERR_DEVICE_OOM",
-                           "DSQ_ERR_DEVICE", "DSQ_ERR_INTERNAL"};
-    for (int code = 0; code >= DSQ_ERR_INTERNAL; code--) {
+                           "DSQ_ERR_DEVICE", "DSQ_ERR_INTERNAL", "DSQ_ERR_CANCELLED"};
+    for (int code = 0; code >= DSQ_ERR_CANCELLED; code--) {
         const char *s = dsq_status_string((dsq_status)code);
         assert_non_null(s);
         const char *name = names[-code];
@@ -159,7 +159,7 @@ static void test_status_strings(void **state)
         assert_string_not_equal(s, "unknown status");
     }
     assert_string_equal(dsq_status_string((dsq_status)1), "unknown status");
-    assert_string_equal(dsq_status_string((dsq_status)-21), "unknown status");
+    assert_string_equal(dsq_status_string((dsq_status)-22), "unknown status");
     assert_string_equal(dsq_status_string((dsq_status)-1000), "unknown status");
     assert_non_null(dsq_version_string());
     assert_int_equal(dsq_version_number(), DSQ_VERSION_NUMBER);
@@ -379,9 +379,10 @@ static void test_struct_sizes(void **state)
     const uint32_t deltas_small[] = {0, 4};
     for (int k = 0; k < 5; k++) {
         /* 0, 4 (only struct_size), one byte short, one byte long, far too long */
-        /* model params: "short" is short of the first released version
-         * (fields appended since may be left out) */
-        uint32_t ms = k < 2 ? deltas_small[k] : k == 2 ? offsetof(dsq_model_params, load_tokenizer) + 3
+        /* dsq_model_params has grown (progress fields): one byte short of
+         * its first version */
+        const uint32_t mp_v1 = offsetof(dsq_model_params, load_tokenizer) + sizeof(int32_t);
+        uint32_t ms = k < 2 ? deltas_small[k] : k == 2 ? mp_v1 - 1
                                            : k == 3 ? sizeof(dsq_model_params) + 1 : 512;
         uint32_t cs = k < 2 ? deltas_small[k] : k == 2 ? sizeof(dsq_ctx_params) - 1
                                            : k == 3 ? sizeof(dsq_ctx_params) + 1 : 512;

@@ -1,5 +1,10 @@
 /* cli.h - shared pieces of the `dsqwen` command-line tool: options, model and
- * context setup, prompt building, streamed output, timing. */
+ * context setup, prompt building, streamed output, timing, Ctrl-C and line
+ * input.
+ *
+ * Exit codes of every command: 0 done, 1 a runtime failure (model does not
+ * load, prompt does not fit, library error), 2 a usage error (bad flag or
+ * value, found before the model loads), 130 stopped by Ctrl-C. */
 #ifndef DSQ_CLI_H
 #define DSQ_CLI_H
 
@@ -8,10 +13,13 @@
 
 #include "dsqwen.h"
 
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_INTERRUPTED = 130 };
+
 typedef struct cli_opts {
-    const char *model;       /* --model DIR ("tiny" = bundled test model)   */
+    const char *cmd;         /* "generate", "chat" or "bench"               */
+    const char *model;       /* --model DIR (resolved: "tiny" expanded)     */
     int32_t backend;         /* dsq_backend                                 */
-    int32_t kv_dtype;        /* dsq_kv_dtype                                */
+    int32_t kv_dtype;        /* dsq_kv_dtype, -1 = library default          */
     int32_t kv_layout;       /* dsq_kv_layout                               */
     dsq_sampler_params sp;   /* --temperature --top-p --top-k --min-p ...:
                                 only the fields named in sp_set are used;
@@ -23,12 +31,16 @@ typedef struct cli_opts {
     int32_t ctx;             /* --ctx: max context per sequence, 0 = default */
     int32_t threads;         /* --threads, 0 = all cores                    */
     int show_thinking;       /* 1: print <think>..</think> text             */
-    const char *tokens;      /* --tokens "1,2,3": prompt as ids             */
+    int32_t *tokens;         /* --tokens "1,2,3": prompt as ids (parsed)    */
+    int32_t n_tokens;
     int raw;                 /* --raw: no chat template                     */
     const char *system;      /* --system TEXT (chat / templated generate)   */
-    const char *batch;       /* --batch "1,8,32" (bench)                    */
+    int32_t *batch;          /* --batch "1,8,32" (bench; parsed)            */
+    int32_t n_batch;
     int32_t prompt_len;      /* --prompt-len N (bench)                      */
     const char *prompt;      /* positional prompt text (generate)           */
+    int verbose;             /* --verbose: backend, shapes, timing, log     */
+    int progress;            /* draw a load progress bar (stderr is a tty)  */
 } cli_opts;
 
 /* Sampler fields given on the command line (they override the model's
@@ -67,19 +79,30 @@ int cli_report(dsq_status st, const char *what);
 double cli_now(void);
 
 /* Load model, create a context for `max_seqs` sequences and a sampler.
- * Prints its own errors; returns 0 on success.  `max_batch` raises the
- * context's max_batch_tokens when a decode step batches more sequences. */
+ * Prints its own errors (and, with --verbose, what was loaded); returns 0 on
+ * success, else an exit code.  `max_batch` raises the context's
+ * max_batch_tokens when a decode step batches more sequences. */
 int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_t max_batch);
 void cli_session_close(cli_session *s);
 
-/* Parse "1,2,3" into a malloc'ed array; prints its own errors. */
-int cli_parse_ids(const char *list, int32_t **ids, int32_t *n);
+/* Parse "1,2,3" into a malloc'ed array of values in lo..hi; on a bad element
+ * prints "dsqwen: WHAT: 'ELEM' is not ..." and returns 1. */
+int cli_parse_list(const char *what, const char *list, long lo, long hi, int32_t **out,
+                   int32_t *n);
 
 /* Tokenize `text` (special-token text is recognised; no BOS added: the chat
  * format already holds it, raw callers pass add_bos).  Prints its own
  * errors. */
 int cli_tokenize(const cli_session *s, const char *text, int add_bos, int32_t **ids,
                  int32_t *n);
+
+/* A growable token array. */
+typedef struct cli_tokvec {
+    int32_t *v;
+    int32_t n, cap;
+} cli_tokvec;
+int cli_tokvec_push(cli_tokvec *t, const int32_t *ids, int32_t n); /* 1: no memory */
+void cli_tokvec_free(cli_tokvec *t);
 
 /* Streams generated tokens to stdout: text through a dsq_stopper (which
  * decodes and holds back what could begin a --stop string) when the model
@@ -92,6 +115,8 @@ typedef struct cli_printer {
     int stopped;       /* a --stop string was completed                     */
     int show_thinking;
     int in_think;      /* currently between <think> and </think>            */
+    int open_pending;  /* the prompt ended inside a thought: print "<think>"
+                          before the first output (never after an error)   */
     int skip_space;    /* drop whitespace right after a hidden </think>     */
     int printed_ids;   /* ids printed so far (id mode, for separators)      */
     char *buf;         /* [buf_cap] text from the stopper, grown on demand  */
@@ -99,7 +124,7 @@ typedef struct cli_printer {
 } cli_printer;
 
 /* `prompt` sets the initial think state (a prompt ending in "<think>\n" puts
- * the reply inside a thought). */
+ * the reply inside a thought).  Prints nothing. */
 int cli_printer_init(cli_printer *p, const cli_session *s, int show_thinking,
                      const int32_t *prompt, int32_t n_prompt);
 int cli_printer_push(cli_printer *p, int32_t token);
@@ -120,16 +145,36 @@ typedef struct cli_turn {
     int ended_eos;      /* reply ended with the EOS token                    */
     int context_full;   /* stopped because the sequence filled its context   */
     int stopped;        /* a --stop string ended the reply                   */
+    int interrupted;    /* Ctrl-C ended the reply                            */
+    int prefill_failed; /* nothing was generated: the prompt was refused (does
+                           not fit, bad token id); the cache is unchanged   */
 } cli_turn;
 
 /* Prefill `prompt` onto sequence 0 (extending what it holds), then sample,
- * stream and decode until EOS, a --stop string, `max_tokens` sampled tokens
- * or a full context.  Prints its own errors; returns 0 on success. */
+ * stream and decode until EOS, a --stop string, `max_tokens` sampled tokens,
+ * a full context or Ctrl-C.  Every sampled token is appended to `reply` when
+ * it is not NULL.  Prints its own errors; returns 0 on success. */
 int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t n_prompt,
-                 int32_t max_tokens, cli_stats *stats, cli_turn *turn);
+                 int32_t max_tokens, cli_stats *stats, cli_turn *turn, cli_tokvec *reply);
 /* "prompt N tokens, time to first token X ms, decode M tokens at Y tokens/s"
  * on stderr. */
 void cli_print_stats(const cli_stats *stats);
+
+/* Ctrl-C: the first one during a reply sets a flag that cli_run_turn checks
+ * per token (the reply stops); a second one, or one while no reply runs,
+ * ends the process (exit 130). */
+void cli_signals_install(void);
+void cli_reply_begin(void);     /* a reply starts: Ctrl-C now stops it      */
+int cli_reply_end(void);        /* returns 1 if Ctrl-C stopped the reply    */
+int cli_interrupted(void);
+
+/* Interactive line input: libedit (editing, history) when built with it and
+ * stdin is a terminal, else plain reads.  cli_read_line returns a malloc'ed
+ * line without its newline, or NULL at end of input. */
+void cli_input_init(int interactive);
+char *cli_read_line(const char *prompt);
+void cli_input_close(void);
+int cli_input_has_libedit(void);
 
 /* Subcommands; each returns the process exit code. */
 int cli_generate(const cli_opts *o);

@@ -71,27 +71,20 @@ static int bench_one(cli_session *s, int32_t B, int32_t P, int32_t G, int32_t *p
 
 int cli_bench(const cli_opts *o)
 {
-    int32_t *batches = NULL, n_batches = 0, max_b = 0;
-    if (cli_parse_ids(o->batch ? o->batch : "1", &batches, &n_batches))
-        return 1;
-    for (int32_t i = 0; i < n_batches; i++) {
-        if (batches[i] <= 0) {
-            fprintf(stderr, "dsqwen: --batch sizes must be positive\n");
-            free(batches);
-            return 1;
-        }
+    /* --batch was checked when parsed (1..65536 each) */
+    static const int32_t one = 1;
+    const int32_t *batches = o->n_batch ? o->batch : &one;
+    int32_t n_batches = o->n_batch ? o->n_batch : 1, max_b = 0;
+    for (int32_t i = 0; i < n_batches; i++)
         if (batches[i] > max_b)
             max_b = batches[i];
-    }
     int32_t P = o->prompt_len, G = o->max_tokens;
     cli_opts oo = *o;
     if (oo.ctx <= 0)
         oo.ctx = P + G + 1;
     cli_session s;
-    if (cli_session_open(&s, &oo, max_b, max_b)) {
-        free(batches);
+    if (cli_session_open(&s, &oo, max_b, max_b))
         return 1;
-    }
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)P);
     int32_t *seqs = malloc(sizeof(int32_t) * (size_t)max_b);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_b);
@@ -128,7 +121,6 @@ done:
     free(prompt);
     free(seqs);
     free(toks);
-    free(batches);
     cli_session_close(&s);
     return rc;
 }

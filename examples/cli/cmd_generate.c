@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -13,7 +14,9 @@ static char *read_stdin(void)
     while (buf) {
         size_t got = fread(buf + len, 1, cap - len - 1, stdin);
         len += got;
-        if (got == 0)
+        /* stop at end of input: another fread after a terminal's Ctrl-D
+         * would wait for a second one */
+        if (got == 0 || feof(stdin) || ferror(stdin))
             break;
         if (len + 1 == cap) {
             char *nb = realloc(buf, cap * 2);
@@ -63,44 +66,58 @@ static int build_prompt(const cli_session *s, const cli_opts *o, const char *tex
 
 int cli_generate(const cli_opts *o)
 {
-    cli_session s;
-    if (cli_session_open(&s, o, 1, 1))
-        return 1;
-    int rc = 1;
-    int32_t *prompt = NULL, n_prompt = 0;
     char *text = NULL;
+    if (!o->tokens && !o->prompt) {
+        /* read stdin before the (slow) load; on a terminal say so, rather
+         * than wait silently */
+        if (isatty(STDIN_FILENO))
+            fprintf(stderr, "dsqwen generate: no prompt given; type it now and end with Ctrl-D "
+                            "on an empty line\n(or pass it as an argument: dsqwen generate "
+                            "--model DIR \"PROMPT\"; see dsqwen generate --help)\n");
+        if (!(text = read_stdin())) {
+            fprintf(stderr, "dsqwen: could not read the prompt from stdin\n");
+            return CLI_EXIT_FAIL;
+        }
+    }
+    cli_session s;
+    if (cli_session_open(&s, o, 1, 1)) {
+        free(text);
+        return CLI_EXIT_FAIL;
+    }
+    int rc = CLI_EXIT_FAIL;
+    int32_t *prompt = NULL, n_prompt = 0;
     cli_printer pr;
     memset(&pr, 0, sizeof pr);
 
     if (o->tokens) {
-        if (cli_parse_ids(o->tokens, &prompt, &n_prompt))
-            goto done;
-    } else {
-        if (!s.tok) {
-            fprintf(stderr, "dsqwen: this model has no tokenizer.json; give the prompt as "
-                            "token ids with --tokens 1,2,3\n");
+        n_prompt = o->n_tokens;
+        prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
+        if (!prompt) {
+            fprintf(stderr, "dsqwen: no memory\n");
             goto done;
         }
-        if (!o->prompt && !(text = read_stdin())) {
-            fprintf(stderr, "dsqwen: could not read the prompt from stdin\n");
-            goto done;
-        }
-        if (build_prompt(&s, o, o->prompt ? o->prompt : text, &prompt, &n_prompt))
-            goto done;
+        memcpy(prompt, o->tokens, sizeof(int32_t) * (size_t)n_prompt);
+    } else if (build_prompt(&s, o, o->prompt ? o->prompt : text, &prompt, &n_prompt)) {
+        goto done;
     }
     if (cli_printer_init(&pr, &s, o->show_thinking, prompt, n_prompt))
         goto done;
     cli_stats stats;
     cli_turn turn;
-    if (cli_run_turn(&s, &pr, prompt, n_prompt, o->max_tokens, &stats, &turn))
+    cli_reply_begin();
+    int failed = cli_run_turn(&s, &pr, prompt, n_prompt, o->max_tokens, &stats, &turn, NULL);
+    int stopped = cli_reply_end();
+    if (failed)
         goto done;
     if (cli_printer_finish(&pr))
         goto done;
     if (turn.context_full)
         fprintf(stderr, "dsqwen: stopped: the context (%d tokens) is full\n",
                 (int)s.max_context);
+    if (stopped)
+        fprintf(stderr, "dsqwen: stopped by Ctrl-C\n");
     cli_print_stats(&stats);
-    rc = 0;
+    rc = stopped ? CLI_EXIT_INTERRUPTED : CLI_EXIT_OK;
 done:
     cli_printer_free(&pr);
     free(prompt);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -24,18 +25,78 @@ double cli_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* --verbose: the library's log messages, as they come. */
+static void log_to_stderr(dsq_log_level level, const char *msg, void *user)
+{
+    static const char *const names[] = { "error", "warning", "info", "debug" };
+    (void)user;
+    fprintf(stderr, "dsqwen: libdsqwen %s: %s\n",
+            level >= DSQ_LOG_ERROR && level <= DSQ_LOG_DEBUG ? names[level] : "log", msg);
+}
+
+/* A load progress bar on stderr (a terminal): redrawn when the percentage
+ * changes, erased when the load ends. */
+typedef struct load_bar {
+    int last_pct;
+} load_bar;
+
+static int draw_load_bar(float fraction, void *user)
+{
+    load_bar *b = user;
+    int pct = (int)(fraction * 100.0f + 0.5f);
+    if (pct == b->last_pct)
+        return 0;
+    b->last_pct = pct;
+    enum { WIDTH = 30 };
+    char bar[WIDTH + 1];
+    int fill = pct * WIDTH / 100;
+    for (int i = 0; i < WIDTH; i++)
+        bar[i] = i < fill ? '#' : ' ';
+    bar[WIDTH] = '\0';
+    fprintf(stderr, "\rloading the model [%s] %3d%%", bar, pct);
+    fflush(stderr);
+    return 0;
+}
+
+static const char *backend_name(int32_t b)
+{
+    return b == DSQ_BACKEND_CUDA ? "cuda" : b == DSQ_BACKEND_CPU ? "cpu" : "auto";
+}
+
+static const char *kv_name(int32_t d)
+{
+    return d == DSQ_KV_INT8 ? "int8" : d == DSQ_KV_F32 ? "f32" : "f16";
+}
+
 int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_t max_batch)
 {
     memset(s, 0, sizeof *s);
     s->think_open = s->think_close = -1;
-    const char *path = o->model;
-    if (strcmp(path, "tiny") == 0)
-        path = DSQ_DEFAULT_TINY_MODEL;
 
+    if (o->verbose)
+        dsq_set_log_callback(log_to_stderr, NULL, DSQ_LOG_INFO);
     dsq_model_params mp = dsq_model_default_params();
     mp.backend = o->backend;
     mp.n_threads = o->threads;
-    dsq_status st = dsq_model_load(path, &mp, &s->model);
+    load_bar bar = { -1 };
+    if (o->progress) {
+        mp.progress = draw_load_bar;
+        mp.progress_user = &bar;
+    }
+    if (o->verbose)
+        fprintf(stderr, "dsqwen: loading %s (backend %s requested%s)\n", o->model,
+                backend_name(o->backend),
+                o->backend == DSQ_BACKEND_AUTO
+                    ? (dsq_backend_available(DSQ_BACKEND_CUDA) ? ": a CUDA device is usable"
+                                                               : ": no CUDA, so cpu")
+                    : "");
+    double t0 = cli_now();
+    dsq_status st = dsq_model_load(o->model, &mp, &s->model);
+    double t_load = cli_now() - t0;
+    if (o->progress && bar.last_pct >= 0) {
+        fputs("\r\033[K", stderr); /* erase the bar */
+        fflush(stderr);
+    }
     if (st != DSQ_OK) {
         cli_report(st, "loading the model");
         return 1;
@@ -70,6 +131,24 @@ int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_
     if ((st = dsq_ctx_get_info(s->ctx, &ci)) != DSQ_OK)
         goto fail_report;
     s->max_context = ci.max_context;
+    if (o->verbose) {
+        const dsq_model_info *mi = &s->info;
+        fprintf(stderr, "dsqwen: backend %s", backend_name(mi->backend));
+        if (mi->backend == DSQ_BACKEND_CUDA)
+            fprintf(stderr, ", CUDA device %d, %.2f GB of weights on the device", (int)mp.device,
+                    (double)mi->device_bytes / 1e9);
+        else
+            fprintf(stderr, ", %d threads", (int)ci.n_threads);
+        fprintf(stderr, "; loaded in %.2f s\n", t_load);
+        fprintf(stderr, "dsqwen: model: %d layers, hidden %d, %d heads (%d KV) x %d, MLP %d, vocab "
+                        "%d, %.1f M parameters (%.2f GB), max context %d, tokenizer %s\n",
+                (int)mi->n_layers, (int)mi->n_embd, (int)mi->n_heads, (int)mi->n_kv_heads,
+                (int)mi->head_dim, (int)mi->n_ff, (int)mi->n_vocab, (double)mi->n_params / 1e6,
+                (double)mi->weight_bytes / 1e9, (int)mi->max_context, s->tok ? "yes" : "no");
+        fprintf(stderr, "dsqwen: context: %d sequence(s) x %d tokens, KV %s %s, %.1f MB\n",
+                (int)ci.max_seqs, (int)ci.max_context, kv_name(ci.kv_dtype),
+                ci.kv_layout == DSQ_KV_PAGED ? "paged" : "static", (double)ci.kv_bytes / 1e6);
+    }
 
     /* The model's own settings (generation_config.json over the library
      * defaults; n_vocab_valid masks the embedding's padding rows past the
@@ -89,6 +168,12 @@ int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_
     s->n_vocab_valid = sp.n_vocab_valid > 0 ? sp.n_vocab_valid : s->info.n_vocab;
     if ((st = dsq_sampler_new(&sp, &s->sampler)) != DSQ_OK)
         goto fail_report;
+    if (o->verbose && strcmp(o->cmd, "bench") != 0)
+        fprintf(stderr, "dsqwen: sampling: temperature %g, top-p %g, top-k %d, min-p %g, "
+                        "repeat penalty %g over %d, seed %llu\n",
+                (double)sp.temperature, (double)sp.top_p, (int)sp.top_k, (double)sp.min_p,
+                (double)sp.repetition_penalty, (int)sp.penalty_last_n,
+                (unsigned long long)sp.seed);
     if (o->n_stops > 0 && !s->tok) {
         fprintf(stderr, "dsqwen: --stop needs the model's tokenizer.json (this model has none)\n");
         cli_session_close(s);
@@ -120,6 +205,7 @@ fail_report:
 
 void cli_session_close(cli_session *s)
 {
+    dsq_set_log_callback(NULL, NULL, DSQ_LOG_ERROR);
     free(s->logits);
     dsq_sampler_free(s->sampler);
     dsq_ctx_free(s->ctx);
@@ -127,9 +213,10 @@ void cli_session_close(cli_session *s)
     memset(s, 0, sizeof *s);
 }
 
-int cli_parse_ids(const char *list, int32_t **ids, int32_t *n)
+int cli_parse_list(const char *name, const char *list, long lo, long hi, int32_t **out,
+                   int32_t *n)
 {
-    *ids = NULL;
+    *out = NULL;
     *n = 0;
     size_t cap = 1;
     for (const char *p = list; *p; p++)
@@ -141,26 +228,53 @@ int cli_parse_ids(const char *list, int32_t **ids, int32_t *n)
     }
     const char *p = list;
     int32_t k = 0;
-    while (*p) {
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char *end;
         errno = 0;
         long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-            fprintf(stderr, "dsqwen: bad token id list '%s' (expected e.g. 1,2,3)\n", list);
+        if (len == 0 || end != p + len || errno || x < lo || x > hi || isspace((unsigned char)*p)) {
+            fprintf(stderr, "dsqwen: %s: '%.*s' is not an integer in %ld..%ld (expected a list "
+                            "like 1,2,3)\n", name, (int)len, p, lo, hi);
             free(v);
             return 1;
         }
         v[k++] = (int32_t)x;
-        p = *end ? end + 1 : end;
+        if (!comma)
+            break;
+        p = comma + 1;
     }
-    if (k == 0) {
-        fprintf(stderr, "dsqwen: empty token id list\n");
-        free(v);
-        return 1;
-    }
-    *ids = v;
+    *out = v;
     *n = k;
     return 0;
+}
+
+int cli_tokvec_push(cli_tokvec *t, const int32_t *ids, int32_t n)
+{
+    if (n <= 0)
+        return 0;
+    if (t->n + n > t->cap) {
+        int32_t cap = t->cap ? t->cap : 256;
+        while (cap < t->n + n)
+            cap *= 2;
+        int32_t *nv = realloc(t->v, sizeof(int32_t) * (size_t)cap);
+        if (!nv) {
+            fprintf(stderr, "dsqwen: no memory\n");
+            return 1;
+        }
+        t->v = nv;
+        t->cap = cap;
+    }
+    memcpy(t->v + t->n, ids, sizeof(int32_t) * (size_t)n);
+    t->n += n;
+    return 0;
+}
+
+void cli_tokvec_free(cli_tokvec *t)
+{
+    free(t->v);
+    memset(t, 0, sizeof *t);
 }
 
 int cli_tokenize(const cli_session *s, const char *text, int add_bos, int32_t **ids,
@@ -215,16 +329,26 @@ int cli_printer_init(cli_printer *p, const cli_session *s, int show_thinking,
             p->in_think = 0;
     }
     /* The generation prompt ends in "<think>\n": show where the thought
-     * starts, since that tag was part of the prompt, not of the output. */
-    if (p->in_think && show_thinking)
-        fputs("<think>\n", stdout);
+     * starts, since that tag was part of the prompt, not of the output --
+     * but only once there is output, so nothing stray follows an error. */
+    p->open_pending = p->in_think && show_thinking;
     return 0;
+}
+
+static void put_pending_open(cli_printer *p)
+{
+    if (p->open_pending) {
+        fputs("<think>\n", stdout);
+        p->open_pending = 0;
+    }
 }
 
 static void put_text(cli_printer *p, const char *text, size_t len)
 {
     if (p->in_think && !p->show_thinking)
         return;
+    if (len > 0)
+        put_pending_open(p);
     if (p->skip_space) {
         while (len > 0 && isspace((unsigned char)*text)) {
             text++;
@@ -282,6 +406,7 @@ int cli_printer_push(cli_printer *p, int32_t token)
             return 1;
         put_text(p, p->buf, len);
         if (p->show_thinking) {
+            put_pending_open(p);
             fputs(open ? "<think>" : "</think>", stdout);
             fflush(stdout);
         } else if (!open) {

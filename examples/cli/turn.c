@@ -4,13 +4,15 @@
 #include "cli.h"
 
 int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t n_prompt,
-                 int32_t max_tokens, cli_stats *stats, cli_turn *turn)
+                 int32_t max_tokens, cli_stats *stats, cli_turn *turn, cli_tokvec *reply)
 {
     const int32_t seq = 0;
     turn->last = -1;
     turn->ended_eos = 0;
     turn->context_full = 0;
     turn->stopped = 0;
+    turn->interrupted = 0;
+    turn->prefill_failed = 1;
     stats->n_prompt = n_prompt;
     stats->n_decode = 0;
     stats->t_first = stats->t_decode = 0.0;
@@ -26,15 +28,15 @@ int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t 
         turn->context_full = 1;
         return 1;
     }
-    /* the penalty window sees the prompt too, as in HF generate() */
-    if ((st = dsq_sampler_accept(s->sampler, prompt, (size_t)n_prompt)) != DSQ_OK)
-        return cli_report(st, "recording the prompt");
-
     double t0 = cli_now();
     st = dsq_prefill(s->ctx, seq, prompt, n_prompt, DSQ_LOGITS_LAST, s->logits);
     if (st != DSQ_OK)
         return cli_report(st, "prefill");
     held += n_prompt;
+    turn->prefill_failed = 0;
+    /* the penalty window sees the prompt too, as in HF generate() */
+    if ((st = dsq_sampler_accept(s->sampler, prompt, (size_t)n_prompt)) != DSQ_OK)
+        return cli_report(st, "recording the prompt");
 
     double t_first_abs = 0.0;
     for (int32_t n_gen = 0;;) {
@@ -42,6 +44,8 @@ int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t 
         if ((st = dsq_sampler_sample(s->sampler, s->logits, s->info.n_vocab, &tok)) != DSQ_OK)
             return cli_report(st, "sampling");
         turn->last = tok;
+        if (reply && cli_tokvec_push(reply, &tok, 1))
+            return 1;
         if (n_gen++ == 0) {
             t_first_abs = cli_now();
             stats->t_first = t_first_abs - t0;
@@ -58,6 +62,10 @@ int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t 
         }
         if (n_gen >= max_tokens)
             break;
+        if (cli_interrupted()) { /* Ctrl-C: this token was the last */
+            turn->interrupted = 1;
+            break;
+        }
         if (held + 1 > s->max_context) {
             turn->context_full = 1;
             break;
