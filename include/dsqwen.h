@@ -626,6 +626,162 @@ DSQ_API dsq_status dsq_stopper_flush(dsq_stopper *s, char *text, size_t cap, siz
  *  with the same stop strings.  NULL is a no-op. */
 DSQ_API void dsq_stopper_reset(dsq_stopper *s);
 
+/* ------------------------------------------------------------------------ */
+/* Steps: mixed prefill/decode batches with sampling inside the library     */
+/* ------------------------------------------------------------------------ */
+
+/** Most top log-probabilities one step entry can ask for. */
+#define DSQ_STEP_MAX_TOP_N 20
+/** Longest penalty window (tokens) of dsq_sample_params.penalty_last_n. */
+#define DSQ_PENALTY_MAX_N 4096
+
+/** Sampling settings of one sequence in a dsq_step() call.  Applied in this
+ *  order (Hugging Face generate() order, as dsq_sampler):
+ *   penalties    over the distinct ids among the sequence's last
+ *                penalty_last_n tokens (prompt and generated, as held in its
+ *                cache, the tokens of this step included), each id once with
+ *                its count c in that window:
+ *                x = (x > 0 ? x / repetition_penalty : x * repetition_penalty)
+ *                    - frequency_penalty * c - presence_penalty
+ *   greedy       temperature == 0: the argmax of the penalised logits (ties
+ *                to the lowest id); everything below is skipped
+ *   temperature  p = softmax(x / temperature)
+ *   top-k        keep logits >= the k-th largest (ties kept)
+ *   top-p        renormalised over the survivors, in descending order keep a
+ *                token while the mass before it is < top_p
+ *   min-p        keep p >= min_p * p_max
+ *   draw         from the kept tokens in proportion to p, with a random
+ *                number that depends only on (seed, position of the new
+ *                token in its sequence): the same seed, logits and position
+ *                give the same token whatever else is in the batch.
+ *  Ids >= n_vocab_valid (the vocabulary's padding rows) are never chosen. */
+typedef struct dsq_sample_params {
+    uint32_t struct_size;       /* sizeof(dsq_sample_params)                  */
+    float temperature;          /* 0: greedy; must be >= 0; default 0.6       */
+    int32_t top_k;              /* 0: off; default 0                          */
+    float top_p;                /* in (0, 1]; 1: off; default 0.95            */
+    float min_p;                /* in [0, 1]; 0: off; default 0               */
+    float repetition_penalty;   /* > 0; 1: off; default 1                     */
+    float presence_penalty;     /* finite; 0: off; default 0                  */
+    float frequency_penalty;    /* finite; 0: off; default 0                  */
+    int32_t penalty_last_n;     /* 0..DSQ_PENALTY_MAX_N tokens; default 64    */
+    uint64_t seed;              /* default 0x5eed                             */
+    int32_t n_vocab_valid;      /* ids >= this are never sampled; 0 (default):
+                                   the model's tokenizer size when one is
+                                   loaded and smaller than n_vocab, else
+                                   n_vocab                                    */
+} dsq_sample_params;
+
+/** As dsq_model_params_init(), for dsq_sample_params.  Thread-safe. */
+DSQ_API dsq_status dsq_sample_params_init(dsq_sample_params *params, uint32_t struct_size);
+
+/** dsq_sample_params at their defaults (inline; see dsq_model_default_params). */
+static inline dsq_sample_params dsq_sample_default_params(void)
+{
+    dsq_sample_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (uint32_t)sizeof p;
+    (void)dsq_sample_params_init(&p, (uint32_t)sizeof p);
+    return p;
+}
+
+/** dsq_step_seq.flags */
+#define DSQ_STEP_LOGITS 1u  /* write this entry's logits (of its last token) */
+#define DSQ_STEP_LOGPROB 2u /* return the sampled token's log-probability    */
+
+/** One entry of a dsq_step() batch.  This layout is fixed (it is an array
+ *  element); new options come in dsq_step_params. */
+typedef struct dsq_step_seq {
+    int32_t seq;            /* sequence id, 0..max_seqs-1, distinct per call  */
+    int32_t n_tokens;       /* >= 1: 1 = a decode step, more = a prompt chunk */
+    const int32_t *tokens;  /* [n_tokens] appended to the sequence            */
+    const dsq_sample_params *sample; /* NULL: sample nothing for this entry
+                                        (e.g. a prompt chunk that is not the
+                                        last); else draw the next token from
+                                        the logits of its last token          */
+    int32_t top_n;          /* 0..DSQ_STEP_MAX_TOP_N top log-probs (needs
+                               sample)                                        */
+    uint32_t flags;         /* DSQ_STEP_* bits                                */
+} dsq_step_seq;
+
+/** Per-entry results of dsq_step().  Log-probabilities are those of the
+ *  model: log_softmax of the raw logits over ids < n_vocab_valid, before
+ *  penalties, temperature and truncation. */
+typedef struct dsq_step_out {
+    int32_t token;          /* sampled id; -1 if the entry sampled nothing or
+                               its logits held no finite value               */
+    float logprob;          /* of `token`, with DSQ_STEP_LOGPROB; else 0      */
+    int32_t n_top;          /* entries filled below (top_n, or fewer finite)  */
+    int32_t top_ids[DSQ_STEP_MAX_TOP_N];       /* descending; ties by id     */
+    float top_logprobs[DSQ_STEP_MAX_TOP_N];
+} dsq_step_out;
+
+/** Where dsq_step() writes logits. */
+typedef struct dsq_step_params {
+    uint32_t struct_size;   /* sizeof(dsq_step_params)                        */
+    float *logits;          /* [n_rows][n_vocab] fp32, one row per entry with
+                               DSQ_STEP_LOGITS, in entry order; NULL: none    */
+    int32_t logits_on_device; /* 0 (default): `logits` is host memory;
+                                 1: a CUDA device pointer of the context's
+                                 device, written on the context's stream (the
+                                 CPU backend refuses it: DSQ_ERR_UNSUPPORTED) */
+} dsq_step_params;
+
+/** As dsq_model_params_init(), for dsq_step_params.  Thread-safe. */
+DSQ_API dsq_status dsq_step_params_init(dsq_step_params *params, uint32_t struct_size);
+
+/** dsq_step_params at their defaults (inline; see dsq_model_default_params). */
+static inline dsq_step_params dsq_step_default_params(void)
+{
+    dsq_step_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (uint32_t)sizeof p;
+    (void)dsq_step_params_init(&p, (uint32_t)sizeof p);
+    return p;
+}
+
+/** One forward pass over several sequences at once, each advanced by its own
+ *  tokens -- decode steps (1 token) beside prompt chunks (more; a sequence
+ *  that holds no tokens starts at position 0) -- then, for the entries that
+ *  ask, sampling inside the library (on the GPU with the CUDA backend), so
+ *  only O(n_seqs) bytes come back to the host.
+ *
+ *  `seqs[n_seqs]`: the entries; all their tokens together may not exceed
+ *  max_batch_tokens (DSQ_ERR_BATCH; split long prompts into chunks over
+ *  several calls).  `params` may be NULL (no logits).  `out[n_seqs]` gets the
+ *  results (may be NULL when no entry samples).
+ *
+ *  The library keeps every sequence's tokens (for the penalties), also those
+ *  added by dsq_prefill() and dsq_decode_step(); dsq_seq_remove() forgets
+ *  them.
+ *
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx/seqs, n_seqs <= 0, an
+ *  entry with no tokens or NULL tokens, a repeated seq id, unknown flags,
+ *  top_n or DSQ_STEP_LOGPROB without sample, top_n outside
+ *  0..DSQ_STEP_MAX_TOP_N, a sampler value out of range: NaN or negative
+ *  temperature, top_k < 0, top_p outside (0,1], min_p outside [0,1],
+ *  repetition_penalty <= 0 or not finite, presence/frequency penalty not
+ *  finite, penalty_last_n outside 0..DSQ_PENALTY_MAX_N, n_vocab_valid
+ *  outside 0..n_vocab; DSQ_STEP_LOGITS without params->logits, logits
+ *  without any DSQ_STEP_LOGITS entry; out NULL while an entry samples),
+ *  DSQ_ERR_STRUCT_SIZE, DSQ_ERR_UNSUPPORTED (device logits on the CPU
+ *  backend), DSQ_ERR_BATCH, DSQ_ERR_SEQ, DSQ_ERR_TOKEN,
+ *  DSQ_ERR_CONTEXT_FULL, DSQ_ERR_KV_FULL, DSQ_ERR_OUT_OF_MEMORY,
+ *  DSQ_ERR_DEVICE_OOM, DSQ_ERR_DEVICE.  On any error no sequence changes
+ *  (as dsq_decode_step) and `out` is unspecified.
+ *
+ *  Same thread rule as the context.  CUDA: everything runs on the context's
+ *  stream; when an entry samples, the call synchronizes that stream once to
+ *  copy the results (O(n_seqs) bytes) back; host logits are copied and
+ *  waited for as in dsq_decode_step; device logits are written on the stream
+ *  and not waited for (read them on that stream or after a synchronization;
+ *  a call that samples nothing returns before the GPU has run, and a device
+ *  fault then surfaces on a later call).  Allocates nothing after the first
+ *  call of each batch shape (see dsq_ctx_new), except when a sequence's kept
+ *  token list outgrows its capacity (amortised doubling). */
+DSQ_API dsq_status dsq_step(dsq_ctx *ctx, const dsq_step_seq *seqs, int32_t n_seqs,
+                            const dsq_step_params *params, dsq_step_out *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -238,6 +238,11 @@ static int64_t kv_elem_bytes(int32_t dtype)
 static void ctx_release_host(dsq_ctx *c)
 {
     dsq_kv_pages_destroy(&c->pages);
+    dsq_hist_destroy(&c->hist);
+    dsq_sample_ws_free(c->sample_ws);
+    free(c->step_logits);
+    free(c->step_rows);
+    free(c->step_res);
     free(c->seq_len);
     free(c->b_tokens);
     free(c->b_pos);
@@ -326,6 +331,8 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
         st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for context bookkeeping");
         goto fail;
     }
+    if ((st = dsq_hist_init(&c->hist, p.max_seqs)) != DSQ_OK)
+        goto fail;
     if (p.kv_layout == DSQ_KV_PAGED) {
         int64_t tokens = p.kv_pool_tokens;
         if (tokens == 0 && p.kv_budget_bytes > 0)
@@ -455,6 +462,9 @@ dsq_status dsq_prefill(dsq_ctx *c, int32_t seq, const int32_t *tokens, int32_t n
         return ctx_status(c, dsq_fail(DSQ_ERR_CONTEXT_FULL,
                                       "sequence %d holds %d tokens; %d more exceed max_context %d",
                                       seq, old_len, n_tokens, c->p.max_context));
+    /* the token history grows first: its failure changes nothing */
+    if ((st = dsq_hist_reserve(&c->hist, seq, old_len + n_tokens)) != DSQ_OK)
+        return ctx_status(c, st);
     if (c->p.kv_layout == DSQ_KV_PAGED) {
         int32_t new_len = old_len + n_tokens;
         st = dsq_kv_pages_reserve(&c->pages, 1, &seq, &new_len);
@@ -501,6 +511,7 @@ dsq_status dsq_prefill(dsq_ctx *c, int32_t seq, const int32_t *tokens, int32_t n
         done += n;
     }
     c->seq_len[seq] = old_len + n_tokens;
+    dsq_hist_append(&c->hist, seq, tokens, n_tokens);
     return DSQ_OK;
 }
 
@@ -542,6 +553,9 @@ dsq_status dsq_decode_step(dsq_ctx *c, int32_t n_seqs, const int32_t *seqs, cons
         c->b_logit_rows[i] = i;
     }
     c->b_seq_start[n_seqs] = n_seqs;
+    for (int32_t i = 0; i < n_seqs; i++)
+        if ((st = dsq_hist_reserve(&c->hist, seqs[i], c->b_new_len[i])) != DSQ_OK)
+            return ctx_status(c, st);
     if (c->p.kv_layout == DSQ_KV_PAGED) {
         st = dsq_kv_pages_reserve(&c->pages, n_seqs, seqs, c->b_new_len);
         if (st != DSQ_OK)
@@ -559,8 +573,10 @@ dsq_status dsq_decode_step(dsq_ctx *c, int32_t n_seqs, const int32_t *seqs, cons
                 dsq_kv_pages_trim(&c->pages, seqs[i], c->seq_len[seqs[i]]);
         return ctx_status(c, st);
     }
-    for (int32_t i = 0; i < n_seqs; i++)
+    for (int32_t i = 0; i < n_seqs; i++) {
         c->seq_len[seqs[i]]++;
+        dsq_hist_append(&c->hist, seqs[i], &tokens[i], 1);
+    }
     return DSQ_OK;
 }
 
@@ -573,6 +589,7 @@ dsq_status dsq_seq_remove(dsq_ctx *c, int32_t seq)
     if (st != DSQ_OK)
         return ctx_status(c, st);
     c->seq_len[seq] = 0;
+    dsq_seq_history_clear(c, seq);
     if (c->p.kv_layout == DSQ_KV_PAGED)
         dsq_kv_pages_trim(&c->pages, seq, 0);
     if (c->model->ops->seq_removed)

@@ -210,6 +210,79 @@ dsq_status dsq_gen_config_parse(const char *json, size_t len, const char *name,
 /* Read dir/generation_config.json if it exists (else g->has = 0, DSQ_OK). */
 dsq_status dsq_gen_config_load(const char *dir, dsq_gen_config *g);
 
+/* ---- per-sequence token history (lib/seq_history.c) ---------------------- */
+
+/* tok[seq][0..len[seq]) are the tokens sequence `seq` holds (as its KV cache);
+ * each array grows by doubling (capacity cap[seq]). */
+typedef struct dsq_seq_history {
+    int32_t n_seqs;
+    int32_t **tok;  /* [n_seqs] malloc'ed arrays, NULL until first use */
+    int32_t *len;   /* [n_seqs] */
+    int32_t *cap;   /* [n_seqs] */
+} dsq_seq_history;
+
+dsq_status dsq_hist_init(dsq_seq_history *h, int32_t n_seqs);
+void dsq_hist_destroy(dsq_seq_history *h);
+/* Room for n tokens in seq's array (DSQ_ERR_OUT_OF_MEMORY changes nothing). */
+dsq_status dsq_hist_reserve(dsq_seq_history *h, int32_t seq, int32_t n);
+/* Append after a successful dsq_hist_reserve (cannot fail). */
+void dsq_hist_append(dsq_seq_history *h, int32_t seq, const int32_t *tokens, int32_t n);
+
+/* For sequence operations (dsq_seq_truncate / dsq_seq_fork): keep the history
+ * and the backend's device copy equal to what the KV cache holds.
+ * truncate: keep the first n tokens; fork: dst gets a copy of src's tokens
+ * (dst's old tokens dropped); clear: the sequence was removed. */
+dsq_status dsq_seq_history_truncate(dsq_ctx *c, int32_t seq, int32_t n);
+dsq_status dsq_seq_history_fork(dsq_ctx *c, int32_t dst, int32_t src);
+void dsq_seq_history_clear(dsq_ctx *c, int32_t seq);
+
+/* ---- sampling inside a step (lib/step.c, lib/sample_cpu.c, cuda/sampling.cu) */
+
+enum { DSQ_SROW_SAMPLE = 1u, DSQ_SROW_LOGPROB = 2u };
+
+/* One logits row to post-process: resolved dsq_sample_params plus where the
+ * row's sequence stands.  Plain data, copied to the device as is. */
+typedef struct dsq_samp_row {
+    float temperature, top_p, min_p;
+    float rep_pen, pres_pen, freq_pen;
+    int32_t top_k;
+    int32_t pen_n;      /* penalty window; 0 = no penalties */
+    int32_t n_valid;    /* ids >= this are never chosen (1..n_vocab) */
+    int32_t top_n;      /* 0..DSQ_STEP_MAX_TOP_N */
+    int32_t seq;        /* sequence id (row of the device history) */
+    int32_t hist_len;   /* tokens the sequence holds after this step = the
+                           position of the token drawn (RNG counter) */
+    uint32_t flags;     /* DSQ_SROW_* */
+    uint32_t seed_lo, seed_hi;
+    int32_t out_row;    /* row of the caller's logits buffer, -1: none */
+} dsq_samp_row;
+
+typedef struct dsq_samp_result {
+    int32_t token;      /* -1: not sampled / no finite logit */
+    float logprob;
+    int32_t n_top;
+    int32_t n_kept;     /* tokens the draw chose among (diagnostics, tests) */
+    int32_t top_ids[DSQ_STEP_MAX_TOP_N];
+    float top_lp[DSQ_STEP_MAX_TOP_N];
+} dsq_samp_result;
+
+/* Host implementation of one row (lib/sample_cpu.c): raw log-probs / top-n,
+ * penalties over hist[0..r->hist_len) (the sequence's tokens, this step's
+ * included), then lib/sampler.c's pipeline with the Philox uniform of
+ * (seed, hist_len).  `x` is the row of n_vocab logits (not modified). */
+typedef struct dsq_sample_ws dsq_sample_ws;
+dsq_status dsq_sample_ws_new(int32_t n_vocab, dsq_sample_ws **out);
+void dsq_sample_ws_free(dsq_sample_ws *ws);
+dsq_status dsq_sample_cpu_row(dsq_sample_ws *ws, const float *x, int32_t n_vocab,
+                              const dsq_samp_row *r, const int32_t *hist, dsq_samp_result *res);
+
+/* lib/sampler.c hooks for the above: replace the warper settings of a
+ * sampler (penalty untouched) and draw with a given uniform u in [0,1). */
+void dsq_sampler_set_warpers(dsq_sampler *s, float temperature, int32_t top_k, float top_p,
+                             float min_p, int32_t n_vocab_valid);
+dsq_status dsq_sampler_sample_u(dsq_sampler *s, const float *logits, int32_t n_vocab, double u,
+                                int32_t *token_out);
+
 /* ---- model, context, backends -------------------------------------------- */
 
 typedef struct dsq_backend_ops dsq_backend_ops;
@@ -239,6 +312,13 @@ struct dsq_ctx {
     int32_t *b_tokens, *b_pos, *b_tok_seq, *b_seq_ids, *b_seq_start, *b_seq_pos0,
         *b_logit_rows, *b_new_len;
     char last_error[512];
+    dsq_seq_history hist;      /* every sequence's tokens (penalties) */
+    dsq_sample_ws *sample_ws;  /* host sampling scratch, made on first use */
+    float *step_logits;        /* host [step_logits_rows][n_vocab], first use */
+    int32_t step_logits_rows;
+    dsq_samp_row *step_rows;   /* [step_cap] dsq_step scratch, first use */
+    dsq_samp_result *step_res; /* [step_cap] */
+    int32_t step_cap;
 };
 
 /* Physical KV row of (seq, pos): static = seq*max_context + pos;
@@ -270,6 +350,16 @@ struct dsq_backend_ops {
     dsq_status (*forward)(dsq_ctx *c, const dsq_batch *b, float *logits);
     /* Optional: the sequence was removed (KV rows may be reused). */
     void (*seq_removed)(dsq_ctx *c, int32_t seq);
+    /* Optional (NULL: api.c runs forward into host memory and samples there):
+     * run the batch, write the logits of row r to logits + out_row * n_vocab
+     * (host, or device memory when logits_on_device) for rows with out_row
+     * >= 0, and post-process row r of b->logit_rows with rows[r] into res[r]
+     * (all n_logits rows). */
+    dsq_status (*step)(dsq_ctx *c, const dsq_batch *b, const dsq_samp_row *rows,
+                       dsq_samp_result *res, float *logits, int logits_on_device);
+    /* Optional: c->hist of `seq` changed other than by appending (truncate,
+     * fork); refresh any device copy. */
+    void (*hist_sync)(dsq_ctx *c, int32_t seq);
 };
 
 extern const dsq_backend_ops dsq_cpu_backend;
