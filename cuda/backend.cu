@@ -342,6 +342,14 @@ typedef struct cu_ctx {
      * NULL when graphs are off (DSQ_CUDA_GRAPHS=0) */
     cudaGraphExec_t *graphs;
     uint8_t *graph_failed;
+
+    /* dsq_step sampling (cuda/sampling.cu) */
+    int32_t *ring;         /* [max_seqs][hist_r] last hist_r tokens of each
+                              sequence: position p at p % hist_r */
+    int32_t hist_r;        /* min(DSQ_PENALTY_MAX_N, max_context) */
+    dsq_samp_row *srow_dev, *srow_host;       /* [max_bseqs]; host pinned */
+    dsq_samp_result *sres_dev, *sres_host;    /* [max_bseqs]; host pinned */
+    cudaEvent_t srow_sent; /* the upload out of srow_host finished */
 } cu_ctx;
 
 static void cu_ctx_free(dsq_ctx *c)
@@ -360,6 +368,15 @@ static void cu_ctx_free(dsq_ctx *c)
     }
     if (cc->logits_host)
         cudaFreeHost(cc->logits_host);
+    if (cc->srow_host)
+        cudaFreeHost(cc->srow_host);
+    if (cc->sres_host)
+        cudaFreeHost(cc->sres_host);
+    if (cc->srow_sent)
+        cudaEventDestroy(cc->srow_sent);
+    cudaFree(cc->ring);
+    cudaFree(cc->srow_dev);
+    cudaFree(cc->sres_dev);
     for (int i = 0; i < COPY_PIECES; i++)
         if (cc->copied[i])
             cudaEventDestroy(cc->copied[i]);
@@ -507,7 +524,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     /* batch metadata: tokens, pos, tok_seq [T]; cu_seqlens [S+1]; pos0, lens [S];
      * logit rows [T]; block tables [S][bt_stride] */
     const int64_t MT = cc->max_tokens, MS = cc->max_bseqs;
-    cc->meta_cap = (size_t)(4 * MT + 3 * MS + 1 + MS * cc->bt_stride + 64);
+    cc->meta_cap = (size_t)(4 * MT + 4 * MS + 1 + MS * cc->bt_stride + 64); /* + seq ids [S] */
 
     off = 0;
     size_t o_x = carve(&off, (size_t)(MT * E) * 4);
@@ -541,6 +558,20 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     OK(host_alloc((void **)&cc->logits_host, (size_t)(cc->logit_chunk * V) * 4, "logits staging"));
     for (int i = 0; i < COPY_PIECES; i++)
         CK(cudaEventCreateWithFlags(&cc->copied[i], cudaEventDisableTiming), "event creation");
+
+    /* dsq_step: the device token history and the sampling rows / results */
+    cc->hist_r = p->max_context < DSQ_PENALTY_MAX_N ? p->max_context : DSQ_PENALTY_MAX_N;
+    {
+        size_t rb = (size_t)p->max_seqs * (size_t)cc->hist_r * 4;
+        OK(device_alloc((void **)&cc->ring, rb, "the token history"));
+        CK(cudaMemsetAsync(cc->ring, 0, rb, cc->stream), "token history initialisation");
+        OK(device_alloc((void **)&cc->srow_dev, (size_t)MS * sizeof(dsq_samp_row), "sampling parameters"));
+        OK(device_alloc((void **)&cc->sres_dev, (size_t)MS * sizeof(dsq_samp_result), "sampling results"));
+        OK(host_alloc((void **)&cc->srow_host, (size_t)MS * sizeof(dsq_samp_row), "sampling parameters"));
+        OK(host_alloc((void **)&cc->sres_host, (size_t)MS * sizeof(dsq_samp_result), "sampling results"));
+        CK(cudaEventCreateWithFlags(&cc->srow_sent, cudaEventDisableTiming), "event creation");
+        c->scratch_bytes += (int64_t)(rb + (size_t)MS * (sizeof(dsq_samp_row) + sizeof(dsq_samp_result)));
+    }
 
     env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
     if (!(env && env[0] == '0')) {
@@ -586,7 +617,7 @@ static dsq_status linear(cu_ctx *cc, const dsq_bf16 *x, const dsq_bf16 *w, const
  * given shape, which is what lets a decode step be replayed from a graph). */
 typedef struct pass {
     int32_t T, S, NL, max_q, decode, splits;
-    const int32_t *tok, *pos, *tseq, *cu, *pos0, *len, *lrow, *bt;
+    const int32_t *tok, *pos, *tseq, *cu, *pos0, *len, *lrow, *bt, *sid;
 } pass;
 
 /* Everything from the embedding to the first chunk of logits (into
@@ -602,6 +633,7 @@ static dsq_status enqueue_pass(dsq_ctx *c, const pass *p)
     const int32_t QKV = (H + 2 * K) * D, T = p->T;
     cudaStream_t s = cc->stream;
 
+    OK(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
     OK(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
     const dsq_bf16 *q = cc->qkvb, *k = cc->qkvb + (size_t)H * D, *v = cc->qkvb + (size_t)(H + K) * D;
     for (int32_t l = 0; l < L; l++) {
@@ -639,7 +671,9 @@ static dsq_status enqueue_pass(dsq_ctx *c, const pass *p)
 static dsq_status run_pass(dsq_ctx *c, const pass *p)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
-    if (!cc->graphs || !p->decode || p->NL > cc->logit_chunk)
+    /* (a pass with more logit rows than one chunk captures its first chunk;
+     * cu_forward / cu_step compute the rest after the graph) */
+    if (!cc->graphs || !p->decode)
         return enqueue_pass(c, p);
     const int32_t key = (p->S - 1) * 2 + (p->NL > 0);
     if (!cc->graphs[key] && !cc->graph_failed[key]) {
@@ -673,14 +707,16 @@ static dsq_status run_pass(dsq_ctx *c, const pass *p)
     return enqueue_pass(c, p);
 }
 
-static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
+/* Pack the batch description, upload it and enqueue (or replay) the pass
+ * with NL logit rows; the first chunk of logits ends in cc->logits. */
+static dsq_status launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
     const dsq_model *m = c->model;
     const cu_model *cm = (const cu_model *)m->be;
     const dsq_config *cf = &m->cfg;
-    const int32_t E = cf->n_embd, K = cf->n_kv_heads, V = cf->n_vocab;
-    const int32_t T = bt->n_tokens, S = bt->n_seqs, NL = logits ? bt->n_logits : 0;
+    const int32_t K = cf->n_kv_heads;
+    const int32_t T = bt->n_tokens, S = bt->n_seqs;
     cudaStream_t s = cc->stream;
 
     if (T < 1 || T > cc->max_tokens || S < 1 || S > cc->max_bseqs || NL < 0 || NL > T)
@@ -695,7 +731,8 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
     int32_t *h = cc->meta_host[slot];
     const size_t o_tok = 0, o_pos = (size_t)T, o_tseq = 2 * (size_t)T, o_cu = 3 * (size_t)T,
                  o_pos0 = o_cu + S + 1, o_len = o_pos0 + S, o_lrow = o_len + S, o_bt = o_lrow + T;
-    const size_t n_meta = o_bt + (size_t)S * cc->bt_stride;
+    const size_t o_sid = o_bt + (size_t)S * cc->bt_stride;
+    const size_t n_meta = o_sid + (size_t)S;
     memcpy(h + o_tok, bt->tokens, (size_t)T * 4);
     memcpy(h + o_pos, bt->pos, (size_t)T * 4);
     memcpy(h + o_tseq, bt->tok_seq, (size_t)T * 4);
@@ -725,6 +762,7 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
     } else {
         memcpy(h + o_bt, bt->seq_ids, (size_t)S * 4);
     }
+    memcpy(h + o_sid, bt->seq_ids, (size_t)S * 4);
     CK(cudaMemcpyAsync(cc->meta, h, n_meta * 4, cudaMemcpyHostToDevice, s), "batch metadata upload");
     CK(cudaEventRecord(cc->meta_sent[slot], s), "event record");
     p.tok = cc->meta + o_tok;
@@ -735,11 +773,24 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
     p.len = cc->meta + o_len;
     p.lrow = cc->meta + o_lrow;
     p.bt = cc->meta + o_bt;
+    p.sid = cc->meta + o_sid;
     p.splits = p.decode ? dsq_attn_decode_splits(S, K, c->p.max_context, cm->n_sms) : 0;
     if (p.splits > cc->dec_splits_max)
         p.splits = cc->dec_splits_max;
 
-    OK(run_pass(c, &p));
+    return run_pass(c, &p);
+}
+
+static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const dsq_model *m = c->model;
+    const cu_model *cm = (const cu_model *)m->be;
+    const dsq_config *cf = &m->cfg;
+    const int32_t E = cf->n_embd, V = cf->n_vocab;
+    const int32_t NL = logits ? bt->n_logits : 0;
+    cudaStream_t s = cc->stream;
+    OK(launch_forward(c, bt, NL));
     if (NL == 0)
         return dsq_cu_status(cudaGetLastError(), "forward pass");
 
@@ -783,6 +834,91 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
     return DSQ_OK;
 }
 
+/* dsq_step: the pass, then per chunk of logit rows the caller's logits copy
+ * (before sampling rewrites penalised entries in place) and the sampling
+ * kernel; one synchronisation for the O(rows) results. */
+static dsq_status cu_step(dsq_ctx *c, const dsq_batch *bt, const dsq_samp_row *rows, dsq_samp_result *res,
+                          float *logits, int on_device)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const dsq_model *m = c->model;
+    const cu_model *cm = (const cu_model *)m->be;
+    const dsq_config *cf = &m->cfg;
+    const int32_t E = cf->n_embd, V = cf->n_vocab;
+    const int32_t NL = bt->n_logits;
+    cudaStream_t s = cc->stream;
+    OK(launch_forward(c, bt, NL));
+    if (NL == 0)
+        return dsq_cu_status(cudaGetLastError(), "forward pass");
+    int any_sample = 0, any_host_logits = 0;
+    for (int32_t r = 0; r < NL; r++) {
+        any_sample |= (rows[r].flags & DSQ_SROW_SAMPLE) != 0;
+        any_host_logits |= rows[r].out_row >= 0 && !on_device;
+    }
+    if (any_sample) {
+        CK(cudaEventSynchronize(cc->srow_sent), "waiting for the sampling parameter buffer");
+        memcpy(cc->srow_host, rows, (size_t)NL * sizeof(dsq_samp_row));
+        CK(cudaMemcpyAsync(cc->srow_dev, cc->srow_host, (size_t)NL * sizeof(dsq_samp_row), cudaMemcpyHostToDevice, s),
+           "sampling parameter upload");
+        CK(cudaEventRecord(cc->srow_sent, s), "event record");
+    }
+    const cudaMemcpyKind kind = on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+    for (int32_t r0 = 0; r0 < NL; r0 += cc->logit_chunk) {
+        int32_t n = NL - r0 < cc->logit_chunk ? NL - r0 : cc->logit_chunk;
+        if (r0 > 0)
+            OK(linear(cc, cc->xn + (size_t)r0 * E, cm->lm_head, NULL, n, V, E, DSQ_EPI_STORE, cc->logits,
+                      cc->gemv_max_head));
+        /* the caller's rows: one copy when they are consecutive */
+        int32_t k = 0;
+        while (k < n) {
+            if (rows[r0 + k].out_row < 0) {
+                k++;
+                continue;
+            }
+            int32_t k1 = k + 1;
+            while (k1 < n && rows[r0 + k1].out_row == rows[r0 + k].out_row + (k1 - k))
+                k1++;
+            CK(cudaMemcpyAsync(logits + (size_t)rows[r0 + k].out_row * V, cc->logits + (size_t)k * V,
+                               (size_t)(k1 - k) * V * 4, kind, s),
+               "logits copy");
+            k = k1;
+        }
+        if (any_sample)
+            OK(dsq_cu_sample(cc->logits, n, V, cc->srow_dev + r0, cc->ring, cc->hist_r, cc->sres_dev + r0, s));
+    }
+    if (any_sample) {
+        CK(cudaMemcpyAsync(cc->sres_host, cc->sres_dev, (size_t)NL * sizeof(dsq_samp_result), cudaMemcpyDeviceToHost, s),
+           "sampling results copy");
+        CK(cudaStreamSynchronize(s), "forward pass and sampling");
+        memcpy(res, cc->sres_host, (size_t)NL * sizeof(dsq_samp_result));
+    } else if (any_host_logits) {
+        CK(cudaStreamSynchronize(s), "forward pass");
+    }
+    for (int32_t r = 0; r < NL; r++)
+        if (!(rows[r].flags & DSQ_SROW_SAMPLE)) {
+            memset(&res[r], 0, sizeof res[r]);
+            res[r].token = -1;
+        }
+    return dsq_cu_status(cudaGetLastError(), "forward pass");
+}
+
+/* The host history of `seq` changed (truncate, fork): upload its last
+ * hist_r tokens to the ring. */
+static void cu_hist_sync(dsq_ctx *c, int32_t seq)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const int32_t len = c->hist.len[seq], R = cc->hist_r;
+    const int32_t w = len < R ? len : R;
+    const int32_t *t = c->hist.tok[seq];
+    cudaSetDevice(cc->device);
+    for (int32_t p = len - w; p < len;) {
+        int32_t slot = p % R, n = len - p < R - slot ? len - p : R - slot;
+        cudaMemcpyAsync(cc->ring + (size_t)seq * R + slot, t + p, (size_t)n * 4, cudaMemcpyHostToDevice, cc->stream);
+        p += n;
+    }
+    cudaGetLastError(); /* a failure here surfaces at the next synchronising call */
+}
+
 /* ---- registration ---------------------------------------------------------------- */
 
 extern "C" int dsq_cuda_available(void)
@@ -797,5 +933,6 @@ extern "C" int dsq_cuda_available(void)
 }
 
 extern "C" const dsq_backend_ops dsq_cuda_backend = {
-    "cuda", DSQ_BACKEND_CUDA, cu_model_load, cu_model_free, cu_ctx_init, cu_ctx_free, cu_forward, NULL,
+    "cuda", DSQ_BACKEND_CUDA, cu_model_load, cu_model_free, cu_ctx_init, cu_ctx_free, cu_forward, NULL, cu_step,
+    cu_hist_sync,
 };
