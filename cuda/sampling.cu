@@ -564,7 +564,8 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
             float v = x[id];
             sm.praw[k] = v;
             v = v > 0.0f ? v / P.rep_pen : v * P.rep_pen;
-            x[id] = v - P.freq_pen * (float)sm.pc[k] - P.pres_pen;
+            /* no fused multiply-add: the host rounds each operation */
+            x[id] = __fsub_rn(__fsub_rn(v, __fmul_rn(P.freq_pen, (float)sm.pc[k])), P.pres_pen);
         }
         __syncthreads();
     }
@@ -582,7 +583,7 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
         n_kept = 1;
     } else {
         const float inv_t = 1.0f / T;
-        float thr = m - 30.0f * T;
+        float thr = __fsub_rn(m, __fmul_rn(30.0f, T)); /* as the host rounds it */
         if (P.top_k > 0 && P.top_k < n) {
             Sel s = {x, n, thr, false, m, inv_t};
             float cx;

@@ -29,7 +29,15 @@ typedef struct cli_opts {
     const char *batch;       /* --batch "1,8,32" (bench)                    */
     int32_t prompt_len;      /* --prompt-len N (bench)                      */
     const char *prompt;      /* positional prompt text (generate)           */
+    int bench_sampling;      /* --sampling: CLI_BENCH_* (bench)             */
 } cli_opts;
+
+/* How `dsqwen bench` picks each step's next tokens. */
+enum {
+    CLI_BENCH_STEP = 0, /* dsq_step samples in the library (GPU on CUDA)     */
+    CLI_BENCH_HOST = 1, /* logits to the host, argmax there                  */
+    CLI_BENCH_NONE = 2  /* no logits, the same token fed again               */
+};
 
 /* Sampler fields given on the command line (they override the model's
  * generation_config.json). */
@@ -71,6 +79,10 @@ double cli_now(void);
  * context's max_batch_tokens when a decode step batches more sequences. */
 int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_t max_batch);
 void cli_session_close(cli_session *s);
+
+/* The session's sampler settings (model defaults + command line) as
+ * dsq_step's per-sequence parameters. */
+dsq_sample_params cli_sample_params(const cli_session *s);
 
 /* Parse "1,2,3" into a malloc'ed array; prints its own errors. */
 int cli_parse_ids(const char *list, int32_t **ids, int32_t *n);

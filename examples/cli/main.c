@@ -45,6 +45,8 @@ static void usage(FILE *f)
 "                         when the model has no tokenizer)\n"
 "  --batch 1,8,32         bench: batch sizes (default 1)\n"
 "  --prompt-len N         bench: prompt tokens per sequence (default 128)\n"
+"  --sampling MODE        bench: gpu (default: dsq_step samples in the library),\n"
+"                         host (logits to the host, argmax there), none (no logits)\n"
 "  --version, --help\n");
 }
 
@@ -67,7 +69,7 @@ enum {
     OPT_MODEL = 256, OPT_BACKEND, OPT_KV, OPT_KV_LAYOUT, OPT_TEMP, OPT_TOP_P, OPT_TOP_K,
     OPT_MIN_P, OPT_PENALTY, OPT_PENALTY_N, OPT_SEED, OPT_MAX_TOKENS, OPT_CTX, OPT_THREADS,
     OPT_SHOW_THINK, OPT_HIDE_THINK, OPT_TOKENS, OPT_RAW, OPT_SYSTEM, OPT_BATCH, OPT_PROMPT_LEN,
-    OPT_GREEDY, OPT_STOP, OPT_VERSION, OPT_HELP
+    OPT_GREEDY, OPT_STOP, OPT_VERSION, OPT_HELP, OPT_SAMPLING
 };
 
 static const struct option long_opts[] = {
@@ -94,6 +96,7 @@ static const struct option long_opts[] = {
     { "batch", required_argument, NULL, OPT_BATCH },
     { "prompt-len", required_argument, NULL, OPT_PROMPT_LEN },
     { "greedy", no_argument, NULL, OPT_GREEDY },
+    { "sampling", required_argument, NULL, OPT_SAMPLING },
     { "stop", required_argument, NULL, OPT_STOP },
     { "version", no_argument, NULL, OPT_VERSION },
     { "help", no_argument, NULL, OPT_HELP },
@@ -235,6 +238,18 @@ int main(int argc, char **argv)
         case OPT_SYSTEM: o.system = optarg; break;
         case OPT_BATCH: o.batch = optarg; break;
         case OPT_PROMPT_LEN: bad = parse_int("prompt-len", optarg, 1, INT32_MAX, &iv); o.prompt_len = iv; break;
+        case OPT_SAMPLING:
+            if (strcmp(optarg, "gpu") == 0)
+                o.bench_sampling = CLI_BENCH_STEP;
+            else if (strcmp(optarg, "host") == 0)
+                o.bench_sampling = CLI_BENCH_HOST;
+            else if (strcmp(optarg, "none") == 0)
+                o.bench_sampling = CLI_BENCH_NONE;
+            else {
+                fprintf(stderr, "dsqwen: --sampling wants gpu, host or none\n");
+                bad = 1;
+            }
+            break;
         case OPT_GREEDY:
             o.sp.temperature = 0.0f;
             o.sp_set |= CLI_SP_TEMPERATURE;
