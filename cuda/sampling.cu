@@ -88,7 +88,9 @@ __device__ __forceinline__ int bin_of(float x, float hi, float sc)
     return d < (float)(NB - 1) ? (int)d : NB - 1;
 }
 
-__device__ __forceinline__ float prob_rel(float x, float m, float inv_t) { return __expf((x - m) * inv_t); }
+/* accurate expf (not __expf): the nucleus edge of a near-flat row moves
+ * with the summed rounding of ~10^5 probabilities */
+__device__ __forceinline__ float prob_rel(float x, float m, float inv_t) { return expf((x - m) * inv_t); }
 
 __device__ __forceinline__ unsigned long long fx_of(float v) { return __float2ull_rz(v * MASS_ONE); }
 

@@ -7,7 +7,7 @@
  *    each, one launch) against the exact reference distribution (chi-square),
  *    for temperature / top-k / top-p / min-p mixes; on a 151,937-token
  *    near-flat row (random weights' case) the kept-set size equals the
- *    reference nucleus within 2 tokens and no draw falls outside it;
+ *    reference nucleus within 2 + 1/20000 of it and no draw falls outside it;
  *  - a row draws the same token whatever else is in the launch;
  *  - through dsq_step on the tiny model: greedy == argmax of the logits the
  *    same call returns, device logits == host logits, a mixed step matches
@@ -21,10 +21,12 @@
 
 #include <cuda_runtime.h>
 
+extern "C" {
+#include "testutil.h"
+}
 #include "internal.h"
 #include "kernels.h"
 #include "sample_ref.h"
-#include "testutil.h"
 
 #define CKC(x) assert_int_equal((int)(x), (int)cudaSuccess)
 
@@ -210,14 +212,16 @@ static void test_flat_nucleus(void **state)
         support += q[i] > 0.0;
     dsq_samp_row rows[NR];
     for (int r = 0; r < NR; r++) {
-        memcpy(x + (size_t)r * V, x, sizeof(float) * V);
+        if (r > 0)
+            memcpy(x + (size_t)r * V, x, sizeof(float) * V);
         rows[r] = mkrow(c, V, 5 + r, 0, 100 + r);
     }
     dsq_samp_result res[NR];
     int32_t ring[1] = {0};
     run_gpu(x, NR, V, rows, ring, 1, 1, res);
     for (int r = 0; r < NR; r++) {
-        assert_true(abs(res[r].n_kept - support) <= 2);
+        /* float vs double probabilities move the edge by a few tokens */
+        assert_true(abs(res[r].n_kept - support) <= 2 + support / 20000);
         assert_true(res[r].token >= 0 && q[res[r].token] > 0.0);
     }
     printf("  flat V=%d: GPU kept %d, reference nucleus %d\n", V, res[0].n_kept, support);
