@@ -88,9 +88,16 @@ __device__ __forceinline__ int bin_of(float x, float hi, float sc)
     return d < (float)(NB - 1) ? (int)d : NB - 1;
 }
 
-/* accurate expf (not __expf): the nucleus edge of a near-flat row moves
- * with the summed rounding of ~10^5 probabilities */
-__device__ __forceinline__ float prob_rel(float x, float m, float inv_t) { return expf((x - m) * inv_t); }
+/* exp((x - m) / T) = 2^((x - m) * k2), k2 = log2(e) / T: one rounding of
+ * the argument (as the host's (x - m) * inv_t) and the hardware 2^x (relative
+ * error ~2^-22); __expf would round x * log2(e) again, and the nucleus edge
+ * of a near-flat row moves with the summed error of ~10^5 probabilities. */
+__device__ __forceinline__ float prob_rel(float x, float m, float k2)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"((x - m) * k2));
+    return r;
+}
 
 __device__ __forceinline__ unsigned long long fx_of(float v) { return __float2ull_rz(v * MASS_ONE); }
 
@@ -580,11 +587,11 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
     const float T = P.temperature;
     if (!(m > -INFINITY)) {
         token = -1; /* no finite logit */
-    } else if (T <= 0.0f || isinf(m) || isinf(1.0f / T)) {
+    } else if (T <= 0.0f || isinf(m) || isinf(1.0f / T) || isinf(1.4426950408889634f / T)) {
         token = best;
         n_kept = 1;
     } else {
-        const float inv_t = 1.0f / T;
+        const float inv_t = 1.4426950408889634f / T; /* k2 of prob_rel */
         float thr = __fsub_rn(m, __fmul_rn(30.0f, T)); /* as the host rounds it */
         if (P.top_k > 0 && P.top_k < n) {
             Sel s = {x, n, thr, false, m, inv_t};

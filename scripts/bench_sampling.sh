@@ -22,6 +22,7 @@ for t in test_cuda_sampling test_cuda_e2e test_step; do
     cmake --build $B -j16 --target $t >>"$OUT/build.log" 2>&1 || { echo "== build of $t failed"; grep -E "error" -A3 "$OUT/build.log" | head -20; }
 done
 export DSQ_TEST_DATA=$ROOT/tests/data
+ls $DSQ_TEST_DATA/tiny/config.json >/dev/null || { echo "no test data at $DSQ_TEST_DATA"; exit 1; }
 timeout 200 $B/tests/test_cuda_sampling >"$OUT/sampling.log" 2>&1; echo "== test_cuda_sampling rc=$?"
 grep -E "OK|FAILED|PASSED|timing|GPU|greedy|flat|error|Error|fail" "$OUT/sampling.log" | head -40
 timeout 120 $B/tests/test_cuda_e2e >"$OUT/e2e.log" 2>&1; echo "== test_cuda_e2e rc=$?"
