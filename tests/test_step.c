@@ -186,8 +186,13 @@ static void run_mixed(int32_t layout)
         dsq_seq_length(b, s, &nb);
         assert_int_equal(na, nb);
         assert_int_equal(a->hist.len[s], na);
+        /* the kept tokens are the sequence's tokens in order */
+        assert_int_equal(b->hist.len[s], nb);
+        assert_memory_equal(a->hist.tok[s], b->hist.tok[s], sizeof(int32_t) * (size_t)na);
     }
-    assert_memory_equal(a->hist.tok[1], b->hist.tok[1], sizeof(int32_t) * 17);
+    assert_int_equal(a->hist.len[1], 13);
+    assert_memory_equal(a->hist.tok[1], p1, sizeof(int32_t) * 9);
+    assert_memory_equal(a->hist.tok[1] + 9, c1, sizeof(int32_t) * 4);
     free(lg);
     free(ref);
     free(ref2);
