@@ -297,9 +297,13 @@ static void test_misuse(void **state)
     small.struct_size = 2;
     dsq_step_seq ss = { 0, 1, &t1, &small, 0, 0 };
     expect(c, &ss, 1, NULL, out, DSQ_ERR_STRUCT_SIZE, "sample params size");
-    /* context full, after all the refusals the sequence still continues */
-    dsq_step_seq full = { 0, 250, many, NULL, 0, 0 };
-    (void)full;
+    /* a sequence near max_context (256): 250 + 7 tokens do not fit */
+    int32_t fill[250];
+    prompt_of(fill, 250, 8);
+    assert_int_equal(dsq_prefill(c, 2, fill, 250, DSQ_LOGITS_LAST, NULL), DSQ_OK);
+    dsq_step_seq over[2] = { { 0, 1, &t1, &g, 0, 0 }, { 2, 7, many, NULL, 0, 0 } };
+    expect(c, over, 2, NULL, out, DSQ_ERR_CONTEXT_FULL, "context full");
+    /* after all the refusals the sequence still continues */
     assert_int_equal(dsq_step(c, &e, 1, NULL, out), DSQ_OK);
     int32_t n = 0;
     dsq_seq_length(c, 0, &n);
@@ -463,6 +467,34 @@ static void test_api_penalty_history(void **state)
     dsq_ctx_free(c);
 }
 
+/* The history operations the sequence fork / truncate calls use. */
+static void test_history_ops(void **state)
+{
+    (void)state;
+    dsq_ctx *c = new_ctx(3, DSQ_KV_STATIC);
+    int32_t p[250];
+    prompt_of(p, 250, 21);
+    assert_int_equal(dsq_prefill(c, 0, p, 250, DSQ_LOGITS_LAST, NULL), DSQ_OK);
+    assert_int_equal(c->hist.len[0], 250);
+    assert_memory_equal(c->hist.tok[0], p, sizeof(int32_t) * 250);
+    assert_int_equal(dsq_seq_history_fork(c, 1, 0), DSQ_OK);
+    assert_int_equal(c->hist.len[1], 250);
+    assert_memory_equal(c->hist.tok[1], p, sizeof(int32_t) * 250);
+    /* arrays grow by doubling and keep their tokens */
+    assert_int_equal(dsq_hist_reserve(&c->hist, 1, 5000), DSQ_OK);
+    assert_true(c->hist.cap[1] >= 5000);
+    assert_memory_equal(c->hist.tok[1], p, sizeof(int32_t) * 250);
+    assert_int_equal(dsq_seq_history_truncate(c, 1, 120), DSQ_OK);
+    assert_int_equal(c->hist.len[1], 120);
+    assert_int_equal(c->hist.len[0], 250);
+    assert_int_not_equal(dsq_seq_history_truncate(c, 1, 121), DSQ_OK); /* beyond the length */
+    assert_int_not_equal(dsq_seq_history_fork(c, 1, 1), DSQ_OK);
+    dsq_seq_history_clear(c, 0);
+    assert_int_equal(c->hist.len[0], 0);
+    assert_int_equal(c->hist.len[1], 120);
+    dsq_ctx_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -472,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_cpu_row_distribution),
         cmocka_unit_test(test_cpu_row_penalties_padding),
         cmocka_unit_test(test_api_penalty_history),
+        cmocka_unit_test(test_history_ops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
