@@ -131,7 +131,7 @@ static void fork_case(dsq_model *m, int layout, int dtype, int32_t plen, int ste
         assert_int_equal(used_tokens(c), used_parent);
     OKC(c, dsq_prefill(c, 2, prompt, plen, DSQ_LOGITS_LAST, pl + nv));
     OKC(c, dsq_prefill(c, 3, prompt, plen, DSQ_LOGITS_LAST, NULL));
-    expect_close(pl + nv, pl, (size_t)nv, 0.0, "same prompt twice");
+    expect_close(pl + nv, pl, (size_t)nv, G.tol_same, "same prompt twice");
     int32_t seqs[4] = {0, 1, 2, 3};
     double worst = 0;
     for (int s = 0; s < steps; s++) {
@@ -193,7 +193,7 @@ static void truncate_case(dsq_model *m, int layout, int dtype)
     if (layout == DSQ_KV_PAGED)
         assert_int_equal(used_tokens(c), used30); /* blocks past 30 went back */
     OKC(c, dsq_decode_step(c, 1, &s0, &x, again));
-    double e = expect_close(again, first, (size_t)nv, 0.0, "truncate then re-decode");
+    double e = expect_close(again, first, (size_t)nv, G.tol_same, "truncate then re-decode");
 
     /* truncate a fork into a block it shares with its parent (paged: the
      * first write copies it; the parent's rows must survive) */
@@ -470,6 +470,60 @@ static void mixed_case(dsq_model *m, dsq_model *m_ref, int layout, int dtype, do
     dsq_ctx_free(r);
 }
 
+/* Larger: 12 one-token sequences of 5..258 cached tokens (several decode
+ * splits and blocks), a 100-token chunk extending a 40-token sequence and a
+ * new 64-token prompt, interleaved in the call; reference: separate calls. */
+static void mixed_big_case(dsq_model *m, dsq_model *m_ref, int layout, int dtype, double tol)
+{
+    const int32_t nv = 1000, nd = 12;
+    dsq_ctx *c = seq_ctx(m, layout, dtype, 16, 512, 256, 16, 0);
+    dsq_ctx *r = seq_ctx(m_ref, layout, m_ref == m ? dtype : DSQ_KV_F32, 16, 512, 256, 16, 0);
+    int32_t p[300];
+    rand_tokens(p, 300, nv, 77u);
+    for (int32_t s = 0; s < nd; s++) {
+        OKC(c, dsq_prefill(c, s, p + s, 5 + 23 * s, DSQ_LOGITS_LAST, NULL));
+        OKC(r, dsq_prefill(r, s, p + s, 5 + 23 * s, DSQ_LOGITS_LAST, NULL));
+    }
+    OKC(c, dsq_prefill(c, 12, p + 100, 40, DSQ_LOGITS_LAST, NULL));
+    OKC(r, dsq_prefill(r, 12, p + 100, 40, DSQ_LOGITS_LAST, NULL));
+    int32_t seqs[14], each[14], toks[176];
+    int32_t n = 0, t = 0;
+    seqs[n] = 12, each[n++] = 100;
+    memcpy(toks + t, p + 150, 100 * sizeof(int32_t)), t += 100;
+    for (int32_t s = 0; s < 6; s++)
+        seqs[n] = s, each[n++] = 1, toks[t++] = 600 + s;
+    seqs[n] = 13, each[n++] = 64;
+    memcpy(toks + t, p + 20, 64 * sizeof(int32_t)), t += 64;
+    for (int32_t s = 6; s < nd; s++)
+        seqs[n] = s, each[n++] = 1, toks[t++] = 600 + s;
+    float *lg = malloc(sizeof(float) * 14 * nv), *ref = malloc(sizeof(float) * 14 * nv);
+    OKC(c, dsq_ctx_forward_mixed(c, n, seqs, each, toks, lg));
+    t = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (each[i] == 1)
+            OKC(r, dsq_decode_step(r, 1, &seqs[i], &toks[t], ref + (size_t)i * nv));
+        else
+            OKC(r, dsq_prefill(r, seqs[i], toks + t, each[i], DSQ_LOGITS_LAST, ref + (size_t)i * nv));
+        t += each[i];
+    }
+    double e = 0;
+    for (int32_t i = 0; i < n; i++)
+        e = fmax(e, expect_close(lg + (size_t)i * nv, ref + (size_t)i * nv, (size_t)nv, tol, "big mixed vs separate"));
+    int32_t ds[14], dt[14];
+    for (int32_t i = 0; i < 14; i++)
+        ds[i] = i, dt[i] = 700 + i;
+    OKC(c, dsq_decode_step(c, 14, ds, dt, lg));
+    OKC(r, dsq_decode_step(r, 14, ds, dt, ref));
+    for (int32_t i = 0; i < 14; i++)
+        e = fmax(e, expect_close(lg + (size_t)i * nv, ref + (size_t)i * nv, (size_t)nv, tol, "decode after a big mixed pass"));
+    printf("  mixed 12 decode + 100-chunk + 64-prompt %s %s%s: max rel err %.3g\n", G.name, kv_name(layout, dtype),
+           m_ref == m ? "" : " vs CPU F32", e);
+    free(lg);
+    free(ref);
+    dsq_ctx_free(c);
+    dsq_ctx_free(r);
+}
+
 static void test_mixed_matches_separate(void **state)
 {
     (void)state;
@@ -477,11 +531,16 @@ static void test_mixed_matches_separate(void **state)
     for (int d = 0; d < G.n_dtypes; d++) {
         mixed_case(m, m, DSQ_KV_STATIC, G.dtypes[d], G.tol_shape);
         mixed_case(m, m, DSQ_KV_PAGED, G.dtypes[d], G.tol_shape);
+        mixed_big_case(m, m, DSQ_KV_PAGED, G.dtypes[d], G.tol_shape);
     }
+    mixed_big_case(m, m, DSQ_KV_STATIC, G.dtypes[0], G.tol_shape);
     if (G.backend != DSQ_BACKEND_CPU) {
         dsq_model *cpu = seq_load(DSQ_BACKEND_CPU);
         for (int d = 0; d < G.n_dtypes; d++)
+        {
             mixed_case(m, cpu, DSQ_KV_PAGED, G.dtypes[d], G.dtypes[d] == DSQ_KV_INT8 ? 4e-2 : 2e-2);
+            mixed_big_case(m, cpu, DSQ_KV_PAGED, G.dtypes[d], G.dtypes[d] == DSQ_KV_INT8 ? 4e-2 : 2e-2);
+        }
         dsq_model_free(cpu);
     }
     dsq_model_free(m);
