@@ -21,9 +21,14 @@ timeout 90 "$B/tests/test_cuda_seq_ops" >"$OUT/seq_ops.log" 2>&1; echo "test_cud
 timeout 75 "$B/tests/bench_mixed_step" /tmp/dsq_fullsize 1024 63 2048 512 5 >"$OUT/bench.log" 2>&1; echo "bench rc=$? ($(el))"
 DSQ_CUDA_MIXED=0 timeout 60 "$B/tests/bench_mixed_step" /tmp/dsq_fullsize 1024 63 2048 512 3 >"$OUT/bench_nosplit.log" 2>&1; echo "bench nosplit rc=$? ($(el))"
 timeout 90 "$B/tests/test_cuda_e2e" >"$OUT/e2e.log" 2>&1; echo "test_cuda_e2e rc=$? ($(el))"
+DSQ_CUDA_GRAPHS=0 timeout 60 "$B/tests/test_cuda_seq_ops" >"$OUT/seq_ops_nographs.log" 2>&1; echo "test_cuda_seq_ops without graphs rc=$? ($(el))"
+[ -f "$B/tests/bench_mixed_step" ] && timeout 60 "$B/tests/bench_mixed_step" /tmp/dsq_fullsize 4000 63 2048 512 2 >"$OUT/bench_4k.log" 2>&1; echo "bench 4k rc=$? ($(el))"
+timeout "${MEMCHECK_S:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_cuda_seq_ops" >"$OUT/memcheck.log" 2>&1; echo "memcheck rc=$? ($(el))"
 echo "=== summary"
 grep -E "^\s+(fork|truncate|64 forks|mixed|copy on)|OK|FAIL|ERROR|PASSED|error|Error" "$OUT/seq_ops.log" | grep -v "^\[ RUN" | head -60
-grep -E "RESULT" "$OUT/bench.log" "$OUT/bench_nosplit.log"
+grep -E "RESULT" "$OUT/bench.log" "$OUT/bench_nosplit.log" "$OUT/bench_4k.log"
 grep -E "round [0-9] mixed" "$OUT/bench.log" | tail -8
 grep -E "PASSED|FAILED|ERROR|rel" "$OUT/e2e.log" | tail -20
 tail -3 "$OUT/model.log"
+grep -E "PASSED|FAILED" "$OUT/seq_ops_nographs.log"
+grep -E "ERROR SUMMARY|PASSED|FAILED|Invalid" "$OUT/memcheck.log" | head -8
