@@ -245,7 +245,10 @@ typedef struct dsq_ctx dsq_ctx;
 
 typedef struct dsq_ctx_params {
     uint32_t struct_size;   /* sizeof(dsq_ctx_params)                         */
-    int32_t max_seqs;       /* sequence ids are 0..max_seqs-1; default 1      */
+    int32_t max_seqs;       /* sequence ids are 0..max_seqs-1; default 1;
+                               at most 1,048,576 (host bookkeeping is ~20
+                               bytes per id; paged block tables grow with
+                               the tokens cached, not with max_seqs)      */
     int32_t max_context;    /* tokens per sequence; default min(4096, model)  */
     int32_t max_batch_tokens; /* most tokens one prefill chunk or decode step
                                  processes at once; longer prompts are split
@@ -381,6 +384,44 @@ DSQ_API dsq_status dsq_seq_remove(dsq_ctx *ctx, int32_t seq);
 /** Number of tokens held for `seq` in *n_out.  DSQ_ERR_INVALID_ARG,
  *  DSQ_ERR_SEQ. */
 DSQ_API dsq_status dsq_seq_length(const dsq_ctx *ctx, int32_t seq, int32_t *n_out);
+
+/** Keep only the first `new_len` tokens of sequence `seq` (0 <= new_len <=
+ *  its length): regenerate from an earlier point, or reject the draft
+ *  tokens of speculative decoding.  The next dsq_prefill/dsq_decode_step
+ *  continues at position new_len and gives the logits a sequence of those
+ *  new_len tokens would give.  Paged: whole blocks past new_len return to
+ *  the pool (a block still shared with a fork only loses this sequence's
+ *  reference).  new_len == 0 empties the sequence like dsq_seq_remove;
+ *  new_len == length is a no-op.  The tokens dsq_step() penalises are
+ *  truncated with it.  No KV work; CUDA: the sequence's last (up to
+ *  DSQ_PENALTY_MAX_N) tokens are uploaded for the GPU sampler on the
+ *  context's stream from pageable memory, which waits for the stream's
+ *  earlier work.
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx, new_len < 0 or beyond
+ *  the length), DSQ_ERR_SEQ (id out of range); on error nothing changes.
+ *  Same thread rule as the context. */
+DSQ_API dsq_status dsq_seq_truncate(dsq_ctx *ctx, int32_t seq, int32_t new_len);
+
+/** Start sequence `dst` as a copy of sequence `src`: afterwards dst holds
+ *  the same tokens and continues exactly as src would (a system prompt or
+ *  few-shot prefix prefilled once, then forked for each request); both then
+ *  advance independently.  Paged cache: dst shares src's blocks by reference
+ *  count and costs no KV memory until it writes; a block shared and only
+ *  partly filled is copied (one block, on the device) the first time either
+ *  sequence writes into it, which is when DSQ_ERR_KV_FULL can occur (from
+ *  dsq_prefill / dsq_decode_step, all-or-nothing as usual).  Static cache:
+ *  src's rows are copied into dst's slot (CUDA: cudaMemcpyAsync on the
+ *  context's stream, no synchronisation; ordered before the next step).
+ *  dst also starts with a copy of src's token history (what dsq_step()
+ *  penalises; CUDA: its last up to DSQ_PENALTY_MAX_N tokens are uploaded on
+ *  the context's stream from pageable memory, which waits for the stream's
+ *  earlier work).
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx, src == dst), DSQ_ERR_SEQ
+ *  (an id out of range, src empty, dst active: remove it first),
+ *  DSQ_ERR_OUT_OF_MEMORY (host, for dst's block table or token history),
+ *  DSQ_ERR_DEVICE; on
+ *  error nothing changes.  Same thread rule as the context. */
+DSQ_API dsq_status dsq_seq_fork(dsq_ctx *ctx, int32_t src, int32_t dst);
 
 /* ------------------------------------------------------------------------ */
 /* Tokenizer (byte-level BPE from tokenizer.json)                           */
@@ -753,7 +794,10 @@ static inline dsq_step_params dsq_step_default_params(void)
  *
  *  The library keeps every sequence's tokens (for the penalties), also those
  *  added by dsq_prefill() and dsq_decode_step(); dsq_seq_remove() forgets
- *  them.
+ *  them, dsq_seq_truncate() drops the truncated ones and dsq_seq_fork()
+ *  gives the new sequence a copy.  Paged cache: a step's first write into a
+ *  block shared with a fork copies that block first (DSQ_ERR_KV_FULL when
+ *  the pool has no room, all-or-nothing).
  *
  *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx/seqs, n_seqs <= 0, an
  *  entry with no tokens or NULL tokens, a repeated seq id, unknown flags,

@@ -1,12 +1,14 @@
 /* step.c - dsq_step(): one forward pass over decode steps and prompt chunks
  * of several sequences, with per-sequence sampling in the library.
  *
- * Validation happens before anything changes; then the sequences' token
- * histories and paged KV blocks are reserved and appended, the backend runs
- * the batch (its `step` hook samples on the device; without one the logits
- * come to host memory and lib/sample_cpu.c samples them), and only on
- * success do the sequence lengths move.  A failure undoes the reservations,
- * so no sequence changes. */
+ * Validation happens before anything changes (the batch checks and layout
+ * are lib/api.c's dsq_batch_build, shared with every batch call); then
+ * dsq_batch_reserve grows the token histories and reserves paged KV blocks
+ * (copy on write of shared blocks), the backend runs the batch (its `step`
+ * hook samples on the device; without one the logits come to host memory
+ * and lib/sample_cpu.c samples them), and dsq_batch_finish moves the
+ * lengths only on success; a failure undoes the reservations, so no
+ * sequence changes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,9 +166,22 @@ dsq_status dsq_step(dsq_ctx *c, const dsq_step_seq *seqs, int32_t n, const dsq_s
     if (sp.logits && sp.logits_on_device && c->model->ops->kind != DSQ_BACKEND_CUDA)
         return fail_ctx(c, dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_step: logits_on_device needs the CUDA backend; "
                                     "this context runs on the CPU (pass host memory)"));
-    if (n > c->p.max_seqs)
-        return fail_ctx(c, dsq_fail(DSQ_ERR_BATCH, "dsq_step: %d entries exceed max_seqs %d", n, c->p.max_seqs));
+    /* before anything is written per entry: the scratch holds
+     * min(max_seqs, max_batch_tokens) entries */
+    if (n > c->p.max_seqs || n > c->p.max_batch_tokens)
+        return fail_ctx(c, dsq_fail(DSQ_ERR_BATCH, "dsq_step: %d entries exceed max_seqs %d / max_batch_tokens %d",
+                                    n, c->p.max_seqs, c->p.max_batch_tokens));
     if ((st = ensure_scratch(c)) != DSQ_OK)
+        return fail_ctx(c, st);
+
+    /* ids, tokens, lengths and batch limits: the checks every batch call
+     * shares (lib/api.c), which also lay out the batch */
+    dsq_batch_entry *be = c->b_entry;
+    for (int32_t i = 0; i < n; i++)
+        be[i] = (dsq_batch_entry){ .seq = seqs[i].seq, .n_tokens = seqs[i].n_tokens, .tokens = seqs[i].tokens,
+                                   .want_logits = seqs[i].sample || (seqs[i].flags & DSQ_STEP_LOGITS) };
+    dsq_batch b;
+    if ((st = dsq_batch_build(c, "dsq_step", n, be, &b)) != DSQ_OK)
         return fail_ctx(c, st);
 
     const dsq_model *m = c->model;
@@ -177,20 +192,9 @@ dsq_status dsq_step(dsq_ctx *c, const dsq_step_seq *seqs, int32_t n, const dsq_s
         if (nt > 0 && nt < V)
             n_real = nt;
     }
-    int64_t total = 0;
     int32_t n_rows = 0, n_out_logits = 0, n_sampled = 0;
     for (int32_t i = 0; i < n; i++) {
         const dsq_step_seq *e = &seqs[i];
-        if (e->seq < 0 || e->seq >= c->p.max_seqs)
-            return fail_ctx(c, dsq_fail(DSQ_ERR_SEQ, "dsq_step: entry %d: sequence id %d is outside 0..%d", i,
-                                        e->seq, c->p.max_seqs - 1));
-        for (int32_t j = 0; j < i; j++)
-            if (seqs[j].seq == e->seq)
-                return fail_ctx(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_step: sequence %d appears twice (entries %d "
-                                            "and %d)", e->seq, j, i));
-        if (e->n_tokens <= 0 || !e->tokens)
-            return fail_ctx(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_step: entry %d (sequence %d) has no tokens "
-                                        "(n_tokens %d)", i, e->seq, e->n_tokens));
         if (e->flags & ~(uint32_t)STEP_FLAGS)
             return fail_ctx(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_step: entry %d: unknown flags 0x%x", i, e->flags));
         if (e->top_n < 0 || e->top_n > DSQ_STEP_MAX_TOP_N)
@@ -202,16 +206,7 @@ dsq_status dsq_step(dsq_ctx *c, const dsq_step_seq *seqs, int32_t n, const dsq_s
         if ((e->flags & DSQ_STEP_LOGITS) && !sp.logits)
             return fail_ctx(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_step: entry %d asks for logits but "
                                         "params->logits is NULL", i));
-        for (int32_t t = 0; t < e->n_tokens; t++)
-            if (e->tokens[t] < 0 || e->tokens[t] >= V)
-                return fail_ctx(c, dsq_fail(DSQ_ERR_TOKEN, "dsq_step: entry %d: token[%d] = %d is outside 0..%d",
-                                            i, t, e->tokens[t], V - 1));
-        if ((int64_t)c->seq_len[e->seq] + e->n_tokens > c->p.max_context)
-            return fail_ctx(c, dsq_fail(DSQ_ERR_CONTEXT_FULL, "dsq_step: sequence %d holds %d tokens; %d more "
-                                        "exceed max_context %d", e->seq, c->seq_len[e->seq], e->n_tokens,
-                                        c->p.max_context));
-        total += e->n_tokens;
-        if (e->sample || (e->flags & DSQ_STEP_LOGITS)) {
+        if (be[i].want_logits) {
             dsq_samp_row *r = &c->step_rows[n_rows++];
             memset(r, 0, sizeof *r);
             r->seq = e->seq;
@@ -240,64 +235,26 @@ dsq_status dsq_step(dsq_ctx *c, const dsq_step_seq *seqs, int32_t n, const dsq_s
             }
         }
     }
-    if (total > c->p.max_batch_tokens)
-        return fail_ctx(c, dsq_fail(DSQ_ERR_BATCH, "dsq_step: %lld tokens exceed max_batch_tokens %d "
-                                    "(split prompts into chunks)", (long long)total, c->p.max_batch_tokens));
     if (sp.logits && n_out_logits == 0)
         return fail_ctx(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_step: params->logits is set but no entry has "
                                     "DSQ_STEP_LOGITS"));
     if (n_sampled > 0 && !out)
         return fail_ctx(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_step: out is NULL but %d entries sample", n_sampled));
 
-    /* the batch: entry i's tokens contiguous, its last token's row wanted */
-    int32_t t = 0, r = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const dsq_step_seq *e = &seqs[i];
-        const int32_t len = c->seq_len[e->seq];
-        c->b_seq_ids[i] = e->seq;
-        c->b_seq_start[i] = t;
-        c->b_seq_pos0[i] = len;
-        c->b_new_len[i] = len + e->n_tokens;
-        for (int32_t k = 0; k < e->n_tokens; k++, t++) {
-            c->b_tokens[t] = e->tokens[k];
-            c->b_pos[t] = len + k;
-            c->b_tok_seq[t] = i;
-        }
-        if (e->sample || (e->flags & DSQ_STEP_LOGITS))
-            c->b_logit_rows[r++] = t - 1;
-    }
-    c->b_seq_start[n] = t;
-    for (int32_t i = 0; i < n; i++)
-        if ((st = dsq_hist_reserve(&c->hist, seqs[i].seq, c->b_new_len[i])) != DSQ_OK)
-            return fail_ctx(c, st);
-    if (c->p.kv_layout == DSQ_KV_PAGED) {
-        st = dsq_kv_pages_reserve(&c->pages, n, c->b_seq_ids, c->b_new_len);
-        if (st != DSQ_OK)
-            return fail_ctx(c, st);
-    }
-    for (int32_t i = 0; i < n; i++)
-        dsq_hist_append(&c->hist, seqs[i].seq, seqs[i].tokens, seqs[i].n_tokens);
-    dsq_batch b = {
-        .n_tokens = t, .n_seqs = n, .tokens = c->b_tokens, .pos = c->b_pos,
-        .tok_seq = c->b_tok_seq, .seq_ids = c->b_seq_ids, .seq_start = c->b_seq_start,
-        .seq_pos0 = c->b_seq_pos0, .n_logits = n_rows, .logit_rows = c->b_logit_rows,
-    };
+    /* token histories, paged KV blocks and copies on write, all or nothing */
+    int32_t n_cow = 0;
+    if ((st = dsq_batch_reserve(c, n, be, &n_cow)) != DSQ_OK)
+        return fail_ctx(c, st);
     if (m->ops->step)
         st = m->ops->step(c, &b, c->step_rows, c->step_res, sp.logits, sp.logits_on_device);
     else
         st = step_on_host(c, &b, sp.logits);
-    if (st != DSQ_OK) {
-        for (int32_t i = 0; i < n; i++) {
-            c->hist.len[seqs[i].seq] = c->b_seq_pos0[i];
-            if (c->p.kv_layout == DSQ_KV_PAGED)
-                dsq_kv_pages_trim(&c->pages, seqs[i].seq, c->b_seq_pos0[i]);
-        }
+    dsq_batch_finish(c, n, be, n_cow, st);
+    if (st != DSQ_OK)
         return fail_ctx(c, st);
-    }
-    r = 0;
+    int32_t r = 0;
     for (int32_t i = 0; i < n; i++) {
         const dsq_step_seq *e = &seqs[i];
-        c->seq_len[e->seq] += e->n_tokens;
         int has_row = e->sample || (e->flags & DSQ_STEP_LOGITS);
         if (out) {
             dsq_step_out *o = &out[i];
