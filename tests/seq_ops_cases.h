@@ -546,4 +546,297 @@ static void test_mixed_matches_separate(void **state)
     dsq_model_free(m);
 }
 
+
+/* ---- dsq_step with fork / truncate: token histories and copy on write ------------ */
+
+/* Greedy under repetition penalty `pen` over the window `win[0..nwin)`, as
+ * dsq_sample_params documents it (each distinct id once); ties to the lowest id. */
+static int32_t pen_argmax(const float *x, int32_t nv, const int32_t *win, int nwin, float pen)
+{
+    float *y = malloc(sizeof(float) * (size_t)nv);
+    memcpy(y, x, sizeof(float) * (size_t)nv);
+    for (int i = 0; i < nwin; i++) {
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            first &= win[j] != win[i];
+        if (first)
+            y[win[i]] = y[win[i]] > 0.0f ? y[win[i]] / pen : y[win[i]] * pen;
+    }
+    int32_t best = 0;
+    for (int32_t j = 1; j < nv; j++)
+        if (y[j] > y[best])
+            best = j;
+    free(y);
+    return best;
+}
+
+static dsq_sample_params greedy_pen(float pen)
+{
+    dsq_sample_params g = dsq_sample_default_params();
+    g.temperature = 0.0f;
+    g.repetition_penalty = pen;
+    g.penalty_last_n = DSQ_PENALTY_MAX_N;
+    return g;
+}
+
+/* History length and tokens equal to what the test fed the sequence. */
+static void expect_history(const dsq_ctx *c, int32_t seq, const int32_t *tok, int32_t n)
+{
+    assert_int_equal(c->hist.len[seq], n);
+    assert_int_equal(seq_len_of(c, seq), n);
+    if (n > 0)
+        assert_memory_equal(c->hist.tok[seq], tok, sizeof(int32_t) * (size_t)n);
+}
+
+/* Parent 0 decodes greedily (no penalty) until its next argmax o is a token
+ * it already holds (before the last one fed, t); then it drops t again
+ * (truncate), forks child 1, and an independent 2 is prefilled with the
+ * same tokens.  One dsq_step feeds t to all three with greedy sampling under
+ * a huge repetition penalty: o is excluded only if the sequence's penalty
+ * history holds the prefix, so a child without the parent's history (or a
+ * parent whose truncated token stayed) would draw o.  Then parent and child
+ * continue on their own tokens beside independent twins 2 and 3: their
+ * histories must stay apart.  Paged: the prefix ends inside a block, so the
+ * first dsq_step copies the shared block (copy on write in the step). */
+static void step_fork_case(dsq_model *m, int layout, int dtype, int32_t n_start)
+{
+    const int32_t nv = 1000, pmax = 160;
+    const float PEN = 1e6f;
+    dsq_ctx *c = seq_ctx(m, layout, dtype, 4, 256, 64, 16, 0);
+    int32_t hist[4][256], n[4] = {0, 0, 0, 0};
+    rand_tokens(hist[0], n_start, nv, 1234u);
+    n[0] = n_start;
+    float *lg = malloc(sizeof(float) * 4 * nv);
+    dsq_step_params sp = dsq_step_default_params();
+    sp.logits = lg;
+    dsq_sample_params plain = greedy_pen(1.0f), pen = greedy_pen(PEN);
+    dsq_step_seq e0 = { 0, n[0], hist[0], &plain, 0, DSQ_STEP_LOGITS };
+    dsq_step_out o[4];
+    OKC(c, dsq_step(c, &e0, 1, &sp, o));
+    int32_t t = -1, found = 0;
+    while (n[0] < pmax) {
+        /* o[0].token is the argmax after hist[0][0..n[0]) */
+        assert_int_equal(o[0].token, pen_argmax(lg, nv, NULL, 0, 1.0f));
+        t = o[0].token;
+        hist[0][n[0]++] = t;
+        e0 = (dsq_step_seq){ 0, 1, &t, &plain, 0, DSQ_STEP_LOGITS };
+        OKC(c, dsq_step(c, &e0, 1, &sp, o));
+        for (int i = 0; i < n[0] - 1 && !found; i++)
+            found = hist[0][i] == o[0].token && o[0].token != t;
+        if (found)
+            break;
+    }
+    if (!found)
+        fail_msg("setup: greedy never returned to a token of its history in %d tokens", pmax);
+    const int32_t o_raw = o[0].token;
+    /* back to before t; the fork and the independent twin hold the same */
+    OKC(c, dsq_seq_truncate(c, 0, n[0] - 1));
+    n[0]--;
+    expect_history(c, 0, hist[0], n[0]);
+    int64_t used0 = used_tokens(c);
+    OKC(c, dsq_seq_fork(c, 0, 1));
+    memcpy(hist[1], hist[0], sizeof(int32_t) * (size_t)n[0]);
+    n[1] = n[0];
+    expect_history(c, 1, hist[1], n[1]);
+    if (layout == DSQ_KV_PAGED)
+        assert_int_equal(used_tokens(c), used0);
+    OKC(c, dsq_prefill(c, 2, hist[0], n[0], DSQ_LOGITS_LAST, NULL));
+    memcpy(hist[2], hist[0], sizeof(int32_t) * (size_t)n[0]);
+    n[2] = n[0];
+    const int partial = n[0] % 16 != 0;
+
+    dsq_step_seq e[4];
+    int32_t in[4] = {t, t, t, 0};
+    for (int i = 0; i < 3; i++) {
+        e[i] = (dsq_step_seq){ i, 1, &in[i], &pen, 0, DSQ_STEP_LOGITS };
+        hist[i][n[i]++] = t;
+    }
+    OKC(c, dsq_step(c, e, 3, &sp, o));
+    /* paged: a partial shared block is copied once (the second holder then
+     * writes in place), else parent and child each open a block; plus the
+     * twin's own blocks */
+    if (layout == DSQ_KV_PAGED)
+        assert_int_equal(used_tokens(c), used0 + (partial ? 16 : 32) + (int64_t)((n[2] + 15) / 16) * 16);
+    for (int i = 0; i < 3; i++) {
+        expect_close(lg + (size_t)i * nv, lg + 2 * (size_t)nv, (size_t)nv, G.tol_same, "step after fork vs twin");
+        int32_t want = pen_argmax(lg + (size_t)i * nv, nv, hist[i], n[i], PEN);
+        if (o[i].token != want)
+            fail_msg("seq %d drew %d, penalised greedy over its history is %d", i, o[i].token, want);
+    }
+    /* the test discriminates: a child whose history held only t would draw
+     * something else (the raw argmax, which the prefix holds) */
+    assert_int_not_equal(pen_argmax(lg + nv, nv, &t, 1, PEN), o[1].token);
+    assert_int_equal(o[0].token, o[1].token);
+    const int32_t plen = n[1] - 1;
+
+    /* twin of the child: 3 */
+    OKC(c, dsq_prefill(c, 3, hist[1], n[1], DSQ_LOGITS_LAST, NULL));
+    memcpy(hist[3], hist[1], sizeof(int32_t) * (size_t)n[1]);
+    n[3] = n[1];
+    /* parent and twin 2 go on with their draws; child and twin 3 with
+     * another token first, then their own draws */
+    int32_t nxt[4] = {o[0].token, (o[1].token + 1) % nv, o[2].token, (o[1].token + 1) % nv};
+    for (int step = 0; step < 12; step++) {
+        for (int i = 0; i < 4; i++) {
+            in[i] = nxt[i];
+            hist[i][n[i]++] = in[i];
+            e[i] = (dsq_step_seq){ i, 1, &in[i], &pen, 0, DSQ_STEP_LOGITS };
+        }
+        OKC(c, dsq_step(c, e, 4, &sp, o));
+        for (int i = 0; i < 4; i++) {
+            int32_t want = pen_argmax(lg + (size_t)i * nv, nv, hist[i], n[i], PEN);
+            if (o[i].token != want)
+                fail_msg("step %d: seq %d drew %d, penalised greedy over its history is %d", step, i, o[i].token, want);
+            nxt[i] = o[i].token;
+        }
+        expect_close(lg, lg + 2 * (size_t)nv, (size_t)nv, G.tol_same, "parent vs its twin");
+        expect_close(lg + nv, lg + 3 * (size_t)nv, (size_t)nv, G.tol_same, "child vs its twin");
+        assert_int_equal(o[0].token, o[2].token);
+        assert_int_equal(o[1].token, o[3].token);
+    }
+    for (int i = 0; i < 4; i++)
+        expect_history(c, i, hist[i], n[i]);
+    printf("  dsq_step after fork/truncate %s %s: %d-token prefix (%s), raw argmax %d excluded by the forked "
+           "history\n", G.name, kv_name(layout, dtype), plen, partial ? "shared partial block copied in the step"
+                                                                       : "block-aligned", o_raw);
+    free(lg);
+    dsq_ctx_free(c);
+}
+
+/* A greedy draw under penalty, the sequence truncated back, the same draw
+ * again: the same token and logits, and the token history holds exactly the
+ * kept tokens (the ones fed in between include the first draw, which the
+ * penalty would push away were it still counted). */
+static void step_truncate_case(dsq_model *m, int layout, int dtype)
+{
+    const int32_t nv = 1000;
+    const float PEN = 1e6f;
+    dsq_ctx *c = seq_ctx(m, layout, dtype, 2, 128, 32, 16, 0);
+    int32_t p[40];
+    rand_tokens(p, 40, nv, 4242u);
+    float *first = malloc(sizeof(float) * nv), *again = malloc(sizeof(float) * nv);
+    dsq_step_params sp = dsq_step_default_params();
+    dsq_sample_params pen = greedy_pen(PEN);
+    OKC(c, dsq_prefill(c, 0, p, 29, DSQ_LOGITS_LAST, NULL));
+    int32_t x = p[29];
+    dsq_step_seq e = { 0, 1, &x, &pen, 0, DSQ_STEP_LOGITS };
+    dsq_step_out o;
+    sp.logits = first;
+    OKC(c, dsq_step(c, &e, 1, &sp, &o));
+    const int32_t g1 = o.token;
+    assert_int_equal(g1, pen_argmax(first, nv, p, 30, PEN));
+    /* what a history still holding g1 would draw */
+    int32_t stale[31];
+    memcpy(stale, p, sizeof(int32_t) * 30);
+    stale[30] = g1;
+    assert_int_not_equal(pen_argmax(first, nv, stale, 31, PEN), g1);
+    /* g1, then a prompt chunk through dsq_step (crosses a block) */
+    int32_t y = g1;
+    e = (dsq_step_seq){ 0, 1, &y, &pen, 0, 0 };
+    sp.logits = NULL;
+    OKC(c, dsq_step(c, &e, 1, &sp, &o));
+    e = (dsq_step_seq){ 0, 9, p + 30, &pen, 0, 0 };
+    OKC(c, dsq_step(c, &e, 1, &sp, &o));
+    assert_int_equal(seq_len_of(c, 0), 40);
+    OKC(c, dsq_seq_truncate(c, 0, 29));
+    expect_history(c, 0, p, 29);
+    e = (dsq_step_seq){ 0, 1, &x, &pen, 0, DSQ_STEP_LOGITS };
+    sp.logits = again;
+    OKC(c, dsq_step(c, &e, 1, &sp, &o));
+    assert_int_equal(o.token, g1);
+    double err = expect_close(again, first, (size_t)nv, G.tol_same, "truncate then dsq_step");
+    /* to nothing: the sequence starts over and forgets every token */
+    OKC(c, dsq_seq_truncate(c, 0, 0));
+    expect_history(c, 0, p, 0);
+    printf("  truncate then dsq_step %s %s: token %d again, rel err %.3g\n", G.name, kv_name(layout, dtype), g1, err);
+    free(first);
+    free(again);
+    dsq_ctx_free(c);
+}
+
+static void test_step_fork_truncate(void **state)
+{
+    (void)state;
+    dsq_model *m = seq_load(G.backend);
+    for (int d = 0; d < G.n_dtypes; d++) {
+        step_fork_case(m, DSQ_KV_STATIC, G.dtypes[d], 5);
+        step_fork_case(m, DSQ_KV_PAGED, G.dtypes[d], 5);
+        step_fork_case(m, DSQ_KV_PAGED, G.dtypes[d], 9);
+        step_truncate_case(m, DSQ_KV_STATIC, G.dtypes[d]);
+        step_truncate_case(m, DSQ_KV_PAGED, G.dtypes[d]);
+    }
+    dsq_model_free(m);
+}
+
+/* dsq_step misuse and a copy on write that does not fit: refused, and no
+ * length, block or token history changes; a later step still draws what a
+ * fresh context draws. */
+static void test_step_misuse_changes_nothing(void **state)
+{
+    (void)state;
+    const int32_t nv = 1000;
+    dsq_model *m = seq_load(G.backend);
+    /* max_seqs 8 > max_batch_tokens 4, pool of 3 blocks of 16 */
+    dsq_ctx *c = seq_ctx(m, DSQ_KV_PAGED, G.dtypes[0], 8, 64, 4, 16, 48);
+    dsq_ctx *r = seq_ctx(m, DSQ_KV_PAGED, G.dtypes[0], 8, 64, 4, 16, 0);
+    int32_t p[20];
+    rand_tokens(p, 20, nv, 77u);
+    for (int k = 0; k < 20; k += 4) {
+        dsq_step_seq e = { 0, 4, p + k, NULL, 0, 0 };
+        OKC(c, dsq_step(c, &e, 1, NULL, NULL));
+        OKC(r, dsq_step(r, &e, 1, NULL, NULL));
+    }
+    OKC(c, dsq_seq_fork(c, 0, 1));
+    OKC(c, dsq_seq_fork(c, 0, 2));
+    snap s = take_snap(c);
+    assert_int_equal(s.used, 32);
+    dsq_sample_params pen = greedy_pen(3.0f);
+    int32_t tk[8] = {7, 8, 9, 10, 11, 12, 13, 14};
+    dsq_step_seq e[8];
+    for (int i = 0; i < 8; i++)
+        e[i] = (dsq_step_seq){ i, 1, &tk[i], &pen, 0, 0 };
+    dsq_step_out o[8];
+    /* three holders of the partial block write: two copies, one block free */
+    expect_refused(c, dsq_step(c, e, 3, NULL, o), DSQ_ERR_KV_FULL, "dsq_step needing 2 copies, 1 block free");
+    /* 5 entries > max_batch_tokens 4 (<= max_seqs 8) */
+    expect_refused(c, dsq_step(c, e, 5, NULL, o), DSQ_ERR_BATCH, "dsq_step with more entries than max_batch_tokens");
+    dsq_step_seq dup[2] = { e[0], e[0] };
+    expect_refused(c, dsq_step(c, dup, 2, NULL, o), DSQ_ERR_INVALID_ARG, "dsq_step repeated id");
+    int32_t bad = nv;
+    dsq_step_seq eb = { 1, 1, &bad, &pen, 0, 0 };
+    expect_refused(c, dsq_step(c, &eb, 1, NULL, o), DSQ_ERR_TOKEN, "dsq_step bad token");
+    int32_t big[45] = {0};
+    dsq_step_seq ef = { 1, 45, big, &pen, 0, 0 };
+    expect_refused(c, dsq_step(c, &ef, 1, NULL, o), DSQ_ERR_BATCH, "dsq_step chunk over max_batch_tokens");
+    dsq_step_seq eo = { 8, 1, &tk[0], &pen, 0, 0 };
+    expect_refused(c, dsq_step(c, &eo, 1, NULL, o), DSQ_ERR_SEQ, "dsq_step out-of-range id");
+    dsq_sample_params badp = pen;
+    badp.top_p = 2.0f;
+    dsq_step_seq ep = { 1, 1, &tk[0], &badp, 0, 0 };
+    expect_refused(c, dsq_step(c, &ep, 1, NULL, o), DSQ_ERR_INVALID_ARG, "dsq_step top_p 2");
+    same_snap(c, s);
+    for (int i = 0; i < 3; i++)
+        expect_history(c, i, p, 20);
+    /* the parent alone fits (one copy) and draws what the reference does */
+    OKC(c, dsq_step(c, e, 1, NULL, o));
+    dsq_step_out ro;
+    OKC(r, dsq_step(r, e, 1, NULL, &ro));
+    assert_int_equal(o[0].token, ro.token);
+    assert_int_equal(used_tokens(c), 48);
+    /* and a fork too, after the parent is removed (its copy freed) */
+    OKC(c, dsq_seq_remove(c, 0));
+    OKC(c, dsq_step(c, e + 1, 1, NULL, o));
+    OKC(r, dsq_seq_truncate(r, 0, 20));
+    dsq_step_seq er = { 0, 1, &tk[1], &pen, 0, 0 };
+    OKC(r, dsq_step(r, &er, 1, NULL, &ro));
+    assert_int_equal(o[0].token, ro.token);
+    int32_t h1[21];
+    memcpy(h1, p, sizeof p);
+    h1[20] = tk[1];
+    expect_history(c, 1, h1, 21);
+    dsq_ctx_free(c);
+    dsq_ctx_free(r);
+    dsq_model_free(m);
+}
+
 #endif /* DSQ_SEQ_OPS_CASES_H */

@@ -98,6 +98,8 @@ int main(void)
         cmocka_unit_test(test_fork_memory),
         cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_mixed_matches_separate),
+        cmocka_unit_test(test_step_fork_truncate),
+        cmocka_unit_test(test_step_misuse_changes_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
