@@ -863,6 +863,16 @@ static dsq_status launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL)
     h[o_cupre + S - p.nd] = row - p.nd;
     for (int32_t k = 0; k < NL; k++)
         h[o_lrow + k] = cc->h_tokmap[bt->logit_rows[k]];
+    /* A decode graph bakes in its number of logit rows but is keyed only by
+     * (batch size, any logits, block-table width): with graphs on, a decode
+     * pass wanting some rows computes all S (the extra rows, row 0 again,
+     * are never read), so a graph captured for fewer rows is never replayed
+     * for more. */
+    if (cc->graphs && p.decode && NL > 0 && NL < S) {
+        for (int32_t k = NL; k < S; k++)
+            h[o_lrow + k] = 0;
+        p.NL = S;
+    }
     CK(cudaMemcpyAsync(cc->meta, h, n_meta * 4, cudaMemcpyHostToDevice, s), "batch metadata upload");
     CK(cudaEventRecord(cc->meta_sent[slot], s), "event record");
     p.tok = cc->meta + o_tok;

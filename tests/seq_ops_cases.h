@@ -839,4 +839,71 @@ static void test_step_misuse_changes_nothing(void **state)
     dsq_model_free(m);
 }
 
+
+/* Decode steps of one batch size in which only entry 0 draws, then steps in
+ * which every entry draws and returns logits: every row must be fresh (CUDA
+ * replays decode graphs keyed by batch size; one captured for a single logit
+ * row must not serve a step wanting all of them).  Reference: a context
+ * whose every step wants all rows.  n_seqs 140 also spans two chunks of
+ * logit rows (128 each). */
+static void step_rows_case(dsq_model *m, int32_t ns)
+{
+    const int32_t nv = 1000;
+    dsq_ctx *a = seq_ctx(m, DSQ_KV_PAGED, G.dtypes[0], ns, 64, 256, 16, 0);
+    dsq_ctx *r = seq_ctx(m, DSQ_KV_PAGED, G.dtypes[0], ns, 64, 256, 16, 0);
+    float *la = malloc(sizeof(float) * (size_t)ns * nv), *lr = malloc(sizeof(float) * (size_t)ns * nv);
+    dsq_step_seq *ea = malloc(sizeof(dsq_step_seq) * (size_t)ns), *er = malloc(sizeof(dsq_step_seq) * (size_t)ns);
+    dsq_step_out *oa = malloc(sizeof(dsq_step_out) * (size_t)ns), *orr = malloc(sizeof(dsq_step_out) * (size_t)ns);
+    int32_t *tk = malloc(sizeof(int32_t) * (size_t)ns);
+    int32_t p[5];
+    for (int32_t i = 0; i < ns; i++) {
+        rand_tokens(p, 5, nv, 100u + (unsigned)i);
+        OKC(a, dsq_prefill(a, i, p, 5, DSQ_LOGITS_LAST, NULL));
+        OKC(r, dsq_prefill(r, i, p, 5, DSQ_LOGITS_LAST, NULL));
+    }
+    dsq_sample_params g = greedy_pen(1.0f);
+    dsq_step_params spa = dsq_step_default_params(), spr = dsq_step_default_params();
+    spr.logits = lr;
+    double err = 0;
+    for (int step = 0; step < 6; step++) {
+        const int all = step % 2 == 1;
+        spa.logits = all ? la : NULL;
+        for (int32_t i = 0; i < ns; i++) {
+            tk[i] = (int32_t)((step * 7 + i * 13 + 1) % nv);
+            ea[i] = (dsq_step_seq){ i, 1, &tk[i], all || i == 0 ? &g : NULL, 0, all ? DSQ_STEP_LOGITS : 0u };
+            er[i] = (dsq_step_seq){ i, 1, &tk[i], &g, 0, DSQ_STEP_LOGITS };
+        }
+        OKC(a, dsq_step(a, ea, ns, &spa, oa));
+        OKC(r, dsq_step(r, er, ns, &spr, orr));
+        for (int32_t i = 0; i < ns; i++) {
+            if (i == 0 || all)
+                if (oa[i].token != orr[i].token)
+                    fail_msg("%d seqs, step %d: entry %d drew %d, reference %d", ns, step, i, oa[i].token,
+                             orr[i].token);
+            if (all)
+                err = fmax(err, expect_close(la + (size_t)i * nv, lr + (size_t)i * nv, (size_t)nv, G.tol_same,
+                                             "logits row of a step after one with fewer rows"));
+        }
+    }
+    printf("  %d seqs, steps alternating 1 / all logit rows %s: max rel err %.3g\n", ns, G.name, err);
+    free(la);
+    free(lr);
+    free(ea);
+    free(er);
+    free(oa);
+    free(orr);
+    free(tk);
+    dsq_ctx_free(a);
+    dsq_ctx_free(r);
+}
+
+static void test_step_logit_rows_vary(void **state)
+{
+    (void)state;
+    dsq_model *m = seq_load(G.backend);
+    step_rows_case(m, 3);
+    step_rows_case(m, 140);
+    dsq_model_free(m);
+}
+
 #endif /* DSQ_SEQ_OPS_CASES_H */

@@ -100,6 +100,7 @@ int main(void)
         cmocka_unit_test(test_mixed_matches_separate),
         cmocka_unit_test(test_step_fork_truncate),
         cmocka_unit_test(test_step_misuse_changes_nothing),
+        cmocka_unit_test(test_step_logit_rows_vary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
