@@ -176,7 +176,6 @@ done:
     free(toks);
     free(ent);
     free(outs);
-    free(batches);
     cli_session_close(&s);
     return rc;
 }
