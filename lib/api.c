@@ -86,7 +86,7 @@ int dsq_backend_available(dsq_backend backend)
     case DSQ_BACKEND_CPU: return 1;
     case DSQ_BACKEND_CUDA:
 #ifdef DSQ_HAVE_CUDA
-        return dsq_cuda_available();
+        return dsq_cuda_device_problem() == NULL && dsq_cublaslt_problem() == NULL;
 #else
         return 0;
 #endif
