@@ -79,6 +79,13 @@ static const dsq_backend_ops *pick_backend(int32_t want, dsq_status *st)
     }
 }
 
+#ifdef DSQ_HAVE_CUDA
+int dsq_cuda_available(void)
+{
+    return dsq_cuda_device_problem() == NULL && dsq_cublaslt_problem() == NULL;
+}
+#endif
+
 int dsq_backend_available(dsq_backend backend)
 {
     switch (backend) {
@@ -86,7 +93,7 @@ int dsq_backend_available(dsq_backend backend)
     case DSQ_BACKEND_CPU: return 1;
     case DSQ_BACKEND_CUDA:
 #ifdef DSQ_HAVE_CUDA
-        return dsq_cuda_device_problem() == NULL && dsq_cublaslt_problem() == NULL;
+        return dsq_cuda_available();
 #else
         return 0;
 #endif

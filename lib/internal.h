@@ -495,6 +495,9 @@ const char *dsq_cuda_device_problem(void);
  * cuda/cublaslt_loader.cu), else why not, naming the library and dlerror()
  * (static text).  Thread-safe. */
 const char *dsq_cublaslt_problem(void);
+/* 1 when both of the above are NULL: the CUDA backend can run here (tests
+ * use it to decide whether to skip). */
+int dsq_cuda_available(void);
 #endif
 
 /* Load progress of the current phase (a backend's model_load: `done` of
