@@ -60,8 +60,11 @@ static void test_huge_batch_scratch_fails_cleanly(void **state)
         dsq_status st = dsq_ctx_new(m, &cp, &c);
         const char *msg = dsq_last_error_message();
         printf("  max_batch_tokens %d: %s (%s)\n", (int)batches[i], dsq_status_string(st), msg);
-        if (st == DSQ_OK && i == 0) { /* a machine with > 205 GB to spare */
-            printf("  (the memory was there: nothing to check for this size)\n");
+        if (st == DSQ_OK) { /* the memory was there, or the kernel overcommits
+                              (vm.overcommit_memory=1 grants even 4.4 TB);
+                              the ASan build caps allocations, so CI always
+                              takes the failure path */
+            printf("  (the allocation succeeded here: nothing to check for this size)\n");
             dsq_ctx_free(c);
             continue;
         }

@@ -68,7 +68,7 @@ def test_seed():
     expect(["generate", "--model", TINY, "--tokens", "1,2", "--seed", "x"], 2, err_has="--seed")
     # -1 is documented as "a random seed": runs, and --verbose shows the seed
     _, err = expect(["generate", "--model", TINY, "--tokens", "1,2", "--max-tokens", "2",
-                     "--seed", "-1", "--verbose", "--temperature", "1"], 0)
+                     "--seed", "-1", "--verbose", "--temperature", "1", "--backend", "cpu"], 0)
     seeds = [l for l in err.splitlines() if "seed " in l]
     check(seeds and "18446744073709551615" not in seeds[0], "no sane seed in --verbose", err)
 
@@ -107,8 +107,9 @@ def test_version_says_what_is_built_in():
 
 
 def test_verbose():
+    # --backend cpu: the expected text names the backend (AUTO picks CUDA on a GPU machine)
     _, err = expect(["generate", "--model", TINY, "--tokens", "1,2,3", "--max-tokens", "2",
-                     "--verbose"], 0)
+                     "--verbose", "--backend", "cpu"], 0)
     for want in ("backend cpu", "loaded in", "2 layers", "vocab 1000", "KV f16"):
         check(want in err, f"--verbose lacks {want!r}", err)
     # the library's own log messages reach stderr: a model whose
