@@ -167,10 +167,12 @@ static dsq_status cpu_ctx_init(dsq_ctx *c)
     cc->layer_kv_bytes = mul_sz(vecs, (size_t)D * cc->kv_esz);
     size_t kv_all = mul_sz(cc->layer_kv_bytes, (size_t)NL);
     int64_t kv_bytes = 0, scratch = 0;
+    /* error paths: every value a message prints is read before
+     * cpu_ctx_release frees cc */
     if (!vecs || !kv_all) {
+        const long long rows = (long long)cc->kv_rows;
         cpu_ctx_release(cc);
-        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "KV cache of %lld rows does not fit in memory",
-                        (long long)cc->kv_rows);
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "KV cache of %lld rows does not fit in memory", rows);
     }
     /* calloc: large blocks come zeroed from mmap and are only touched as
      * sequences grow */
@@ -220,10 +222,11 @@ static dsq_status cpu_ctx_init(dsq_ctx *c)
     scratch += (int64_t)rows_bytes;
     if (!cc->x || !cc->xn || !cc->q || !cc->kx || !cc->vx || !cc->att || !cc->g || !cc->u ||
         !cc->rope || !cc->inv_freq || !cc->wbuf || !cc->scores || !cc->kv_tmp || !cc->rows) {
+        const int n_tok = cc->T, n_thr = cc->n_threads;
         cpu_ctx_release(cc);
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY,
                         "no memory for CPU scratch (%lld bytes for %d batch tokens, %d threads)",
-                        (long long)scratch, cc->T, cc->n_threads);
+                        (long long)scratch, n_tok, n_thr);
     }
     dsq_cpu_rope_inv_freq(cc->inv_freq, D, cfg->rope_theta);
 

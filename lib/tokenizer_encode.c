@@ -52,6 +52,9 @@ static dsq_status regex_match(enc_ctx *c, const char *p, size_t n, size_t from, 
         }
         PCRE2_UCHAR msg[128];
         pcre2_get_error_message(rc, msg, sizeof msg);
+        if (rc == PCRE2_ERROR_NOMEMORY)
+            return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "tokenize: pre-tokenizer regex: %s",
+                            (const char *)msg);
         return dsq_fail(DSQ_ERR_INTERNAL, "tokenize: pre-tokenizer regex failed: %s",
                         (const char *)msg);
     }
