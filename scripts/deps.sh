@@ -4,12 +4,12 @@
 # is CPU-only (the CMake option DSQ_CUDA=AUTO decides).
 set -euo pipefail
 PKGS="cmake make gcc pkg-config python3 python3-numpy libcjson-dev libcmocka-dev libpcre2-dev libutf8proc-dev"
-# abidiff/abidw for the ABI check (tests/abi/), binutils for readelf
-PKGS="$PKGS abigail-tools binutils"
 # nvcc compiles .cu host code with g++, which a fresh Debian lacks
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   PKGS="$PKGS g++"
 fi
+# abidiff/abidw for the ABI check (tests/abi/), binutils for readelf
+PKGS="$PKGS abigail-tools binutils"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
