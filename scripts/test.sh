@@ -2,10 +2,7 @@
 # The whole test suite: builds the library (with CUDA when nvcc is present:
 # kernels compile and link; GPU tests report SKIP without a GPU), runs ctest,
 # then builds again CPU-only under AddressSanitizer + UBSan and runs ctest
-# there too (with test_alloc_failures: every allocation fails once, leaks
-# checked), then CPU-only under ThreadSanitizer for the tests labelled
-# "threads".  The release build also checks the ABI against tests/abi/
-# (abi_compat).  Usage: scripts/test.sh            (from anywhere)
+# there too.  Usage: scripts/test.sh            (from anywhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -16,18 +13,12 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -z "${CUDACXX:-}" ] && [ -x /usr/local
 fi
 JOBS=$(nproc)
 
+# The release build also runs abi_compat: abidiff against tests/abi/ (needs -g).
 echo "== build (release) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSQ_ABI_CHECK=ON >/dev/null
 cmake --build build -j"$JOBS"
 echo "== ctest (release) =="
 (cd build && ctest --output-on-failure -j"$JOBS")
-
-echo "== build (ASan + UBSan, CPU backend) =="
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=ON -DDSQ_CUDA=OFF >/dev/null
-cmake --build build-asan -j"$JOBS"
-echo "== ctest (ASan + UBSan) =="
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest --output-on-failure -j"$JOBS")
 
 # TSan: only the thread tests, CPU-only, no target_clones (their ifunc
 # resolvers run before the TSan runtime is ready).  ASLR off for the run:
@@ -44,3 +35,10 @@ if command -v setarch >/dev/null 2>&1 && setarch "$(uname -m)" -R true 2>/dev/nu
 fi
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
    $NOASLR ctest -L threads --no-tests=error --output-on-failure -j"$JOBS")
+
+echo "== build (ASan + UBSan, CPU backend) =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=ON -DDSQ_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$JOBS"
+echo "== ctest (ASan + UBSan) =="
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+   ctest --output-on-failure -j"$JOBS")
