@@ -438,10 +438,10 @@ static dsq_status parse_file(dsq_st_set *set, int32_t idx)
     const char *end = NULL;
     errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
-    int oom = !root && errno == ENOMEM;
+    int parse_oom = !root && errno == ENOMEM;
     size_t end_off = root ? (size_t)(end - text) : 0;
     free(text);
-    if (oom)
+    if (parse_oom)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory to parse the header", path);
     if (!root)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: header is not valid JSON", path);
@@ -641,13 +641,13 @@ static dsq_status open_index(const char *dir, const char *index_path, dsq_st_set
     const char *end = NULL;
     errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    int oom = !root && errno == ENOMEM;
+    int parse_oom = !root && errno == ENOMEM;
     st_wmap *wm = NULL;
     dsq_st_set *set = NULL;
     const char **shard_names = NULL; /* [n_files], into the cJSON tree */
     if (!root) {
-        st = oom ? dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory to parse", index_path)
-                 : dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", index_path);
+        st = parse_oom ? dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory to parse", index_path)
+                       : dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", index_path);
         goto done;
     }
     for (const char *p = end; p < text + len; p++)
