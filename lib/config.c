@@ -7,6 +7,7 @@
  * DSQ_ERR_UNSUPPORTED rather than silently ignored.  Every refusal names the
  * field.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,7 +166,10 @@ dsq_status dsq_config_parse(const char *json, size_t len, dsq_config *cfg)
                         "would alias a shorter name",
                         nul);
     const char *end = NULL;
+    errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (!root && errno == ENOMEM)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory to parse config.json");
     if (!root)
         return dsq_fail(DSQ_ERR_FORMAT, "config.json is not valid JSON");
     dsq_status st = DSQ_OK;

@@ -11,6 +11,7 @@
  * A field of the wrong type or with an impossible value is refused, rather
  * than silently ignored, so a typo in the file cannot change how the model
  * samples without anyone noticing. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,10 @@ dsq_status dsq_gen_config_parse(const char *json, size_t len, const char *name,
                         "a shorter name",
                         name, nul);
     const char *end = NULL;
+    errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (!root && errno == ENOMEM)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory to parse %s", name);
     if (!root)
         return dsq_fail(DSQ_ERR_FORMAT, "%s is not valid JSON (near byte %td)", name,
                         end ? end - json : (ptrdiff_t)0);

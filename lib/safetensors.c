@@ -464,9 +464,13 @@ static dsq_status parse_file(dsq_st_set *set, int32_t idx)
     memcpy(text, h, (size_t)hlen);
     text[hlen] = '\0';
     const char *end = NULL;
+    errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
+    int parse_oom = !root && errno == ENOMEM;
     size_t end_off = root ? (size_t)(end - text) : 0;
     free(text);
+    if (parse_oom)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory to parse the header", path);
     if (!root)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: header is not valid JSON", path);
     for (size_t i = end_off; i < hlen; i++) {
@@ -677,14 +681,17 @@ static dsq_status open_index(const char *dir, const char *index_path, dsq_st_set
                         index_path, nul);
     }
     const char *end = NULL;
+    errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    int parse_oom = !root && errno == ENOMEM;
     st_wmap *wm = NULL;
     dsq_st_set *set = NULL;
     const char **shard_names = NULL; /* [n] shard of each weight_map member, into the cJSON tree */
     st_shard_ref *shard_refs = NULL; /* [n] */
     int *first_pos = NULL;           /* [n] */
     if (!root) {
-        st = dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", index_path);
+        st = parse_oom ? dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "%s: no memory to parse", index_path)
+                       : dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", index_path);
         goto done;
     }
     for (const char *p = end; p < text + len; p++)

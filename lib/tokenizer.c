@@ -45,11 +45,13 @@ DSQ_API dsq_status dsq_tokenizer_load(const char *path, dsq_tokenizer **out)
         goto fail;
     }
     if (dsq_file_exists(cfg_path)) {
-        if (dsq_read_file(cfg_path, &cfg, &cfg_len) == DSQ_OK) {
-            dsq_tok_read_config(t, cfg, cfg_len);
+        if ((st = dsq_read_file(cfg_path, &cfg, &cfg_len)) == DSQ_OK) {
+            st = dsq_tok_read_config(t, cfg, cfg_len);
             free(cfg);
         }
-        dsq_clear_error(); /* an unreadable config is not fatal */
+        /* an unreadable or invalid config is not fatal; no memory is */
+        if (st == DSQ_ERR_OUT_OF_MEMORY) goto fail;
+        dsq_clear_error();
     }
     free(cfg_path);
     free(file);

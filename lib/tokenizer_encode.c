@@ -52,6 +52,19 @@ static dsq_status regex_match(enc_ctx *c, const char *p, size_t n, size_t from, 
         }
         PCRE2_UCHAR msg[128];
         pcre2_get_error_message(rc, msg, sizeof msg);
+        if (rc == PCRE2_ERROR_NOMEMORY)
+            return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "tokenize: pre-tokenizer regex: %s",
+                            (const char *)msg);
+        /* PCRE2's match/depth/heap limits and a JIT stack that even 256 MiB
+         * does not satisfy: the tokenizer.json regex backtracks without
+         * bound on this text.  The file is unusable for it, which is a
+         * format problem of the file, not a library bug. */
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+            rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT)
+            return dsq_fail(DSQ_ERR_FORMAT,
+                            "tokenize: the tokenizer.json pre-tokenizer regex is too costly on "
+                            "this text (at byte %zu of a %zu-byte piece; PCRE2: %s)",
+                            from, n, (const char *)msg);
         return dsq_fail(DSQ_ERR_INTERNAL, "tokenize: pre-tokenizer regex failed: %s",
                         (const char *)msg);
     }

@@ -130,8 +130,9 @@ static inline int dsq_tok_merge_find(const dsq_tokenizer *t, int32_t a, int32_t 
  * dsq_tok_release() to free. */
 dsq_status dsq_tok_from_json(dsq_tokenizer *t, const char *json, size_t len);
 /* Read bos/eos from tokenizer_config.json text (missing fields keep the
- * post-processor's values). */
-void dsq_tok_read_config(dsq_tokenizer *t, const char *json, size_t len);
+ * post-processor's values).  DSQ_ERR_OUT_OF_MEMORY, else DSQ_OK (invalid
+ * JSON is logged and ignored). */
+dsq_status dsq_tok_read_config(dsq_tokenizer *t, const char *json, size_t len);
 /* Free everything `t` owns (not `t` itself). */
 void dsq_tok_release(dsq_tokenizer *t);
 

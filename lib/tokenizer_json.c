@@ -4,6 +4,7 @@
  * anything else is refused with DSQ_ERR_UNSUPPORTED naming the field, so a
  * tokenizer that would encode differently from HF is never loaded silently.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,6 +418,9 @@ static dsq_status parse_split(dsq_tokenizer *t, const cJSON *s)
     if (!t->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
+        if (err == PCRE2_ERROR_HEAP_FAILED)
+            return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "tokenizer.json: pre-tokenizer regex: %s",
+                            (const char *)msg);
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "tokenizer.json: pre-tokenizer regex does not compile with PCRE2 at %zu: %s",
                         (size_t)off, (const char *)msg);
@@ -590,7 +594,9 @@ static dsq_status prepare_added(dsq_tokenizer *t)
 dsq_status dsq_tok_from_json(dsq_tokenizer *t, const char *json, size_t len)
 {
     t->bos = t->eos = t->unk_id = -1;
+    errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root && errno == ENOMEM) return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory to parse tokenizer.json");
     if (!root) return dsq_fail(DSQ_ERR_FORMAT, "tokenizer.json: not valid JSON");
     dsq_status st = DSQ_OK;
     if (!cJSON_IsObject(root)) {
@@ -624,17 +630,21 @@ static int32_t config_token(const dsq_tokenizer *t, const cJSON *cfg, const char
     return token_id(t, v->valuestring);
 }
 
-void dsq_tok_read_config(dsq_tokenizer *t, const char *json, size_t len)
+dsq_status dsq_tok_read_config(dsq_tokenizer *t, const char *json, size_t len)
 {
+    errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root && errno == ENOMEM)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory to parse tokenizer_config.json");
     if (!root) {
         dsq_log(DSQ_LOG_WARN, "tokenizer_config.json is not valid JSON; ignored");
-        return;
+        return DSQ_OK;
     }
     int32_t b = config_token(t, root, "bos_token"), e = config_token(t, root, "eos_token");
     if (b != -2) t->bos = b;
     if (e != -2) t->eos = e;
     cJSON_Delete(root);
+    return DSQ_OK;
 }
 
 void dsq_tok_release(dsq_tokenizer *t)

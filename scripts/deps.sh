@@ -13,6 +13,8 @@ PKGS="$PKGS libedit-dev"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   PKGS="$PKGS g++"
 fi
+# abidiff/abidw for the ABI check (tests/abi/), binutils for readelf
+PKGS="$PKGS abigail-tools binutils"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
