@@ -55,8 +55,13 @@ static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, in
         /* gpu / none: the last prompt token is fed by the first step */
         if (mode == CLI_BENCH_HOST)
             st = dsq_prefill(s->ctx, b, prompt, P, DSQ_LOGITS_LAST, s->logits + (size_t)b * V);
+        else if (P > 1)
+            /* the logits are not used, but asking for them makes the call wait
+             * for the GPU: with NULL it returns once the work is queued and
+             * the prefill time would measure the queueing only */
+            st = dsq_prefill(s->ctx, b, prompt, P - 1, DSQ_LOGITS_LAST, s->logits + (size_t)b * V);
         else
-            st = P > 1 ? dsq_prefill(s->ctx, b, prompt, P - 1, DSQ_LOGITS_LAST, NULL) : DSQ_OK;
+            st = DSQ_OK;
         if (st != DSQ_OK)
             return cli_report(st, "prefill");
         toks[b] = prompt[P - 1];
