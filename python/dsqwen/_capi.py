@@ -22,6 +22,7 @@ import sysconfig
 import weakref
 
 __all__ = ["DsqError", "Status", "Backend", "KvLayout", "KvDtype", "Role", "LogLevel",
+           "build_features", "backend_available",
            "Model", "Context", "Tokenizer", "DetokStream", "Sampler", "Stopper",
            "load_library", "library_path", "version", "chat_format", "set_log_callback",
            "argmax"]
@@ -53,6 +54,7 @@ class Status(enum.IntEnum):
     ERR_DEVICE_OOM = -18
     ERR_DEVICE = -19
     ERR_INTERNAL = -20
+    ERR_CANCELLED = -21
 
 
 class LogLevel(enum.IntEnum):
@@ -97,9 +99,16 @@ TOKENIZE_PLAIN_SPECIAL = 2
 _i32, _u32, _i64, _u64, _f32 = C.c_int32, C.c_uint32, C.c_int64, C.c_uint64, C.c_float
 
 
+# dsq_progress_fn: int (*)(float fraction, void *user)
+ProgressFn = C.CFUNCTYPE(C.c_int, C.c_float, C.c_void_p)
+
+
 class ModelParams(C.Structure):
     _fields_ = [("struct_size", _u32), ("backend", _i32), ("device", _i32),
-                ("n_threads", _i32), ("load_tokenizer", _i32)]
+                ("n_threads", _i32), ("load_tokenizer", _i32),
+                # appended after 0.1.0
+                ("skip_finite_check", _i32), ("copy_weights", _i32),
+                ("progress", ProgressFn), ("progress_user", C.c_void_p)]
 
 
 class ModelInfo(C.Structure):
@@ -148,6 +157,8 @@ _SIGNATURES = {
     # name: (restype, argtypes); _st marks a dsq_status return
     "dsq_version_string": (C.c_char_p, []),
     "dsq_version_number": (C.c_uint, []),
+    "dsq_build_features": (C.c_char_p, []),
+    "dsq_backend_available": (C.c_int, [C.c_int]),
     "dsq_status_string": (C.c_char_p, [_st]),
     "dsq_last_error_message": (C.c_char_p, []),
     "dsq_set_log_callback": (None, [LogFn, _vp, C.c_int]),
@@ -295,6 +306,23 @@ def version():
     return _L().dsq_version_string().decode()
 
 
+def build_features():
+    """What the loaded library was built with (dsq_build_features()): a
+    space-separated str of words, "cpu" always, "cuda" when the CUDA backend
+    is compiled in (whether a GPU is there is backend_available()'s
+    question)."""
+    return _L().dsq_build_features().decode()
+
+
+def backend_available(backend):
+    """True if `backend` (a Backend or "auto"/"cpu"/"cuda") can be used on
+    this machine now.  CUDA: built in and a usable device found (the first
+    call starts the CUDA runtime, which may take a second)."""
+    if isinstance(backend, str):
+        backend = Backend[backend.upper()]
+    return bool(_L().dsq_backend_available(int(backend)))
+
+
 def _ids(tokens):
     """A C int32 array from a sequence of ints (or one already)."""
     if isinstance(tokens, C.Array) and tokens._type_ is _i32:
@@ -408,19 +436,65 @@ class _Handle:
 # --------------------------------------------------------------------------
 
 
+class _Progress:
+    """The ctypes callback behind Model(progress=fn).  The library calls it
+    synchronously inside dsq_model_load(), so this object (and the C
+    function pointer it owns) lives on the Python stack for exactly that
+    call.  An exception from fn must not cross the C frames: it is kept,
+    the load is cancelled (nonzero return), and Model.__init__ raises it."""
+
+    def __init__(self, fn):
+        self.fn, self.error = fn, None
+        self.c_fn = ProgressFn(self._call)
+
+    def _call(self, fraction, _user):
+        if self.error is not None:  # cancelled already; the library stops asking
+            return 1
+        try:
+            return 1 if self.fn(fraction) is False else 0
+        except BaseException as e:  # KeyboardInterrupt too: cancel, re-raise later
+            self.error = e
+            return 1
+
+
 class Model(_Handle):
     """A loaded model (dsq_model_load).  Keyword arguments set fields of
-    dsq_model_params (backend, device, n_threads, load_tokenizer).  Closing
-    the model first closes the contexts made from it."""
+    dsq_model_params: backend (Backend or "auto"/"cpu"/"cuda"), device,
+    n_threads, load_tokenizer, skip_finite_check, copy_weights (see
+    dsq_model_params in dsqwen.h), and progress: a callable fn(fraction)
+    called during the load with fractions in [0, 1], never decreasing,
+    ending at 1.0; returning False cancels the load (DsqError with
+    Status.ERR_CANCELLED), any other value continues, and an exception
+    raised inside it cancels the load and propagates from Model().
+    Closing the model first closes the contexts made from it."""
     _free = "dsq_model_free"
 
-    def __init__(self, path, **params):
+    def __init__(self, path, progress=None, **params):
         if isinstance(params.get("backend"), str):
             params["backend"] = Backend[params["backend"].upper()]
+        if "progress_user" in params:
+            raise TypeError("progress_user is managed by Model(progress=fn)")
+        for k in ("skip_finite_check", "copy_weights", "load_tokenizer"):
+            if k in params:
+                params[k] = int(bool(params[k]))
         p = _params(ModelParams, params, "dsq_model_params")
+        cb = None
+        if progress is not None:
+            if not callable(progress):
+                raise TypeError("progress must be callable, got %r" % type(progress).__name__)
+            cb = _Progress(progress)
+            p.progress = cb.c_fn
         h = _vp()
-        _check(_L().dsq_model_load(os.fsencode(path), C.byref(p), C.byref(h)),
-               "dsq_model_load(%s)" % path)
+        st = _L().dsq_model_load(os.fsencode(path), C.byref(p), C.byref(h))
+        if cb is not None and cb.error is not None:
+            # the library may have failed for its own reason after the cancel
+            # was asked; the caller's exception is what they need to see
+            err = DsqError(st, _L().dsq_last_error_message().decode("utf-8", "replace"),
+                           "dsq_model_load(%s)" % path) if st != Status.OK else None
+            if h.value:  # cancelled at 1.0, after the library finished: keep nothing
+                _L().dsq_model_free(h.value)
+            raise cb.error from err
+        _check(st, "dsq_model_load(%s)" % path)
         super().__init__(h.value)
         self._contexts = weakref.WeakSet()
         info = ModelInfo(struct_size=C.sizeof(ModelInfo))
