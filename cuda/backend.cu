@@ -401,7 +401,12 @@ typedef struct cu_ctx {
     int32_t gemv_max_small, gemv_max_gu, gemv_max_head;
     int32_t max_tokens;    /* max_batch_tokens */
     int32_t max_bseqs;     /* sequences one batch may hold: min(max_seqs, max_tokens) */
-    int32_t bt_stride;     /* block-table row length (static: 1) */
+    int32_t bt_max;        /* longest block-table row (static: 1) */
+    int32_t n_bt_buckets;  /* block-table strides a pass may use: 1, 2, 4, .., bt_max */
+    int32_t *h_order;      /* host [max_bseqs]: batch order of a pass (decode rows first) */
+    int32_t *h_tokmap;     /* host [max_tokens]: caller's token index -> pass row */
+    size_t kv_layer_pitch; /* bytes between layers of each KV array, 0 if not uniform */
+    int mixed_split;       /* mixed passes split decode / prefill attention (DSQ_CUDA_MIXED=0: no) */
     int32_t logit_chunk;   /* rows of logits computed and copied at once */
     int32_t dec_splits_max;
 
@@ -429,10 +434,19 @@ typedef struct cu_ctx {
     cudaEvent_t copied[COPY_PIECES]; /* logits pieces that reached logits_host */
     int pinned_out;        /* this pass's logits buffer is page-locked host memory */
 
-    /* decode-step graphs, [max_bseqs][2] by (batch size, logits wanted);
-     * NULL when graphs are off (DSQ_CUDA_GRAPHS=0) */
+    /* decode-step graphs, [max_bseqs][2][n_bt_buckets] by (batch size,
+     * logits wanted, block-table stride); NULL when graphs are off
+     * (DSQ_CUDA_GRAPHS=0) */
     cudaGraphExec_t *graphs;
     uint8_t *graph_failed;
+
+    /* dsq_step sampling (cuda/sampling.cu) */
+    int32_t *ring;         /* [max_seqs][hist_r] last hist_r tokens of each
+                              sequence: position p at p % hist_r */
+    int32_t hist_r;        /* min(DSQ_PENALTY_MAX_N, max_context) */
+    dsq_samp_row *srow_dev, *srow_host;       /* [max_bseqs]; host pinned */
+    dsq_samp_result *sres_dev, *sres_host;    /* [max_bseqs]; host pinned */
+    cudaEvent_t srow_sent; /* the upload out of srow_host finished */
 } cu_ctx;
 
 static void cu_ctx_free(dsq_ctx *c)
@@ -451,15 +465,26 @@ static void cu_ctx_free(dsq_ctx *c)
     }
     if (cc->logits_host)
         cudaFreeHost(cc->logits_host);
+    if (cc->srow_host)
+        cudaFreeHost(cc->srow_host);
+    if (cc->sres_host)
+        cudaFreeHost(cc->sres_host);
+    if (cc->srow_sent)
+        cudaEventDestroy(cc->srow_sent);
+    cudaFree(cc->ring);
+    cudaFree(cc->srow_dev);
+    cudaFree(cc->sres_dev);
     for (int i = 0; i < COPY_PIECES; i++)
         if (cc->copied[i])
             cudaEventDestroy(cc->copied[i]);
     if (cc->graphs)
-        for (int32_t i = 0; i < 2 * cc->max_bseqs; i++)
+        for (int32_t i = 0; i < 2 * cc->max_bseqs * cc->n_bt_buckets; i++)
             if (cc->graphs[i])
                 cudaGraphExecDestroy(cc->graphs[i]);
     free(cc->graphs);
     free(cc->graph_failed);
+    free(cc->h_order);
+    free(cc->h_tokmap);
     cudaFree(cc->scratch);
     cudaFree(cc->kv_arena);
     dsq_gemm_destroy(cc->gemm);
@@ -469,6 +494,21 @@ static void cu_ctx_free(dsq_ctx *c)
     free(cc->kv);
     free(cc);
     c->be = NULL;
+}
+
+/* Block-table stride for a pass whose longest sequence needs `need`
+ * blocks: the next power of two (at most bt_max), so that a pass uploads
+ * only the rows' used part while decode graphs, which bake the stride in,
+ * stay few (one per power of two).  Returns the bucket index. */
+static int32_t bt_bucket(int32_t need, int32_t bt_max, int32_t *stride)
+{
+    int32_t b = 0, st = 1;
+    while (st < need && st < bt_max) {
+        st <<= 1;
+        b++;
+    }
+    *stride = st < bt_max ? st : bt_max;
+    return b;
 }
 
 static dsq_status device_alloc(void **p, size_t bytes, const char *what)
@@ -533,7 +573,15 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     }
     cc->max_tokens = p->max_batch_tokens;
     cc->max_bseqs = p->max_seqs < p->max_batch_tokens ? p->max_seqs : p->max_batch_tokens;
-    cc->bt_stride = p->kv_layout == DSQ_KV_PAGED ? c->pages.max_blocks_per_seq : 1;
+    cc->bt_max = p->kv_layout == DSQ_KV_PAGED ? c->pages.max_blocks_per_seq : 1;
+    {
+        int32_t stride;
+        cc->n_bt_buckets = bt_bucket(cc->bt_max, cc->bt_max, &stride) + 1;
+    }
+    cc->h_order = (int32_t *)malloc((size_t)cc->max_bseqs * sizeof(int32_t));
+    cc->h_tokmap = (int32_t *)malloc((size_t)cc->max_tokens * sizeof(int32_t));
+    if (!cc->h_order || !cc->h_tokmap)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for batch packing");
     cc->logit_chunk = cc->max_tokens < 128 ? cc->max_tokens : 128;
 
     /* KV cache: per layer k, v [rows][K][D] (+ fp32 scales [rows][K] for INT8) */
@@ -570,13 +618,24 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         kv->v = b + lo[l * 4 + 1];
         kv->k_scale = int8 ? (float *)(b + lo[l * 4 + 2]) : NULL;
         kv->v_scale = int8 ? (float *)(b + lo[l * 4 + 3]) : NULL;
-        kv->bt_stride = cc->bt_stride;
+        kv->bt_stride = cc->bt_max; /* set per pass */
         kv->block_size = p->kv_layout == DSQ_KV_PAGED ? c->pages.block_size : p->max_context;
         kv->n_kv_heads = (int32_t)K;
         kv->head_dim = (int32_t)D;
         kv->dtype = int8 ? DSQ_ATTN_KV_INT8 : DSQ_ATTN_KV_F16;
     }
     free(lo);
+    /* one strided copy per KV array covers every layer when the layers sit
+     * at a fixed distance (they do: equal sizes, equal alignment) */
+    cc->kv_layer_pitch = L > 1 ? (size_t)((char *)cc->kv[1].k - (char *)cc->kv[0].k) : 0;
+    for (int64_t l = 1; l < L && cc->kv_layer_pitch; l++) {
+        const dsq_attn_kv *a = &cc->kv[l - 1], *b2 = &cc->kv[l];
+        if ((size_t)((char *)b2->k - (char *)a->k) != cc->kv_layer_pitch ||
+            (size_t)((char *)b2->v - (char *)a->v) != cc->kv_layer_pitch ||
+            (int8 && ((size_t)((char *)b2->k_scale - (char *)a->k_scale) != cc->kv_layer_pitch ||
+                      (size_t)((char *)b2->v_scale - (char *)a->v_scale) != cc->kv_layer_pitch)))
+            cc->kv_layer_pitch = 0;
+    }
     /* finite contents everywhere: attention tiles may load rows past a
      * sequence's end (masked to weight 0, and 0 * NaN would still be NaN) */
     /* on the context's (non-blocking) stream, so the first KV write is
@@ -596,9 +655,10 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     }
 
     /* batch metadata: tokens, pos, tok_seq [T]; cu_seqlens [S+1]; pos0, lens [S];
-     * logit rows [T]; block tables [S][bt_stride] */
+     * logit rows [T]; cu_seqlens of the prompt-chunk part [S+1]; block
+     * tables [S][stride <= bt_max]; seq ids [S] (token history) */
     const int64_t MT = cc->max_tokens, MS = cc->max_bseqs;
-    cc->meta_cap = (size_t)(4 * MT + 3 * MS + 1 + MS * cc->bt_stride + 64);
+    cc->meta_cap = (size_t)(4 * MT + 5 * MS + 2 + MS * cc->bt_max + 64);
 
     off = 0;
     size_t o_x = carve(&off, (size_t)(MT * E) * 4);
@@ -633,10 +693,27 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     for (int i = 0; i < COPY_PIECES; i++)
         CK(cudaEventCreateWithFlags(&cc->copied[i], cudaEventDisableTiming), "event creation");
 
+    /* dsq_step: the device token history and the sampling rows / results */
+    cc->hist_r = p->max_context < DSQ_PENALTY_MAX_N ? p->max_context : DSQ_PENALTY_MAX_N;
+    {
+        size_t rb = (size_t)p->max_seqs * (size_t)cc->hist_r * 4;
+        OK(device_alloc((void **)&cc->ring, rb, "the token history"));
+        CK(cudaMemsetAsync(cc->ring, 0, rb, cc->stream), "token history initialisation");
+        OK(device_alloc((void **)&cc->srow_dev, (size_t)MS * sizeof(dsq_samp_row), "sampling parameters"));
+        OK(device_alloc((void **)&cc->sres_dev, (size_t)MS * sizeof(dsq_samp_result), "sampling results"));
+        OK(host_alloc((void **)&cc->srow_host, (size_t)MS * sizeof(dsq_samp_row), "sampling parameters"));
+        OK(host_alloc((void **)&cc->sres_host, (size_t)MS * sizeof(dsq_samp_result), "sampling results"));
+        CK(cudaEventCreateWithFlags(&cc->srow_sent, cudaEventDisableTiming), "event creation");
+        c->scratch_bytes += (int64_t)(rb + (size_t)MS * (sizeof(dsq_samp_row) + sizeof(dsq_samp_result)));
+    }
+
+    env = getenv("DSQ_CUDA_MIXED"); /* measurement knob: 0 = mixed passes all through the prefill kernel */
+    cc->mixed_split = !(env && env[0] == '0');
     env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
     if (!(env && env[0] == '0')) {
-        cc->graphs = (cudaGraphExec_t *)calloc((size_t)cc->max_bseqs * 2, sizeof(cudaGraphExec_t));
-        cc->graph_failed = (uint8_t *)calloc((size_t)cc->max_bseqs * 2, 1);
+        size_t ng = (size_t)cc->max_bseqs * 2 * (size_t)cc->n_bt_buckets;
+        cc->graphs = (cudaGraphExec_t *)calloc(ng, sizeof(cudaGraphExec_t));
+        cc->graph_failed = (uint8_t *)calloc(ng, 1);
         if (!cc->graphs || !cc->graph_failed)
             return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the decode graph table");
     }
@@ -677,7 +754,12 @@ static dsq_status linear(cu_ctx *cc, const dsq_bf16 *x, const dsq_bf16 *w, const
  * given shape, which is what lets a decode step be replayed from a graph). */
 typedef struct pass {
     int32_t T, S, NL, max_q, decode, splits;
-    const int32_t *tok, *pos, *tseq, *cu, *pos0, *len, *lrow, *bt;
+    int32_t nd;        /* mixed pass: the first nd sequences (rows 0..nd-1) bring one
+                          token each and use the decode kernel; the rest the prefill
+                          kernel (max_q over those).  0 otherwise. */
+    int32_t bt_stride, bt_key;
+    const int32_t *tok, *pos, *tseq, *cu, *pos0, *len, *lrow, *bt, *sid;
+    const int32_t *cu_pre; /* [S-nd+1] cu_seqlens of the prefill part, from 0 */
 } pass;
 
 /* Everything from the embedding to the first chunk of logits (into
@@ -693,23 +775,37 @@ static dsq_status enqueue_pass(dsq_ctx *c, const pass *p)
     const int32_t QKV = (H + 2 * K) * D, T = p->T;
     cudaStream_t s = cc->stream;
 
+    OK(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
     OK(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
     const dsq_bf16 *q = cc->qkvb, *k = cc->qkvb + (size_t)H * D, *v = cc->qkvb + (size_t)(H + K) * D;
     for (int32_t l = 0; l < L; l++) {
         const cu_layer *w = &cm->layers[l];
         dsq_attn_kv kv = cc->kv[l];
         kv.block_table = p->bt;
+        kv.bt_stride = p->bt_stride;
         OK(dsq_cu_rmsnorm(cc->x, NULL, T, E, w->attn_norm, cf->rms_eps, cc->xn, s));
         OK(linear(cc, cc->xn, w->wqkv, w->bqkv, T, QKV, E, DSQ_EPI_BIAS, cc->qkv, cc->gemv_max_small));
         OK(dsq_cu_rope(cc->qkv, QKV, p->pos, T, H + K, H + 2 * K, D, cm->inv_freq, cc->qkvb, s));
         CK(dsq_attn_kv_write(&kv, k, QKV, v, QKV, p->tseq, p->pos, T, s), "KV cache write");
-        if (p->decode)
+        if (p->decode) {
             CK(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws,
                                cc->dec_ws_bytes, s),
                "decode attention");
-        else
-            CK(dsq_attn_prefill(&kv, q, QKV, cc->attn, (int64_t)H * D, p->cu, p->pos0, p->S, p->max_q, H, s),
+        } else {
+            /* mixed: one-token rows in front through the decode kernel
+             * (split over the context), prompt chunks through the prefill
+             * kernel; the products above and below ran once over all rows */
+            const int32_t nd = p->nd;
+            if (nd > 0)
+                CK(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, nd, H, p->splits, cc->dec_ws,
+                                   cc->dec_ws_bytes, s),
+                   "decode attention");
+            dsq_attn_kv kc = kv;
+            kc.block_table = p->bt + (size_t)nd * p->bt_stride;
+            CK(dsq_attn_prefill(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,
+                                p->cu_pre, p->pos0 + nd, p->S - nd, p->max_q, H, s),
                "prefill attention");
+        }
         OK(linear(cc, cc->attn, w->wo, NULL, T, E, H * D, DSQ_EPI_ADD, cc->x, cc->gemv_max_small));
         OK(dsq_cu_rmsnorm(cc->x, NULL, T, E, w->ffn_norm, cf->rms_eps, cc->xn, s));
         OK(linear(cc, cc->xn, w->wgu, NULL, T, 2 * F, E, DSQ_EPI_SILU_MUL, cc->act, cc->gemv_max_gu));
@@ -730,9 +826,11 @@ static dsq_status enqueue_pass(dsq_ctx *c, const pass *p)
 static dsq_status run_pass(dsq_ctx *c, const pass *p)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
-    if (!cc->graphs || !p->decode || p->NL > cc->logit_chunk)
+    /* (a pass with more logit rows than one chunk captures its first chunk;
+     * cu_forward / cu_step compute the rest after the graph) */
+    if (!cc->graphs || !p->decode)
         return enqueue_pass(c, p);
-    const int32_t key = (p->S - 1) * 2 + (p->NL > 0);
+    const int32_t key = ((p->S - 1) * 2 + (p->NL > 0)) * cc->n_bt_buckets + p->bt_key;
     if (!cc->graphs[key] && !cc->graph_failed[key]) {
         cudaGraph_t g = NULL;
         cudaGraphExec_t ge = NULL;
@@ -764,14 +862,16 @@ static dsq_status run_pass(dsq_ctx *c, const pass *p)
     return enqueue_pass(c, p);
 }
 
-static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
+/* Pack the batch description, upload it and enqueue (or replay) the pass
+ * with NL logit rows; the first chunk of logits ends in cc->logits. */
+static dsq_status launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
     const dsq_model *m = c->model;
     const cu_model *cm = (const cu_model *)m->be;
     const dsq_config *cf = &m->cfg;
-    const int32_t E = cf->n_embd, K = cf->n_kv_heads, V = cf->n_vocab;
-    const int32_t T = bt->n_tokens, S = bt->n_seqs, NL = logits ? bt->n_logits : 0;
+    const int32_t K = cf->n_kv_heads;
+    const int32_t T = bt->n_tokens, S = bt->n_seqs;
     cudaStream_t s = cc->stream;
 
     if (T < 1 || T > cc->max_tokens || S < 1 || S > cc->max_bseqs || NL < 0 || NL > T)
@@ -784,37 +884,85 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
     cc->meta_slot ^= 1;
     CK(cudaEventSynchronize(cc->meta_sent[slot]), "waiting for the metadata buffer");
     int32_t *h = cc->meta_host[slot];
-    const size_t o_tok = 0, o_pos = (size_t)T, o_tseq = 2 * (size_t)T, o_cu = 3 * (size_t)T,
-                 o_pos0 = o_cu + S + 1, o_len = o_pos0 + S, o_lrow = o_len + S, o_bt = o_lrow + T;
-    const size_t n_meta = o_bt + (size_t)S * cc->bt_stride;
-    memcpy(h + o_tok, bt->tokens, (size_t)T * 4);
-    memcpy(h + o_pos, bt->pos, (size_t)T * 4);
-    memcpy(h + o_tseq, bt->tok_seq, (size_t)T * 4);
-    memcpy(h + o_cu, bt->seq_start, (size_t)(S + 1) * 4);
-    memcpy(h + o_pos0, bt->seq_pos0, (size_t)S * 4);
+    const int paged = c->p.kv_layout == DSQ_KV_PAGED;
     pass p;
     memset(&p, 0, sizeof p);
     p.T = T;
     p.S = S;
     p.NL = NL;
-    p.decode = 1;
+    /* Order: as given, except that a pass mixing one-token sequences with
+     * prompt chunks puts the one-token ones first (the decode kernel takes
+     * rows 0..nd-1).  need: blocks of the longest sequence after the pass. */
+    int32_t nd = 0, need = 1;
     for (int32_t i = 0; i < S; i++) {
         int32_t n = bt->seq_start[i + 1] - bt->seq_start[i];
-        h[o_len + i] = bt->seq_pos0[i] + n;
-        if (n > p.max_q)
-            p.max_q = n;
-        if (n != 1)
-            p.decode = 0;
+        nd += n == 1;
+        if (paged) {
+            int32_t nb = c->pages.n_seq_blocks[bt->seq_ids[i]];
+            need = nb > need ? nb : need;
+        }
     }
-    if (NL > 0)
-        memcpy(h + o_lrow, bt->logit_rows, (size_t)NL * 4);
-    if (c->p.kv_layout == DSQ_KV_PAGED) {
+    p.decode = nd == S;
+    const int mixed = nd > 0 && nd < S && cc->mixed_split;
+    int32_t *ord = cc->h_order;
+    if (mixed) {
+        int32_t j = 0;
         for (int32_t i = 0; i < S; i++)
-            memcpy(h + o_bt + (size_t)i * cc->bt_stride,
-                   c->pages.block_table + (size_t)bt->seq_ids[i] * c->pages.max_blocks_per_seq,
-                   (size_t)cc->bt_stride * 4);
+            if (bt->seq_start[i + 1] - bt->seq_start[i] == 1)
+                ord[j++] = i;
+        for (int32_t i = 0; i < S; i++)
+            if (bt->seq_start[i + 1] - bt->seq_start[i] != 1)
+                ord[j++] = i;
+        p.nd = nd;
     } else {
-        memcpy(h + o_bt, bt->seq_ids, (size_t)S * 4);
+        for (int32_t i = 0; i < S; i++)
+            ord[i] = i;
+    }
+    p.bt_key = bt_bucket(need, cc->bt_max, &p.bt_stride);
+    const size_t o_tok = 0, o_pos = (size_t)T, o_tseq = 2 * (size_t)T, o_cu = 3 * (size_t)T,
+                 o_pos0 = o_cu + S + 1, o_len = o_pos0 + S, o_lrow = o_len + S, o_cupre = o_lrow + T,
+                 o_bt = o_cupre + S + 1;
+    const size_t o_sid = o_bt + (size_t)S * p.bt_stride;
+    const size_t n_meta = o_sid + (size_t)S;
+    int32_t row = 0;
+    for (int32_t j = 0; j < S; j++) {
+        const int32_t i = ord[j], a = bt->seq_start[i], n = bt->seq_start[i + 1] - a;
+        h[o_cu + j] = row;
+        h[o_pos0 + j] = bt->seq_pos0[i];
+        h[o_len + j] = bt->seq_pos0[i] + n;
+        h[o_sid + j] = bt->seq_ids[i]; /* the history scatter's row of this sequence */
+        if (j >= p.nd) {
+            h[o_cupre + j - p.nd] = row - p.nd;
+            if (n > p.max_q)
+                p.max_q = n;
+        }
+        for (int32_t t = a; t < a + n; t++, row++) {
+            h[o_tok + row] = bt->tokens[t];
+            h[o_pos + row] = bt->pos[t];
+            h[o_tseq + row] = j;
+            cc->h_tokmap[t] = row;
+        }
+        /* only the blocks this sequence uses: the kernels never look past
+         * a sequence's length */
+        if (paged)
+            memcpy(h + o_bt + (size_t)j * p.bt_stride, c->pages.rows[bt->seq_ids[i]],
+                   (size_t)c->pages.n_seq_blocks[bt->seq_ids[i]] * 4);
+        else
+            h[o_bt + j] = bt->seq_ids[i];
+    }
+    h[o_cu + S] = row;
+    h[o_cupre + S - p.nd] = row - p.nd;
+    for (int32_t k = 0; k < NL; k++)
+        h[o_lrow + k] = cc->h_tokmap[bt->logit_rows[k]];
+    /* A decode graph bakes in its number of logit rows but is keyed only by
+     * (batch size, any logits, block-table width): with graphs on, a decode
+     * pass wanting some rows computes all S (the extra rows, row 0 again,
+     * are never read), so a graph captured for fewer rows is never replayed
+     * for more. */
+    if (cc->graphs && p.decode && NL > 0 && NL < S) {
+        for (int32_t k = NL; k < S; k++)
+            h[o_lrow + k] = 0;
+        p.NL = S;
     }
     CK(cudaMemcpyAsync(cc->meta, h, n_meta * 4, cudaMemcpyHostToDevice, s), "batch metadata upload");
     CK(cudaEventRecord(cc->meta_sent[slot], s), "event record");
@@ -825,12 +973,27 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
     p.pos0 = cc->meta + o_pos0;
     p.len = cc->meta + o_len;
     p.lrow = cc->meta + o_lrow;
+    p.cu_pre = cc->meta + o_cupre;
     p.bt = cc->meta + o_bt;
-    p.splits = p.decode ? dsq_attn_decode_splits(S, K, c->p.max_context, cm->n_sms) : 0;
+    p.sid = cc->meta + o_sid;
+    p.splits = p.decode ? dsq_attn_decode_splits(S, K, c->p.max_context, cm->n_sms)
+               : p.nd > 0 ? dsq_attn_decode_splits(p.nd, K, c->p.max_context, cm->n_sms) : 0;
     if (p.splits > cc->dec_splits_max)
         p.splits = cc->dec_splits_max;
 
-    OK(run_pass(c, &p));
+    return run_pass(c, &p);
+}
+
+static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const dsq_model *m = c->model;
+    const cu_model *cm = (const cu_model *)m->be;
+    const dsq_config *cf = &m->cfg;
+    const int32_t E = cf->n_embd, V = cf->n_vocab;
+    const int32_t NL = logits ? bt->n_logits : 0;
+    cudaStream_t s = cc->stream;
+    OK(launch_forward(c, bt, NL));
     if (NL == 0)
         return dsq_cu_status(cudaGetLastError(), "forward pass");
 
@@ -874,6 +1037,91 @@ static dsq_status cu_forward(dsq_ctx *c, const dsq_batch *bt, float *logits)
     return DSQ_OK;
 }
 
+/* dsq_step: the pass, then per chunk of logit rows the caller's logits copy
+ * (before sampling rewrites penalised entries in place) and the sampling
+ * kernel; one synchronisation for the O(rows) results. */
+static dsq_status cu_step(dsq_ctx *c, const dsq_batch *bt, const dsq_samp_row *rows, dsq_samp_result *res,
+                          float *logits, int on_device)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const dsq_model *m = c->model;
+    const cu_model *cm = (const cu_model *)m->be;
+    const dsq_config *cf = &m->cfg;
+    const int32_t E = cf->n_embd, V = cf->n_vocab;
+    const int32_t NL = bt->n_logits;
+    cudaStream_t s = cc->stream;
+    OK(launch_forward(c, bt, NL));
+    if (NL == 0)
+        return dsq_cu_status(cudaGetLastError(), "forward pass");
+    int any_sample = 0, any_host_logits = 0;
+    for (int32_t r = 0; r < NL; r++) {
+        any_sample |= (rows[r].flags & DSQ_SROW_SAMPLE) != 0;
+        any_host_logits |= rows[r].out_row >= 0 && !on_device;
+    }
+    if (any_sample) {
+        CK(cudaEventSynchronize(cc->srow_sent), "waiting for the sampling parameter buffer");
+        memcpy(cc->srow_host, rows, (size_t)NL * sizeof(dsq_samp_row));
+        CK(cudaMemcpyAsync(cc->srow_dev, cc->srow_host, (size_t)NL * sizeof(dsq_samp_row), cudaMemcpyHostToDevice, s),
+           "sampling parameter upload");
+        CK(cudaEventRecord(cc->srow_sent, s), "event record");
+    }
+    const cudaMemcpyKind kind = on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+    for (int32_t r0 = 0; r0 < NL; r0 += cc->logit_chunk) {
+        int32_t n = NL - r0 < cc->logit_chunk ? NL - r0 : cc->logit_chunk;
+        if (r0 > 0)
+            OK(linear(cc, cc->xn + (size_t)r0 * E, cm->lm_head, NULL, n, V, E, DSQ_EPI_STORE, cc->logits,
+                      cc->gemv_max_head));
+        /* the caller's rows: one copy when they are consecutive */
+        int32_t k = 0;
+        while (k < n) {
+            if (rows[r0 + k].out_row < 0) {
+                k++;
+                continue;
+            }
+            int32_t k1 = k + 1;
+            while (k1 < n && rows[r0 + k1].out_row == rows[r0 + k].out_row + (k1 - k))
+                k1++;
+            CK(cudaMemcpyAsync(logits + (size_t)rows[r0 + k].out_row * V, cc->logits + (size_t)k * V,
+                               (size_t)(k1 - k) * V * 4, kind, s),
+               "logits copy");
+            k = k1;
+        }
+        if (any_sample)
+            OK(dsq_cu_sample(cc->logits, n, V, cc->srow_dev + r0, cc->ring, cc->hist_r, cc->sres_dev + r0, s));
+    }
+    if (any_sample) {
+        CK(cudaMemcpyAsync(cc->sres_host, cc->sres_dev, (size_t)NL * sizeof(dsq_samp_result), cudaMemcpyDeviceToHost, s),
+           "sampling results copy");
+        CK(cudaStreamSynchronize(s), "forward pass and sampling");
+        memcpy(res, cc->sres_host, (size_t)NL * sizeof(dsq_samp_result));
+    } else if (any_host_logits) {
+        CK(cudaStreamSynchronize(s), "forward pass");
+    }
+    for (int32_t r = 0; r < NL; r++)
+        if (!(rows[r].flags & DSQ_SROW_SAMPLE)) {
+            memset(&res[r], 0, sizeof res[r]);
+            res[r].token = -1;
+        }
+    return dsq_cu_status(cudaGetLastError(), "forward pass");
+}
+
+/* The host history of `seq` changed (truncate, fork): upload its last
+ * hist_r tokens to the ring. */
+static void cu_hist_sync(dsq_ctx *c, int32_t seq)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const int32_t len = c->hist.len[seq], R = cc->hist_r;
+    const int32_t w = len < R ? len : R;
+    const int32_t *t = c->hist.tok[seq];
+    cudaSetDevice(cc->device);
+    for (int32_t p = len - w; p < len;) {
+        int32_t slot = p % R, n = len - p < R - slot ? len - p : R - slot;
+        cudaMemcpyAsync(cc->ring + (size_t)seq * R + slot, t + p, (size_t)n * 4, cudaMemcpyHostToDevice, cc->stream);
+        p += n;
+    }
+    cudaGetLastError(); /* a failure here surfaces at the next synchronising call */
+}
+
 /* ---- registration ---------------------------------------------------------------- */
 
 /* The driver library is looked for here (as the CUDA runtime itself will,
@@ -908,6 +1156,49 @@ extern "C" const char *dsq_cuda_device_problem(void)
     return n > 0 ? NULL : "the CUDA runtime reports no device";
 }
 
+/* KV rows copied on the context stream (a shared paged block before a
+ * write, a static-cache fork); ordered before the next pass, no host wait. */
+static dsq_status cu_copy_kv_rows(dsq_ctx *c, int32_t n, const dsq_kv_copy *copies)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const dsq_config *cf = &c->model->cfg;
+    const int int8 = c->p.kv_dtype == DSQ_KV_INT8;
+    const size_t K = (size_t)cf->n_kv_heads, row = K * (size_t)cf->head_dim * (int8 ? 1 : 2), srow = K * 4;
+    const int64_t rows = c->p.kv_layout == DSQ_KV_PAGED ? (int64_t)c->pages.n_blocks * c->pages.block_size
+                                                        : (int64_t)c->p.max_seqs * c->p.max_context;
+    CK(cudaSetDevice(cc->device), "cudaSetDevice");
+    for (int32_t i = 0; i < n; i++) {
+        const dsq_kv_copy *cp = &copies[i];
+        if (cp->n_rows < 0 || cp->src_row < 0 || cp->dst_row < 0 || cp->src_row + cp->n_rows > rows ||
+            cp->dst_row + cp->n_rows > rows)
+            return dsq_fail(DSQ_ERR_INTERNAL, "CUDA KV copy: rows %lld..+%lld -> %lld outside the cache",
+                            (long long)cp->src_row, (long long)cp->n_rows, (long long)cp->dst_row);
+        if (cp->n_rows == 0)
+            continue;
+        for (int a = 0; a < (int8 ? 4 : 2); a++) {
+            const size_t w = a < 2 ? row : srow;
+            const size_t so = (size_t)cp->src_row * w, d_o = (size_t)cp->dst_row * w, bytes = (size_t)cp->n_rows * w;
+            char *base0 = (char *)(a == 0 ? cc->kv[0].k : a == 1 ? cc->kv[0].v : a == 2 ? (void *)cc->kv[0].k_scale
+                                                                                        : (void *)cc->kv[0].v_scale);
+            if (cc->kv_layer_pitch) {
+                CK(cudaMemcpy2DAsync(base0 + d_o, cc->kv_layer_pitch, base0 + so, cc->kv_layer_pitch, bytes,
+                                     (size_t)cf->n_layers, cudaMemcpyDeviceToDevice, cc->stream),
+                   "KV row copy");
+                continue;
+            }
+            for (int32_t l = 0; l < cf->n_layers; l++) {
+                const dsq_attn_kv *kv = &cc->kv[l];
+                char *base = (char *)(a == 0 ? kv->k : a == 1 ? kv->v : a == 2 ? (void *)kv->k_scale : (void *)kv->v_scale);
+                CK(cudaMemcpyAsync(base + d_o, base + so, bytes, cudaMemcpyDeviceToDevice, cc->stream), "KV row copy");
+            }
+        }
+    }
+    return DSQ_OK;
+}
+
 extern "C" const dsq_backend_ops dsq_cuda_backend = {
+    /* positional, in struct dsq_backend_ops order: ..., seq_removed,
+     * copy_kv_rows, step, hist_sync */
     "cuda", DSQ_BACKEND_CUDA, cu_model_load, cu_model_free, cu_ctx_init, cu_ctx_free, cu_forward, NULL,
+    cu_copy_kv_rows, cu_step, cu_hist_sync,
 };

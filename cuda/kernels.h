@@ -145,6 +145,25 @@ dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const
                         int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
                         cudaStream_t stream);
 
+/* ---- sampling.cu: dsq_step() post-processing --------------------------------- */
+
+/* Post-process n_rows logits rows (fp32 [n_rows][V], modified: penalties are
+ * applied in place) with rows[r] (device copy of dsq_samp_row) into
+ * results[r] (device): log-probs / top-n of the raw row, penalties from
+ * ring (int32 [seqs][R]: token at position p of sequence s at s*R + p % R),
+ * greedy or temperature / top-k / top-p / min-p and the Philox draw, as
+ * lib/sample_cpu.c.  One 1024-thread CTA per row, ~130 KB of shared memory.
+ * V <= 262143 (DSQ_ERR_UNSUPPORTED above). */
+dsq_status dsq_cu_sample(float *logits, int32_t n_rows, int32_t V, const dsq_samp_row *rows,
+                         const int32_t *ring, int32_t R, dsq_samp_result *results,
+                         cudaStream_t stream);
+
+/* ring[sid[tseq[t]] * R + pos[t] % R] = tok[t] for t < T (device arrays of a
+ * forward pass's metadata): keeps the device token history current. */
+dsq_status dsq_cu_hist_scatter(int32_t *ring, int32_t R, const int32_t *tok, const int32_t *pos,
+                               const int32_t *tseq, const int32_t *sid, int32_t T,
+                               cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

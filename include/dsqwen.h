@@ -317,7 +317,10 @@ typedef struct dsq_ctx dsq_ctx;
 
 typedef struct dsq_ctx_params {
     uint32_t struct_size;   /* sizeof(dsq_ctx_params)                         */
-    int32_t max_seqs;       /* sequence ids are 0..max_seqs-1; default 1      */
+    int32_t max_seqs;       /* sequence ids are 0..max_seqs-1; default 1;
+                               at most 1,048,576 (host bookkeeping is ~20
+                               bytes per id; paged block tables grow with
+                               the tokens cached, not with max_seqs)      */
     int32_t max_context;    /* tokens per sequence; default min(4096, model)  */
     int32_t max_batch_tokens; /* most tokens one prefill chunk or decode step
                                  processes at once; longer prompts are split
@@ -453,6 +456,44 @@ DSQ_API dsq_status dsq_seq_remove(dsq_ctx *ctx, int32_t seq);
 /** Number of tokens held for `seq` in *n_out.  DSQ_ERR_INVALID_ARG,
  *  DSQ_ERR_SEQ. */
 DSQ_API dsq_status dsq_seq_length(const dsq_ctx *ctx, int32_t seq, int32_t *n_out);
+
+/** Keep only the first `new_len` tokens of sequence `seq` (0 <= new_len <=
+ *  its length): regenerate from an earlier point, or reject the draft
+ *  tokens of speculative decoding.  The next dsq_prefill/dsq_decode_step
+ *  continues at position new_len and gives the logits a sequence of those
+ *  new_len tokens would give.  Paged: whole blocks past new_len return to
+ *  the pool (a block still shared with a fork only loses this sequence's
+ *  reference).  new_len == 0 empties the sequence like dsq_seq_remove;
+ *  new_len == length is a no-op.  The tokens dsq_step() penalises are
+ *  truncated with it.  No KV work; CUDA: the sequence's last (up to
+ *  DSQ_PENALTY_MAX_N) tokens are uploaded for the GPU sampler on the
+ *  context's stream from pageable memory, which waits for the stream's
+ *  earlier work.
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx, new_len < 0 or beyond
+ *  the length), DSQ_ERR_SEQ (id out of range); on error nothing changes.
+ *  Same thread rule as the context. */
+DSQ_API dsq_status dsq_seq_truncate(dsq_ctx *ctx, int32_t seq, int32_t new_len);
+
+/** Start sequence `dst` as a copy of sequence `src`: afterwards dst holds
+ *  the same tokens and continues exactly as src would (a system prompt or
+ *  few-shot prefix prefilled once, then forked for each request); both then
+ *  advance independently.  Paged cache: dst shares src's blocks by reference
+ *  count and costs no KV memory until it writes; a block shared and only
+ *  partly filled is copied (one block, on the device) the first time either
+ *  sequence writes into it, which is when DSQ_ERR_KV_FULL can occur (from
+ *  dsq_prefill / dsq_decode_step, all-or-nothing as usual).  Static cache:
+ *  src's rows are copied into dst's slot (CUDA: cudaMemcpyAsync on the
+ *  context's stream, no synchronisation; ordered before the next step).
+ *  dst also starts with a copy of src's token history (what dsq_step()
+ *  penalises; CUDA: its last up to DSQ_PENALTY_MAX_N tokens are uploaded on
+ *  the context's stream from pageable memory, which waits for the stream's
+ *  earlier work).
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx, src == dst), DSQ_ERR_SEQ
+ *  (an id out of range, src empty, dst active: remove it first),
+ *  DSQ_ERR_OUT_OF_MEMORY (host, for dst's block table or token history),
+ *  DSQ_ERR_DEVICE; on
+ *  error nothing changes.  Same thread rule as the context. */
+DSQ_API dsq_status dsq_seq_fork(dsq_ctx *ctx, int32_t src, int32_t dst);
 
 /* ------------------------------------------------------------------------ */
 /* Tokenizer (byte-level BPE from tokenizer.json)                           */
@@ -702,6 +743,165 @@ DSQ_API dsq_status dsq_stopper_flush(dsq_stopper *s, char *text, size_t cap, siz
 /** Drop held-back text and the stopped state, ready for a new generation
  *  with the same stop strings.  NULL is a no-op. */
 DSQ_API void dsq_stopper_reset(dsq_stopper *s);
+
+/* ------------------------------------------------------------------------ */
+/* Steps: mixed prefill/decode batches with sampling inside the library     */
+/* ------------------------------------------------------------------------ */
+
+/** Most top log-probabilities one step entry can ask for. */
+#define DSQ_STEP_MAX_TOP_N 20
+/** Longest penalty window (tokens) of dsq_sample_params.penalty_last_n. */
+#define DSQ_PENALTY_MAX_N 4096
+
+/** Sampling settings of one sequence in a dsq_step() call.  Applied in this
+ *  order (Hugging Face generate() order, as dsq_sampler):
+ *   penalties    over the distinct ids among the sequence's last
+ *                penalty_last_n tokens (prompt and generated, as held in its
+ *                cache, the tokens of this step included), each id once with
+ *                its count c in that window:
+ *                x = (x > 0 ? x / repetition_penalty : x * repetition_penalty)
+ *                    - frequency_penalty * c - presence_penalty
+ *   greedy       temperature == 0: the argmax of the penalised logits (ties
+ *                to the lowest id); everything below is skipped
+ *   temperature  p = softmax(x / temperature)
+ *   top-k        keep logits >= the k-th largest (ties kept)
+ *   top-p        renormalised over the survivors, in descending order keep a
+ *                token while the mass before it is < top_p
+ *   min-p        keep p >= min_p * p_max
+ *   draw         from the kept tokens in proportion to p, with a random
+ *                number that depends only on (seed, position of the new
+ *                token in its sequence): the same seed, logits and position
+ *                give the same token whatever else is in the batch.
+ *  Ids >= n_vocab_valid (the vocabulary's padding rows) are never chosen. */
+typedef struct dsq_sample_params {
+    uint32_t struct_size;       /* sizeof(dsq_sample_params)                  */
+    float temperature;          /* 0: greedy; must be >= 0; default 0.6       */
+    int32_t top_k;              /* 0: off; default 0                          */
+    float top_p;                /* in (0, 1]; 1: off; default 0.95            */
+    float min_p;                /* in [0, 1]; 0: off; default 0               */
+    float repetition_penalty;   /* > 0; 1: off; default 1                     */
+    float presence_penalty;     /* finite; 0: off; default 0                  */
+    float frequency_penalty;    /* finite; 0: off; default 0                  */
+    int32_t penalty_last_n;     /* 0..DSQ_PENALTY_MAX_N tokens; default 64    */
+    uint64_t seed;              /* default 0x5eed                             */
+    int32_t n_vocab_valid;      /* ids >= this are never sampled; 0 (default):
+                                   the model's tokenizer size when one is
+                                   loaded and smaller than n_vocab, else
+                                   n_vocab                                    */
+} dsq_sample_params;
+
+/** As dsq_model_params_init(), for dsq_sample_params.  Thread-safe. */
+DSQ_API dsq_status dsq_sample_params_init(dsq_sample_params *params, uint32_t struct_size);
+
+/** dsq_sample_params at their defaults (inline; see dsq_model_default_params). */
+static inline dsq_sample_params dsq_sample_default_params(void)
+{
+    dsq_sample_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (uint32_t)sizeof p;
+    (void)dsq_sample_params_init(&p, (uint32_t)sizeof p);
+    return p;
+}
+
+/** dsq_step_seq.flags */
+#define DSQ_STEP_LOGITS 1u  /* write this entry's logits (of its last token) */
+#define DSQ_STEP_LOGPROB 2u /* return the sampled token's log-probability    */
+
+/** One entry of a dsq_step() batch.  This layout is fixed (it is an array
+ *  element); new options come in dsq_step_params. */
+typedef struct dsq_step_seq {
+    int32_t seq;            /* sequence id, 0..max_seqs-1, distinct per call  */
+    int32_t n_tokens;       /* >= 1: 1 = a decode step, more = a prompt chunk */
+    const int32_t *tokens;  /* [n_tokens] appended to the sequence            */
+    const dsq_sample_params *sample; /* NULL: sample nothing for this entry
+                                        (e.g. a prompt chunk that is not the
+                                        last); else draw the next token from
+                                        the logits of its last token          */
+    int32_t top_n;          /* 0..DSQ_STEP_MAX_TOP_N top log-probs (needs
+                               sample)                                        */
+    uint32_t flags;         /* DSQ_STEP_* bits                                */
+} dsq_step_seq;
+
+/** Per-entry results of dsq_step().  Log-probabilities are those of the
+ *  model: log_softmax of the raw logits over ids < n_vocab_valid, before
+ *  penalties, temperature and truncation. */
+typedef struct dsq_step_out {
+    int32_t token;          /* sampled id; -1 if the entry sampled nothing or
+                               its logits held no finite value               */
+    float logprob;          /* of `token`, with DSQ_STEP_LOGPROB; else 0      */
+    int32_t n_top;          /* entries filled below (top_n, or fewer finite)  */
+    int32_t top_ids[DSQ_STEP_MAX_TOP_N];       /* descending; ties by id     */
+    float top_logprobs[DSQ_STEP_MAX_TOP_N];
+} dsq_step_out;
+
+/** Where dsq_step() writes logits. */
+typedef struct dsq_step_params {
+    uint32_t struct_size;   /* sizeof(dsq_step_params)                        */
+    float *logits;          /* [n_rows][n_vocab] fp32, one row per entry with
+                               DSQ_STEP_LOGITS, in entry order; NULL: none    */
+    int32_t logits_on_device; /* 0 (default): `logits` is host memory;
+                                 1: a CUDA device pointer of the context's
+                                 device, written on the context's stream (the
+                                 CPU backend refuses it: DSQ_ERR_UNSUPPORTED) */
+} dsq_step_params;
+
+/** As dsq_model_params_init(), for dsq_step_params.  Thread-safe. */
+DSQ_API dsq_status dsq_step_params_init(dsq_step_params *params, uint32_t struct_size);
+
+/** dsq_step_params at their defaults (inline; see dsq_model_default_params). */
+static inline dsq_step_params dsq_step_default_params(void)
+{
+    dsq_step_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = (uint32_t)sizeof p;
+    (void)dsq_step_params_init(&p, (uint32_t)sizeof p);
+    return p;
+}
+
+/** One forward pass over several sequences at once, each advanced by its own
+ *  tokens -- decode steps (1 token) beside prompt chunks (more; a sequence
+ *  that holds no tokens starts at position 0) -- then, for the entries that
+ *  ask, sampling inside the library (on the GPU with the CUDA backend), so
+ *  only O(n_seqs) bytes come back to the host.
+ *
+ *  `seqs[n_seqs]`: the entries; all their tokens together may not exceed
+ *  max_batch_tokens (DSQ_ERR_BATCH; split long prompts into chunks over
+ *  several calls).  `params` may be NULL (no logits).  `out[n_seqs]` gets the
+ *  results (may be NULL when no entry samples).
+ *
+ *  The library keeps every sequence's tokens (for the penalties), also those
+ *  added by dsq_prefill() and dsq_decode_step(); dsq_seq_remove() forgets
+ *  them, dsq_seq_truncate() drops the truncated ones and dsq_seq_fork()
+ *  gives the new sequence a copy.  Paged cache: a step's first write into a
+ *  block shared with a fork copies that block first (DSQ_ERR_KV_FULL when
+ *  the pool has no room, all-or-nothing).
+ *
+ *  Returns DSQ_OK, or DSQ_ERR_INVALID_ARG (NULL ctx/seqs, n_seqs <= 0, an
+ *  entry with no tokens or NULL tokens, a repeated seq id, unknown flags,
+ *  top_n or DSQ_STEP_LOGPROB without sample, top_n outside
+ *  0..DSQ_STEP_MAX_TOP_N, a sampler value out of range: NaN or negative
+ *  temperature, top_k < 0, top_p outside (0,1], min_p outside [0,1],
+ *  repetition_penalty <= 0 or not finite, presence/frequency penalty not
+ *  finite, penalty_last_n outside 0..DSQ_PENALTY_MAX_N, n_vocab_valid
+ *  outside 0..n_vocab; DSQ_STEP_LOGITS without params->logits, logits
+ *  without any DSQ_STEP_LOGITS entry; out NULL while an entry samples),
+ *  DSQ_ERR_STRUCT_SIZE, DSQ_ERR_UNSUPPORTED (device logits on the CPU
+ *  backend), DSQ_ERR_BATCH, DSQ_ERR_SEQ, DSQ_ERR_TOKEN,
+ *  DSQ_ERR_CONTEXT_FULL, DSQ_ERR_KV_FULL, DSQ_ERR_OUT_OF_MEMORY,
+ *  DSQ_ERR_DEVICE_OOM, DSQ_ERR_DEVICE.  On any error no sequence changes
+ *  (as dsq_decode_step) and `out` is unspecified.
+ *
+ *  Same thread rule as the context.  CUDA: everything runs on the context's
+ *  stream; when an entry samples, the call synchronizes that stream once to
+ *  copy the results (O(n_seqs) bytes) back; host logits are copied and
+ *  waited for as in dsq_decode_step; device logits are written on the stream
+ *  and not waited for (read them on that stream or after a synchronization;
+ *  a call that samples nothing returns before the GPU has run, and a device
+ *  fault then surfaces on a later call).  Allocates nothing after the first
+ *  call of each batch shape (see dsq_ctx_new), except when a sequence's kept
+ *  token list outgrows its capacity (amortised doubling). */
+DSQ_API dsq_status dsq_step(dsq_ctx *ctx, const dsq_step_seq *seqs, int32_t n_seqs,
+                            const dsq_step_params *params, dsq_step_out *out);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,9 @@
 /* Sanity limits: beyond these a request is a mistake, not a workload. */
 #define DSQ_MAX_THREADS 1024
 #define DSQ_MAX_KV_BYTES ((int64_t)1 << 40) /* 1 TiB of KV cache */
+/* Host bookkeeping is about 20 bytes per sequence id whether used or not
+ * (lengths, block-table heads); 2^20 ids is 20 MB and far beyond any batch. */
+#define DSQ_MAX_SEQS ((int32_t)1 << 20)
 
 /* ---- model ----------------------------------------------------------------- */
 
@@ -83,7 +86,7 @@ int dsq_backend_available(dsq_backend backend)
     case DSQ_BACKEND_CPU: return 1;
     case DSQ_BACKEND_CUDA:
 #ifdef DSQ_HAVE_CUDA
-        return dsq_cuda_available();
+        return dsq_cuda_device_problem() == NULL && dsq_cublaslt_problem() == NULL;
 #else
         return 0;
 #endif
@@ -330,6 +333,11 @@ static int64_t kv_elem_bytes(int32_t dtype)
 static void ctx_release_host(dsq_ctx *c)
 {
     dsq_kv_pages_destroy(&c->pages);
+    dsq_hist_destroy(&c->hist);
+    dsq_sample_ws_free(c->sample_ws);
+    free(c->step_logits);
+    free(c->step_rows);
+    free(c->step_res);
     free(c->seq_len);
     free(c->b_tokens);
     free(c->b_pos);
@@ -339,6 +347,10 @@ static void ctx_release_host(dsq_ctx *c)
     free(c->b_seq_start);
     free(c->b_seq_pos0);
     free(c->b_new_len);
+    free(c->b_cur_len);
+    free(c->b_cow);
+    free(c->b_copy);
+    free(c->b_entry);
     free(c);
 }
 
@@ -355,8 +367,9 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
         return st;
     if (p.max_context == 0)
         p.max_context = m->cfg.max_pos < 4096 ? m->cfg.max_pos : 4096;
-    if (p.max_seqs < 1)
-        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.max_seqs must be >= 1 (got %d)", p.max_seqs);
+    if (p.max_seqs < 1 || p.max_seqs > DSQ_MAX_SEQS)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_params.max_seqs must be in 1..%d (got %d)",
+                        DSQ_MAX_SEQS, p.max_seqs);
     if (p.max_context < 1 || p.max_context > m->cfg.max_pos)
         return dsq_fail(DSQ_ERR_INVALID_ARG,
                         "dsq_ctx_params.max_context must be in 1..%d (the model's "
@@ -403,7 +416,7 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
                             (cfg->head_dim * kv_elem_bytes(p.kv_dtype) +
                              (p.kv_dtype == DSQ_KV_INT8 ? 4 : 0));
     int32_t nb = p.max_batch_tokens;
-    size_t nseq_alloc = (size_t)(p.max_seqs > nb ? p.max_seqs : nb) + 1;
+    size_t nseq_alloc = (size_t)nb + 1; /* a batch holds at most one sequence per token */
     c->seq_len = calloc((size_t)p.max_seqs, sizeof(int32_t));
     c->b_tokens = malloc((size_t)nb * sizeof(int32_t));
     c->b_pos = malloc((size_t)nb * sizeof(int32_t));
@@ -413,11 +426,18 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
     c->b_seq_start = malloc(nseq_alloc * sizeof(int32_t));
     c->b_seq_pos0 = malloc(nseq_alloc * sizeof(int32_t));
     c->b_new_len = malloc(nseq_alloc * sizeof(int32_t));
+    c->b_cur_len = malloc(nseq_alloc * sizeof(int32_t));
+    c->b_cow = malloc(nseq_alloc * sizeof(dsq_kv_cow));
+    c->b_copy = malloc(nseq_alloc * sizeof(dsq_kv_copy));
+    c->b_entry = malloc(nseq_alloc * sizeof(dsq_batch_entry));
     if (!c->seq_len || !c->b_tokens || !c->b_pos || !c->b_tok_seq || !c->b_logit_rows ||
-        !c->b_seq_ids || !c->b_seq_start || !c->b_seq_pos0 || !c->b_new_len) {
+        !c->b_seq_ids || !c->b_seq_start || !c->b_seq_pos0 || !c->b_new_len || !c->b_cur_len ||
+        !c->b_cow || !c->b_copy || !c->b_entry) {
         st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for context bookkeeping");
         goto fail;
     }
+    if ((st = dsq_hist_init(&c->hist, p.max_seqs)) != DSQ_OK)
+        goto fail;
     if (p.kv_layout == DSQ_KV_PAGED) {
         int64_t tokens = p.kv_pool_tokens;
         if (tokens == 0 && p.kv_budget_bytes > 0)
@@ -527,6 +547,53 @@ static dsq_status check_seq(const dsq_ctx *c, int32_t seq)
     return DSQ_OK;
 }
 
+/* Undo reserve_batch for sequences that stay at keep_len[i] tokens. */
+static void release_batch(dsq_ctx *c, int32_t n, const int32_t *seqs, const int32_t *keep_len, int32_t n_cow)
+{
+    if (c->p.kv_layout != DSQ_KV_PAGED)
+        return;
+    dsq_kv_pages_undo_cow(&c->pages, c->b_cow, n_cow);
+    for (int32_t i = 0; i < n; i++)
+        dsq_kv_pages_trim(&c->pages, seqs[i], keep_len[i]);
+}
+
+/* After a failed pass: the pass may have written its tokens into the
+ * backend's device copy of the histories (CUDA: a ring of the last
+ * DSQ_PENALTY_MAX_N positions, over slots still inside the penalty window
+ * once a sequence is longer than that); refresh it from the host copy. */
+static void hist_resync(dsq_ctx *c, int32_t n, const int32_t *seqs)
+{
+    if (c->model->ops->hist_sync)
+        for (int32_t i = 0; i < n; i++)
+            c->model->ops->hist_sync(c, seqs[i]);
+}
+
+/* KV room for n distinct sequences growing from cur_len[i] to new_len[i]
+ * tokens, including private copies of shared partial blocks they are about
+ * to write (copied here, before the forward pass).  All-or-nothing. */
+static dsq_status reserve_batch(dsq_ctx *c, int32_t n, const int32_t *seqs, const int32_t *cur_len,
+                                const int32_t *new_len, int32_t *n_cow)
+{
+    *n_cow = 0;
+    if (c->p.kv_layout != DSQ_KV_PAGED)
+        return DSQ_OK;
+    dsq_status st = dsq_kv_pages_reserve(&c->pages, n, seqs, cur_len, new_len, c->b_cow, n_cow);
+    if (st != DSQ_OK || *n_cow == 0)
+        return st;
+    const int64_t bs = c->pages.block_size;
+    for (int32_t j = 0; j < *n_cow; j++) {
+        c->b_copy[j].dst_row = c->b_cow[j].new_blk * bs;
+        c->b_copy[j].src_row = c->b_cow[j].old_blk * bs;
+        c->b_copy[j].n_rows = c->b_cow[j].n_rows;
+    }
+    st = c->model->ops->copy_kv_rows(c, *n_cow, c->b_copy);
+    if (st != DSQ_OK) {
+        release_batch(c, n, seqs, cur_len, *n_cow);
+        *n_cow = 0;
+    }
+    return st;
+}
+
 dsq_status dsq_prefill(dsq_ctx *c, int32_t seq, const int32_t *tokens, int32_t n_tokens,
                        uint32_t flags, float *logits)
 {
@@ -547,12 +614,13 @@ dsq_status dsq_prefill(dsq_ctx *c, int32_t seq, const int32_t *tokens, int32_t n
         return ctx_status(c, dsq_fail(DSQ_ERR_CONTEXT_FULL,
                                       "sequence %d holds %d tokens; %d more exceed max_context %d",
                                       seq, old_len, n_tokens, c->p.max_context));
-    if (c->p.kv_layout == DSQ_KV_PAGED) {
-        int32_t new_len = old_len + n_tokens;
-        st = dsq_kv_pages_reserve(&c->pages, 1, &seq, &new_len);
-        if (st != DSQ_OK)
-            return ctx_status(c, st);
-    }
+    /* the token history grows first: its failure changes nothing */
+    if ((st = dsq_hist_reserve(&c->hist, seq, old_len + n_tokens)) != DSQ_OK)
+        return ctx_status(c, st);
+    int32_t new_len = old_len + n_tokens, n_cow = 0;
+    st = reserve_batch(c, 1, &seq, &old_len, &new_len, &n_cow);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
     const int32_t nv = c->model->cfg.n_vocab;
     const int32_t chunk_max = c->p.max_batch_tokens;
     int all = (flags & DSQ_LOGITS_ALL) != 0;
@@ -586,13 +654,14 @@ dsq_status dsq_prefill(dsq_ctx *c, int32_t seq, const int32_t *tokens, int32_t n
         }
         st = c->model->ops->forward(c, &b, out);
         if (st != DSQ_OK) {
-            if (c->p.kv_layout == DSQ_KV_PAGED)
-                dsq_kv_pages_trim(&c->pages, seq, old_len);
+            release_batch(c, 1, &seq, &old_len, n_cow);
+            hist_resync(c, 1, &seq);
             return ctx_status(c, st);
         }
         done += n;
     }
     c->seq_len[seq] = old_len + n_tokens;
+    dsq_hist_append(&c->hist, seq, tokens, n_tokens);
     return DSQ_OK;
 }
 
@@ -631,14 +700,17 @@ dsq_status dsq_decode_step(dsq_ctx *c, int32_t n_seqs, const int32_t *seqs, cons
         c->b_seq_start[i] = i;
         c->b_seq_pos0[i] = c->seq_len[seqs[i]];
         c->b_new_len[i] = c->seq_len[seqs[i]] + 1;
+        c->b_cur_len[i] = c->seq_len[seqs[i]];
         c->b_logit_rows[i] = i;
     }
     c->b_seq_start[n_seqs] = n_seqs;
-    if (c->p.kv_layout == DSQ_KV_PAGED) {
-        st = dsq_kv_pages_reserve(&c->pages, n_seqs, seqs, c->b_new_len);
-        if (st != DSQ_OK)
+    for (int32_t i = 0; i < n_seqs; i++)
+        if ((st = dsq_hist_reserve(&c->hist, seqs[i], c->b_new_len[i])) != DSQ_OK)
             return ctx_status(c, st);
-    }
+    int32_t n_cow = 0;
+    st = reserve_batch(c, n_seqs, seqs, c->b_cur_len, c->b_new_len, &n_cow);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
     dsq_batch b = {
         .n_tokens = n_seqs, .n_seqs = n_seqs, .tokens = c->b_tokens, .pos = c->b_pos,
         .tok_seq = c->b_tok_seq, .seq_ids = c->b_seq_ids, .seq_start = c->b_seq_start,
@@ -646,13 +718,14 @@ dsq_status dsq_decode_step(dsq_ctx *c, int32_t n_seqs, const int32_t *seqs, cons
     };
     st = c->model->ops->forward(c, &b, logits);
     if (st != DSQ_OK) {
-        if (c->p.kv_layout == DSQ_KV_PAGED)
-            for (int32_t i = 0; i < n_seqs; i++)
-                dsq_kv_pages_trim(&c->pages, seqs[i], c->seq_len[seqs[i]]);
+        release_batch(c, n_seqs, seqs, c->b_cur_len, n_cow);
+        hist_resync(c, n_seqs, seqs);
         return ctx_status(c, st);
     }
-    for (int32_t i = 0; i < n_seqs; i++)
+    for (int32_t i = 0; i < n_seqs; i++) {
         c->seq_len[seqs[i]]++;
+        dsq_hist_append(&c->hist, seqs[i], &tokens[i], 1);
+    }
     return DSQ_OK;
 }
 
@@ -665,6 +738,7 @@ dsq_status dsq_seq_remove(dsq_ctx *c, int32_t seq)
     if (st != DSQ_OK)
         return ctx_status(c, st);
     c->seq_len[seq] = 0;
+    dsq_seq_history_clear(c, seq);
     if (c->p.kv_layout == DSQ_KV_PAGED)
         dsq_kv_pages_trim(&c->pages, seq, 0);
     if (c->model->ops->seq_removed)
@@ -682,4 +756,203 @@ dsq_status dsq_seq_length(const dsq_ctx *c, int32_t seq, int32_t *n_out)
         return ctx_status(c, st);
     *n_out = c->seq_len[seq];
     return DSQ_OK;
+}
+
+/* ---- sequence operations ------------------------------------------------------ */
+
+dsq_status dsq_seq_truncate(dsq_ctx *c, int32_t seq, int32_t new_len)
+{
+    dsq_clear_error();
+    if (!c)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_seq_truncate: ctx is NULL");
+    dsq_status st = check_seq(c, seq);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
+    int32_t len = c->seq_len[seq];
+    if (new_len < 0 || new_len > len)
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG,
+                                      "dsq_seq_truncate: sequence %d holds %d tokens; cannot keep %d "
+                                      "(need 0..%d)", seq, len, new_len, len));
+    if (new_len == len)
+        return DSQ_OK;
+    /* the token history first: it is the only step that can fail (an
+     * internal inconsistency), and then nothing has changed */
+    if ((st = dsq_seq_history_truncate(c, seq, new_len)) != DSQ_OK)
+        return ctx_status(c, st);
+    /* Rows past new_len are not cleared: attention never reads past a
+     * sequence's length and the next tokens overwrite them (a paged block
+     * still shared with a fork is copied before that write). */
+    if (c->p.kv_layout == DSQ_KV_PAGED)
+        dsq_kv_pages_trim(&c->pages, seq, new_len);
+    c->seq_len[seq] = new_len;
+    if (new_len == 0 && c->model->ops->seq_removed)
+        c->model->ops->seq_removed(c, seq);
+    return DSQ_OK;
+}
+
+dsq_status dsq_seq_fork(dsq_ctx *c, int32_t src, int32_t dst)
+{
+    dsq_clear_error();
+    if (!c)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_seq_fork: ctx is NULL");
+    dsq_status st = check_seq(c, src);
+    if (st == DSQ_OK)
+        st = check_seq(c, dst);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
+    if (src == dst)
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_seq_fork: source and destination are both %d", src));
+    if (c->seq_len[src] == 0)
+        return ctx_status(c, dsq_fail(DSQ_ERR_SEQ, "dsq_seq_fork: source sequence %d holds no tokens", src));
+    if (c->seq_len[dst] != 0)
+        return ctx_status(c, dsq_fail(DSQ_ERR_SEQ,
+                                      "dsq_seq_fork: destination sequence %d is active (%d tokens); "
+                                      "remove it first", dst, c->seq_len[dst]));
+    const int32_t len = c->seq_len[src];
+    /* room for dst's copy of the token history before anything changes, so
+     * that copying it below cannot fail */
+    if ((st = dsq_hist_reserve(&c->hist, dst, len)) != DSQ_OK)
+        return ctx_status(c, st);
+    if (c->p.kv_layout == DSQ_KV_PAGED) {
+        st = dsq_kv_pages_fork(&c->pages, src, dst);
+    } else {
+        dsq_kv_copy cp = { .dst_row = (int64_t)dst * c->p.max_context,
+                           .src_row = (int64_t)src * c->p.max_context, .n_rows = len };
+        st = c->model->ops->copy_kv_rows(c, 1, &cp);
+    }
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
+    if ((st = dsq_seq_history_fork(c, dst, src)) != DSQ_OK) {
+        /* not reached (room reserved, ids checked); undo the KV share */
+        if (c->p.kv_layout == DSQ_KV_PAGED)
+            dsq_kv_pages_trim(&c->pages, dst, 0);
+        return ctx_status(c, st);
+    }
+    c->seq_len[dst] = len;
+    return DSQ_OK;
+}
+
+/* ---- batches of prompt chunks and decode tokens (internal; see internal.h) ---- */
+
+dsq_status dsq_batch_build(dsq_ctx *c, const char *who, int32_t n, const dsq_batch_entry *e, dsq_batch *b)
+{
+    if (!e || n <= 0)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "%s: need at least one sequence (got %d)", who, n);
+    if (n > c->p.max_batch_tokens || n > c->p.max_seqs)
+        return dsq_fail(DSQ_ERR_BATCH, "%s: %d sequences exceed max_batch_tokens %d / max_seqs %d", who, n,
+                        c->p.max_batch_tokens, c->p.max_seqs);
+    int64_t total = 0;
+    dsq_status st;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t s = e[i].seq;
+        if ((st = check_seq(c, s)) != DSQ_OK)
+            return st;
+        for (int32_t j = 0; j < i; j++)
+            if (e[j].seq == s)
+                return dsq_fail(DSQ_ERR_INVALID_ARG, "%s: sequence %d appears twice (entries %d and %d)", who, s,
+                                j, i);
+        if (e[i].n_tokens < 1 || !e[i].tokens)
+            return dsq_fail(DSQ_ERR_INVALID_ARG, "%s: sequence %d (entry %d) brings %d tokens%s; need >= 1", who, s,
+                            i, e[i].n_tokens, e[i].tokens ? "" : " (tokens NULL)");
+        total += e[i].n_tokens;
+    }
+    if (total > c->p.max_batch_tokens)
+        return dsq_fail(DSQ_ERR_BATCH, "%s: %lld tokens exceed max_batch_tokens %d (split prompts into chunks)", who,
+                        (long long)total, c->p.max_batch_tokens);
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t s = e[i].seq;
+        for (int32_t k = 0; k < e[i].n_tokens; k++)
+            if (e[i].tokens[k] < 0 || e[i].tokens[k] >= c->model->cfg.n_vocab)
+                return dsq_fail(DSQ_ERR_TOKEN, "%s: entry %d (sequence %d): token[%d] = %d is outside 0..%d", who,
+                                i, s, k, e[i].tokens[k], c->model->cfg.n_vocab - 1);
+        if ((int64_t)c->seq_len[s] + e[i].n_tokens > c->p.max_context)
+            return dsq_fail(DSQ_ERR_CONTEXT_FULL, "%s: sequence %d holds %d tokens; %d more exceed max_context %d",
+                            who, s, c->seq_len[s], e[i].n_tokens, c->p.max_context);
+    }
+    int32_t t = 0, r = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t s = e[i].seq, len = c->seq_len[s];
+        c->b_seq_ids[i] = s;
+        c->b_seq_start[i] = t;
+        c->b_seq_pos0[i] = len;
+        c->b_cur_len[i] = len;
+        c->b_new_len[i] = len + e[i].n_tokens;
+        for (int32_t k = 0; k < e[i].n_tokens; k++, t++) {
+            c->b_tokens[t] = e[i].tokens[k];
+            c->b_pos[t] = len + k;
+            c->b_tok_seq[t] = i;
+        }
+        if (e[i].want_logits)
+            c->b_logit_rows[r++] = t - 1;
+    }
+    c->b_seq_start[n] = t;
+    *b = (dsq_batch){
+        .n_tokens = t, .n_seqs = n, .tokens = c->b_tokens, .pos = c->b_pos,
+        .tok_seq = c->b_tok_seq, .seq_ids = c->b_seq_ids, .seq_start = c->b_seq_start,
+        .seq_pos0 = c->b_seq_pos0, .n_logits = r, .logit_rows = c->b_logit_rows,
+    };
+    return DSQ_OK;
+}
+
+dsq_status dsq_batch_reserve(dsq_ctx *c, int32_t n, const dsq_batch_entry *e, int32_t *n_cow)
+{
+    *n_cow = 0;
+    dsq_status st;
+    for (int32_t i = 0; i < n; i++)
+        if ((st = dsq_hist_reserve(&c->hist, e[i].seq, c->b_new_len[i])) != DSQ_OK)
+            return st;
+    if ((st = reserve_batch(c, n, c->b_seq_ids, c->b_cur_len, c->b_new_len, n_cow)) != DSQ_OK)
+        return st;
+    /* before the pass: the host sampler's penalties count this step's tokens */
+    for (int32_t i = 0; i < n; i++)
+        dsq_hist_append(&c->hist, e[i].seq, e[i].tokens, e[i].n_tokens);
+    return DSQ_OK;
+}
+
+void dsq_batch_finish(dsq_ctx *c, int32_t n, const dsq_batch_entry *e, int32_t n_cow, dsq_status pass_st)
+{
+    if (pass_st == DSQ_OK) {
+        for (int32_t i = 0; i < n; i++)
+            c->seq_len[e[i].seq] += e[i].n_tokens;
+        return;
+    }
+    release_batch(c, n, c->b_seq_ids, c->b_cur_len, n_cow);
+    for (int32_t i = 0; i < n; i++)
+        c->hist.len[e[i].seq] = c->b_cur_len[i];
+    hist_resync(c, n, c->b_seq_ids);
+}
+
+dsq_status dsq_ctx_forward_mixed(dsq_ctx *c, int32_t n, const int32_t *seqs,
+                                 const int32_t *n_tokens_each, const int32_t *tokens,
+                                 float *logits)
+{
+    dsq_clear_error();
+    if (!c)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "mixed step: ctx is NULL");
+    if (!seqs || !n_tokens_each || !tokens || n <= 0)
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG,
+                                      "mixed step: need seqs, n_tokens_each, tokens != NULL and n > 0 (got %d)", n));
+    if (n > c->p.max_batch_tokens || n > c->p.max_seqs)
+        return ctx_status(c, dsq_fail(DSQ_ERR_BATCH, "mixed step: %d sequences exceed max_batch_tokens %d / max_seqs %d",
+                                      n, c->p.max_batch_tokens, c->p.max_seqs));
+    /* entries into the concatenated tokens; an offset past max_batch_tokens
+     * is refused by dsq_batch_build before any token is read */
+    dsq_batch_entry *e = c->b_entry;
+    int64_t off = 0;
+    for (int32_t i = 0; i < n; i++) {
+        e[i] = (dsq_batch_entry){ .seq = seqs[i], .n_tokens = n_tokens_each[i], .want_logits = logits != NULL };
+        e[i].tokens = off <= c->p.max_batch_tokens ? tokens + off : tokens;
+        if (n_tokens_each[i] > 0)
+            off += n_tokens_each[i];
+    }
+    dsq_batch b;
+    dsq_status st = dsq_batch_build(c, "mixed step", n, e, &b);
+    if (st != DSQ_OK)
+        return ctx_status(c, st);
+    int32_t n_cow = 0;
+    if ((st = dsq_batch_reserve(c, n, e, &n_cow)) != DSQ_OK)
+        return ctx_status(c, st);
+    st = c->model->ops->forward(c, &b, logits);
+    dsq_batch_finish(c, n, e, n_cow, st);
+    return ctx_status(c, st);
 }

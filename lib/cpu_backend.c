@@ -488,6 +488,37 @@ static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
     return DSQ_OK;
 }
 
+/* Copy whole KV rows of every layer (and their INT8 scales): the copy of
+ * a shared paged block before a write, a static-cache fork. */
+static dsq_status cpu_copy_kv_rows(dsq_ctx *c, int32_t n, const dsq_kv_copy *copies)
+{
+    cpu_ctx *cc = c->be;
+    const dsq_config *cfg = &c->model->cfg;
+    const size_t KV = (size_t)cfg->n_kv_heads, row_bytes = KV * (size_t)cfg->head_dim * cc->kv_esz;
+    for (int32_t i = 0; i < n; i++) {
+        const dsq_kv_copy *cp = &copies[i];
+        if (cp->n_rows < 0 || cp->src_row < 0 || cp->dst_row < 0 || cp->src_row + cp->n_rows > cc->kv_rows ||
+            cp->dst_row + cp->n_rows > cc->kv_rows)
+            return dsq_fail(DSQ_ERR_INTERNAL, "cpu KV copy: rows %lld..+%lld -> %lld outside the cache",
+                            (long long)cp->src_row, (long long)cp->n_rows, (long long)cp->dst_row);
+        for (int32_t l = 0; l < cfg->n_layers; l++) {
+            size_t lo = (size_t)l * cc->layer_kv_bytes;
+            memcpy(cc->k + lo + (size_t)cp->dst_row * row_bytes, cc->k + lo + (size_t)cp->src_row * row_bytes,
+                   (size_t)cp->n_rows * row_bytes);
+            memcpy(cc->v + lo + (size_t)cp->dst_row * row_bytes, cc->v + lo + (size_t)cp->src_row * row_bytes,
+                   (size_t)cp->n_rows * row_bytes);
+            if (cc->ks) {
+                size_t so = (size_t)l * (size_t)cc->kv_rows * KV;
+                memcpy(cc->ks + so + (size_t)cp->dst_row * KV, cc->ks + so + (size_t)cp->src_row * KV,
+                       (size_t)cp->n_rows * KV * sizeof(float));
+                memcpy(cc->vs + so + (size_t)cp->dst_row * KV, cc->vs + so + (size_t)cp->src_row * KV,
+                       (size_t)cp->n_rows * KV * sizeof(float));
+            }
+        }
+    }
+    return DSQ_OK;
+}
+
 const dsq_backend_ops dsq_cpu_backend = {
     .name = "cpu",
     .kind = DSQ_BACKEND_CPU,
@@ -497,4 +528,7 @@ const dsq_backend_ops dsq_cpu_backend = {
     .ctx_free = cpu_ctx_free,
     .forward = cpu_forward,
     .seq_removed = NULL,
+    .copy_kv_rows = cpu_copy_kv_rows,
+    .step = NULL,      /* dsq_step samples on the host (lib/step.c) */
+    .hist_sync = NULL, /* no device copy of the token history */
 };

@@ -187,29 +187,67 @@ typedef struct dsq_batch {
 
 /* ---- paged KV bookkeeping (lib/kv_pages.c) ------------------------------- */
 
-/* Host-side block allocator shared by the backends.
- * Pool of n_blocks blocks of block_size tokens; block_table[seq][j] is the
- * physical block holding that sequence's tokens j*bs .. (j+1)*bs-1, or -1. */
+/* Host-side block allocator shared by the backends, with blocks shared
+ * between sequences by reference count (dsq_seq_fork).
+ * Pool of n_blocks blocks of block_size tokens; rows[seq][j] is the physical
+ * block holding that sequence's tokens j*bs .. (j+1)*bs-1, for
+ * j < n_seq_blocks[seq].  A sequence's row is allocated on first use and
+ * grows by doubling, so host memory follows the tokens cached, not
+ * max_seqs x max_context.  Invariant between calls: n_seq_blocks[seq] ==
+ * ceil(length / bs).  A block with ref > 1 is never written: a sequence
+ * about to write into a shared partial block first gets a private copy
+ * (copy on write, planned by dsq_kv_pages_reserve, copied by the backend's
+ * copy_kv_rows). */
 typedef struct dsq_kv_pages {
     int32_t block_size;
     int32_t n_blocks;
     int32_t max_seqs;
     int32_t max_blocks_per_seq;   /* ceil(max_context / block_size) */
-    int32_t *block_table;         /* [max_seqs][max_blocks_per_seq] */
+    int32_t **rows;               /* [max_seqs] -> [row_cap[seq]] block ids; NULL until used */
+    int32_t *row_cap;             /* [max_seqs] */
     int32_t *n_seq_blocks;        /* [max_seqs] blocks held */
+    int32_t *ref;                 /* [n_blocks] sequences holding each block (0 = free) */
     int32_t *free_stack;          /* [n_blocks] */
     int32_t n_free;
 } dsq_kv_pages;
 
+/* One copy-on-write planned by dsq_kv_pages_reserve: sequence `seq` now
+ * holds new_blk at index idx of its row instead of the shared old_blk, and
+ * the first n_rows rows of old_blk must be copied into new_blk before the
+ * forward pass writes. */
+typedef struct dsq_kv_cow {
+    int32_t seq, idx, old_blk, new_blk, n_rows;
+} dsq_kv_cow;
+
+/* One copy of KV rows inside the cache (every layer, K and V, INT8 scales):
+ * rows src_row .. src_row+n_rows-1 -> dst_row ..; ranges do not overlap. */
+typedef struct dsq_kv_copy {
+    int64_t dst_row, src_row, n_rows;
+} dsq_kv_copy;
+
 dsq_status dsq_kv_pages_init(dsq_kv_pages *p, int32_t max_seqs, int32_t max_context,
                              int32_t block_size, int32_t n_blocks);
 void dsq_kv_pages_destroy(dsq_kv_pages *p);
-/* Ensure every seqs[i] has room for new_len[i] tokens; all-or-nothing:
- * DSQ_ERR_KV_FULL leaves every table unchanged. */
+/* Ensure every seqs[i] (distinct) has room for new_len[i] tokens when it now
+ * holds cur_len[i] (< new_len[i]), with a private copy of a shared partial
+ * last block; the copies to make are written to cow[0 .. *n_cow) (room for n
+ * entries).  All-or-nothing: DSQ_ERR_KV_FULL or DSQ_ERR_OUT_OF_MEMORY leave
+ * every table and count unchanged (row capacity may have grown). */
 dsq_status dsq_kv_pages_reserve(dsq_kv_pages *p, int32_t n, const int32_t *seqs,
-                                const int32_t *new_len);
-/* Give back blocks of `seq` beyond those needed for `keep_len` tokens. */
+                                const int32_t *cur_len, const int32_t *new_len,
+                                dsq_kv_cow *cow, int32_t *n_cow);
+/* Undo the copies-on-write of a reserve whose forward pass failed (each
+ * sequence gets its shared block back; the private copy returns to the pool).
+ * Call before trimming the same sequences. */
+void dsq_kv_pages_undo_cow(dsq_kv_pages *p, const dsq_kv_cow *cow, int32_t n_cow);
+/* Give back blocks of `seq` beyond those needed for `keep_len` tokens
+ * (a shared block only loses a reference). */
 void dsq_kv_pages_trim(dsq_kv_pages *p, int32_t seq, int32_t keep_len);
+/* Make empty sequence `dst` share every block of `src` (references +1).
+ * DSQ_ERR_OUT_OF_MEMORY (host, for dst's row) changes nothing. */
+dsq_status dsq_kv_pages_fork(dsq_kv_pages *p, int32_t src, int32_t dst);
+/* Blocks in use (held by at least one sequence). */
+static inline int32_t dsq_kv_pages_used(const dsq_kv_pages *p) { return p->n_blocks - p->n_free; }
 
 /* ---- generation_config.json (lib/generation_config.c) -------------------- */
 
@@ -237,6 +275,79 @@ dsq_status dsq_gen_config_parse(const char *json, size_t len, const char *name,
                                 dsq_gen_config *g);
 /* Read dir/generation_config.json if it exists (else g->has = 0, DSQ_OK). */
 dsq_status dsq_gen_config_load(const char *dir, dsq_gen_config *g);
+
+/* ---- per-sequence token history (lib/seq_history.c) ---------------------- */
+
+/* tok[seq][0..len[seq]) are the tokens sequence `seq` holds (as its KV cache);
+ * each array grows by doubling (capacity cap[seq]). */
+typedef struct dsq_seq_history {
+    int32_t n_seqs;
+    int32_t **tok;  /* [n_seqs] malloc'ed arrays, NULL until first use */
+    int32_t *len;   /* [n_seqs] */
+    int32_t *cap;   /* [n_seqs] */
+} dsq_seq_history;
+
+dsq_status dsq_hist_init(dsq_seq_history *h, int32_t n_seqs);
+void dsq_hist_destroy(dsq_seq_history *h);
+/* Room for n tokens in seq's array (DSQ_ERR_OUT_OF_MEMORY changes nothing). */
+dsq_status dsq_hist_reserve(dsq_seq_history *h, int32_t seq, int32_t n);
+/* Append after a successful dsq_hist_reserve (cannot fail). */
+void dsq_hist_append(dsq_seq_history *h, int32_t seq, const int32_t *tokens, int32_t n);
+
+/* For sequence operations (dsq_seq_truncate / dsq_seq_fork): keep the history
+ * and the backend's device copy equal to what the KV cache holds.
+ * truncate: keep the first n tokens; fork: dst gets a copy of src's tokens
+ * (dst's old tokens dropped); clear: the sequence was removed. */
+dsq_status dsq_seq_history_truncate(dsq_ctx *c, int32_t seq, int32_t n);
+dsq_status dsq_seq_history_fork(dsq_ctx *c, int32_t dst, int32_t src);
+void dsq_seq_history_clear(dsq_ctx *c, int32_t seq);
+
+/* ---- sampling inside a step (lib/step.c, lib/sample_cpu.c, cuda/sampling.cu) */
+
+enum { DSQ_SROW_SAMPLE = 1u, DSQ_SROW_LOGPROB = 2u };
+
+/* One logits row to post-process: resolved dsq_sample_params plus where the
+ * row's sequence stands.  Plain data, copied to the device as is. */
+typedef struct dsq_samp_row {
+    float temperature, top_p, min_p;
+    float rep_pen, pres_pen, freq_pen;
+    int32_t top_k;
+    int32_t pen_n;      /* penalty window; 0 = no penalties */
+    int32_t n_valid;    /* ids >= this are never chosen (1..n_vocab) */
+    int32_t top_n;      /* 0..DSQ_STEP_MAX_TOP_N */
+    int32_t seq;        /* sequence id (row of the device history) */
+    int32_t hist_len;   /* tokens the sequence holds after this step = the
+                           position of the token drawn (RNG counter) */
+    uint32_t flags;     /* DSQ_SROW_* */
+    uint32_t seed_lo, seed_hi;
+    int32_t out_row;    /* row of the caller's logits buffer, -1: none */
+} dsq_samp_row;
+
+typedef struct dsq_samp_result {
+    int32_t token;      /* -1: not sampled / no finite logit */
+    float logprob;
+    int32_t n_top;
+    int32_t n_kept;     /* tokens the draw chose among (diagnostics, tests) */
+    int32_t top_ids[DSQ_STEP_MAX_TOP_N];
+    float top_lp[DSQ_STEP_MAX_TOP_N];
+} dsq_samp_result;
+
+/* Host implementation of one row (lib/sample_cpu.c): raw log-probs / top-n,
+ * penalties over hist[0..r->hist_len) (the sequence's tokens, this step's
+ * included), then lib/sampler.c's pipeline with the Philox uniform of
+ * (seed, hist_len).  `x` is the row of n_vocab logits (not modified). */
+typedef struct dsq_sample_ws dsq_sample_ws;
+dsq_status dsq_sample_ws_new(int32_t n_vocab, dsq_sample_ws **out);
+void dsq_sample_ws_free(dsq_sample_ws *ws);
+dsq_status dsq_sample_cpu_row(dsq_sample_ws *ws, const float *x, int32_t n_vocab,
+                              const dsq_samp_row *r, const int32_t *hist, dsq_samp_result *res);
+
+/* lib/sampler.c hooks for the above: replace the warper settings of a
+ * sampler (penalty untouched) and draw with a given uniform u in [0,1). */
+void dsq_sampler_set_warpers(dsq_sampler *s, float temperature, int32_t top_k, float top_p,
+                             float min_p, int32_t n_vocab_valid);
+dsq_status dsq_sampler_sample_u(dsq_sampler *s, const float *logits, int32_t n_vocab, double u,
+                                int32_t *token_out);
 
 /* ---- model, context, backends -------------------------------------------- */
 
@@ -270,19 +381,30 @@ struct dsq_ctx {
     int64_t kv_bytes;
     int64_t scratch_bytes;
     void *be;                  /* backend state */
-    /* host scratch for building batches: [max_batch_tokens] each */
+    /* host scratch for building batches: [max_batch_tokens] each ([+1] for
+     * the per-sequence ones; a batch never holds more sequences than tokens) */
     int32_t *b_tokens, *b_pos, *b_tok_seq, *b_seq_ids, *b_seq_start, *b_seq_pos0,
-        *b_logit_rows, *b_new_len;
+        *b_logit_rows, *b_new_len, *b_cur_len;
+    dsq_kv_cow *b_cow;         /* [max_batch_tokens] copies-on-write of one pass */
+    dsq_kv_copy *b_copy;       /* [max_batch_tokens] the same as row copies */
+    struct dsq_batch_entry *b_entry; /* [max_batch_tokens] dsq_batch_build input */
     char last_error[512];
+    dsq_seq_history hist;      /* every sequence's tokens (penalties) */
+    dsq_sample_ws *sample_ws;  /* host sampling scratch, made on first use */
+    float *step_logits;        /* host [step_logits_rows][n_vocab], first use */
+    int32_t step_logits_rows;
+    dsq_samp_row *step_rows;   /* [step_cap] dsq_step scratch, first use */
+    dsq_samp_result *step_res; /* [step_cap] */
+    int32_t step_cap;
 };
 
 /* Physical KV row of (seq, pos): static = seq*max_context + pos;
- * paged = block_table[seq][pos/bs]*bs + pos%bs. */
+ * paged = rows[seq][pos/bs]*bs + pos%bs. */
 static inline int64_t dsq_kv_row(const dsq_ctx *c, int32_t seq, int32_t pos)
 {
     if (c->p.kv_layout == DSQ_KV_PAGED) {
         const dsq_kv_pages *p = &c->pages;
-        int32_t blk = p->block_table[(int64_t)seq * p->max_blocks_per_seq + pos / p->block_size];
+        int32_t blk = p->rows[seq][pos / p->block_size];
         return (int64_t)blk * p->block_size + pos % p->block_size;
     }
     return (int64_t)seq * c->p.max_context + pos;
@@ -305,7 +427,63 @@ struct dsq_backend_ops {
     dsq_status (*forward)(dsq_ctx *c, const dsq_batch *b, float *logits);
     /* Optional: the sequence was removed (KV rows may be reused). */
     void (*seq_removed)(dsq_ctx *c, int32_t seq);
+    /* Copy KV rows (copy-on-write of a shared paged block, the static
+     * cache's dsq_seq_fork), ordered before the next forward pass (CUDA: on
+     * the context stream, no host synchronisation). */
+    dsq_status (*copy_kv_rows)(dsq_ctx *c, int32_t n, const dsq_kv_copy *copies);
+    /* Optional (NULL: api.c runs forward into host memory and samples there):
+     * run the batch, write the logits of row r to logits + out_row * n_vocab
+     * (host, or device memory when logits_on_device) for rows with out_row
+     * >= 0, and post-process row r of b->logit_rows with rows[r] into res[r]
+     * (all n_logits rows). */
+    dsq_status (*step)(dsq_ctx *c, const dsq_batch *b, const dsq_samp_row *rows,
+                       dsq_samp_result *res, float *logits, int logits_on_device);
+    /* Optional: c->hist of `seq` changed other than by appending (truncate,
+     * fork); refresh any device copy. */
+    void (*hist_sync)(dsq_ctx *c, int32_t seq);
 };
+
+/* ---- sequence batches beyond dsq_prefill / dsq_decode_step (lib/api.c) ---- */
+
+/* One sequence's part of a batch: n_tokens >= 1 new tokens (a prompt chunk,
+ * or 1 for a decode step); want_logits: its last token's logits row is
+ * computed (rows in entry order). */
+typedef struct dsq_batch_entry {
+    int32_t seq, n_tokens;
+    const int32_t *tokens;
+    int32_t want_logits;
+} dsq_batch_entry;
+
+/* The validation and all-or-nothing bookkeeping shared by every call that
+ * runs such a batch (dsq_ctx_forward_mixed, dsq_step):
+ *   dsq_batch_build: check n entries (n <= max_batch_tokens and max_seqs;
+ *     distinct valid ids: DSQ_ERR_SEQ / _INVALID_ARG; tokens: _TOKEN; total
+ *     <= max_batch_tokens: _BATCH; max_context: _CONTEXT_FULL; messages
+ *     prefixed by `who`), then fill c's batch scratch and *b.  Changes no
+ *     state.
+ *   dsq_batch_reserve: token-history room, paged KV blocks (copy on write of
+ *     shared partial blocks enqueued on the backend), then the new tokens
+ *     appended to the histories.  On error nothing changed.
+ *   dsq_batch_finish: after the pass: DSQ_OK advances the lengths; an error
+ *     undoes dsq_batch_reserve (blocks, copies, histories and their device
+ *     copies), so no sequence changed.
+ * The e array must stay valid and unchanged between the three calls; the
+ * batch scratch (c->b_*) must not be reused in between. */
+dsq_status dsq_batch_build(dsq_ctx *c, const char *who, int32_t n, const dsq_batch_entry *e, dsq_batch *b);
+dsq_status dsq_batch_reserve(dsq_ctx *c, int32_t n, const dsq_batch_entry *e, int32_t *n_cow);
+void dsq_batch_finish(dsq_ctx *c, int32_t n, const dsq_batch_entry *e, int32_t n_cow, dsq_status pass_st);
+
+/* One forward pass advancing n distinct sequences: seqs[i] gets
+ * n_tokens_each[i] >= 1 tokens (a prompt chunk, or 1 for a decode step; an
+ * empty sequence starts at position 0), taken in order from the concatenated
+ * `tokens`.  logits: NULL, or [n][n_vocab], the logits of each sequence's last
+ * new token.  Validates like dsq_decode_step (DSQ_ERR_INVALID_ARG, _BATCH when
+ * the tokens exceed max_batch_tokens, _SEQ, _TOKEN, _CONTEXT_FULL, _KV_FULL)
+ * and is all-or-nothing: on any error no sequence changes.  Internal (tests,
+ * benchmarks); dsq_step() runs the same dsq_batch_* sequence. */
+dsq_status dsq_ctx_forward_mixed(dsq_ctx *c, int32_t n, const int32_t *seqs,
+                                 const int32_t *n_tokens_each, const int32_t *tokens,
+                                 float *logits);
 
 extern const dsq_backend_ops dsq_cpu_backend;
 #ifdef DSQ_HAVE_CUDA

@@ -75,6 +75,8 @@ struct dsq_sampler {
     int32_t *ci;               /* [cap] candidates: token id                 */
     cand *cands;               /* [cap] boundary-bin candidates for top-p    */
     double *hist_mass;         /* [HIST_WAYS][HIST_BINS] top-p histogram     */
+    int use_u;                 /* dsq_sampler_sample_u: draw with `u`        */
+    double u;
 };
 
 /* ---- RNG ------------------------------------------------------------------- */
@@ -779,8 +781,32 @@ dsq_status dsq_sampler_sample(dsq_sampler *s, const float *logits, int32_t n_voc
     if (kept != nc || floor_v > 0.0f)
         kept_mass = mass_at_least(cv, kept, floor_v);
 
-    const int32_t tok = draw(cv, ci, kept, floor_v, rng_uniform(s->rng) * kept_mass);
+    const int32_t tok = draw(cv, ci, kept, floor_v, (s->use_u ? s->u : rng_uniform(s->rng)) * kept_mass);
     *token_out = tok;
     record(s, tok);
     return DSQ_OK;
+}
+
+/* ---- hooks for dsq_step() (lib/sample_cpu.c) --------------------------------- */
+
+void dsq_sampler_set_warpers(dsq_sampler *s, float temperature, int32_t top_k, float top_p,
+                             float min_p, int32_t n_vocab_valid)
+{
+    s->p.temperature = temperature;
+    s->p.top_k = top_k;
+    s->p.top_p = top_p;
+    s->p.min_p = min_p;
+    s->p.n_vocab_valid = n_vocab_valid;
+}
+
+/* The same pipeline with the uniform supplied by the caller (a counter-based
+ * draw), so the result does not depend on the sampler's RNG state. */
+dsq_status dsq_sampler_sample_u(dsq_sampler *s, const float *logits, int32_t n_vocab, double u,
+                                int32_t *token_out)
+{
+    s->use_u = 1;
+    s->u = u;
+    dsq_status st = dsq_sampler_sample(s, logits, n_vocab, token_out);
+    s->use_u = 0;
+    return st;
 }

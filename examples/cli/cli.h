@@ -41,7 +41,15 @@ typedef struct cli_opts {
     const char *prompt;      /* positional prompt text (generate)           */
     int verbose;             /* --verbose: backend, shapes, timing, log     */
     int progress;            /* draw a load progress bar (stderr is a tty)  */
+    int bench_sampling;      /* --sampling: CLI_BENCH_* (bench)             */
 } cli_opts;
+
+/* How `dsqwen bench` picks each step's next tokens. */
+enum {
+    CLI_BENCH_STEP = 0, /* dsq_step samples in the library (GPU on CUDA)     */
+    CLI_BENCH_HOST = 1, /* logits to the host, argmax there                  */
+    CLI_BENCH_NONE = 2  /* no logits, the same token fed again               */
+};
 
 /* Sampler fields given on the command line (they override the model's
  * generation_config.json). */
@@ -89,6 +97,10 @@ void cli_session_close(cli_session *s);
  * prints "dsqwen: WHAT: 'ELEM' is not ..." and returns 1. */
 int cli_parse_list(const char *what, const char *list, long lo, long hi, int32_t **out,
                    int32_t *n);
+
+/* The session's sampler settings (model defaults + command line) as
+ * dsq_step's per-sequence parameters. */
+dsq_sample_params cli_sample_params(const cli_session *s);
 
 /* Tokenize `text` (special-token text is recognised; no BOS added: the chat
  * format already holds it, raw callers pass add_bos).  Prints its own

@@ -4,9 +4,21 @@
  * For each batch size B: B sequences get a --prompt-len token prompt each
  * (deterministic pseudo-random ids; one prefill call per sequence), then
  * --max-tokens decode steps run with all B sequences in every step, each fed
- * its own greedy (argmax) token, logits copied to the host as a real
- * application would.  Each batch size gets an untimed warm-up round first,
- * and the first decode step of the timed round is still reported apart. */
+ * its own next token:
+ *   --sampling gpu (default): dsq_step samples each sequence in the library
+ *     (on the GPU with CUDA) with the session's sampler settings (the
+ *     model's generation_config.json, else temperature 0.6 / top-p 0.95,
+ *     changed by --temperature etc.); only the ids come back;
+ *   --sampling host: dsq_decode_step copies every logits row to the host and
+ *     the argmax is taken there (what an application had to do before);
+ *   --sampling none: no logits at all, the same token is fed again (the
+ *     step alone).
+ * Each batch size gets an untimed warm-up round first, and the first decode
+ * step of the timed round is still reported apart.  floor% is the step's
+ * memory floor -- bytes it must read (weights without the embedding table,
+ * plus the KV cache of every sequence at its average length during the
+ * steps) at 4,480 GB/s, the H200's measured streaming bandwidth -- over the
+ * measured ms/step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +34,15 @@ static int32_t argmax(const float *x, int32_t n)
     return best;
 }
 
-static int bench_one(cli_session *s, int32_t B, int32_t P, int32_t G, int32_t *prompt,
-                     int32_t *seqs, int32_t *toks, int quiet)
+/* Measured streaming bandwidth of the H200 (docs/performance.md). */
+#define BENCH_GBPS 4480.0
+
+static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, int32_t G, int32_t *prompt,
+                     int32_t *seqs, int32_t *toks, dsq_step_seq *ent, dsq_step_out *outs, int quiet)
 {
     const int32_t V = s->info.n_vocab;
+    const int mode = o->bench_sampling;
+    const dsq_sample_params sp = cli_sample_params(s);
     dsq_status st;
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(B + 1);
     double t0 = cli_now();
@@ -35,21 +52,41 @@ static int bench_one(cli_session *s, int32_t B, int32_t P, int32_t G, int32_t *p
             prompt[i] = (int32_t)((rng >> 33) % (uint64_t)s->n_vocab_valid);
         }
         seqs[b] = b;
-        if ((st = dsq_prefill(s->ctx, b, prompt, P, DSQ_LOGITS_LAST, s->logits + (size_t)b * V)) !=
-            DSQ_OK)
+        /* gpu / none: the last prompt token is fed by the first step */
+        if (mode == CLI_BENCH_HOST)
+            st = dsq_prefill(s->ctx, b, prompt, P, DSQ_LOGITS_LAST, s->logits + (size_t)b * V);
+        else
+            st = P > 1 ? dsq_prefill(s->ctx, b, prompt, P - 1, DSQ_LOGITS_LAST, NULL) : DSQ_OK;
+        if (st != DSQ_OK)
             return cli_report(st, "prefill");
+        toks[b] = prompt[P - 1];
     }
+    if (mode == CLI_BENCH_NONE && (st = dsq_decode_step(s->ctx, B, seqs, toks, NULL)) != DSQ_OK)
+        return cli_report(st, "decode step");
     double t_prefill = cli_now() - t0;
-    for (int32_t b = 0; b < B; b++)
-        toks[b] = argmax(s->logits + (size_t)b * V, s->n_vocab_valid);
+    if (mode == CLI_BENCH_HOST)
+        for (int32_t b = 0; b < B; b++)
+            toks[b] = argmax(s->logits + (size_t)b * V, s->n_vocab_valid);
 
     double t_step0 = 0.0, t_rest = 0.0;
     for (int32_t g = 0; g < G; g++) {
         double t = cli_now();
-        if ((st = dsq_decode_step(s->ctx, B, seqs, toks, s->logits)) != DSQ_OK)
-            return cli_report(st, "decode step");
-        for (int32_t b = 0; b < B; b++)
-            toks[b] = argmax(s->logits + (size_t)b * V, s->n_vocab_valid);
+        if (mode == CLI_BENCH_STEP) {
+            for (int32_t b = 0; b < B; b++)
+                ent[b] = (dsq_step_seq){ b, 1, &toks[b], &sp, 0, 0 };
+            if ((st = dsq_step(s->ctx, ent, B, NULL, outs)) != DSQ_OK)
+                return cli_report(st, "decode step");
+            for (int32_t b = 0; b < B; b++)
+                toks[b] = outs[b].token >= 0 ? outs[b].token : 0;
+        } else if (mode == CLI_BENCH_HOST) {
+            if ((st = dsq_decode_step(s->ctx, B, seqs, toks, s->logits)) != DSQ_OK)
+                return cli_report(st, "decode step");
+            for (int32_t b = 0; b < B; b++)
+                toks[b] = argmax(s->logits + (size_t)b * V, s->n_vocab_valid);
+        } else {
+            if ((st = dsq_decode_step(s->ctx, B, seqs, toks, NULL)) != DSQ_OK)
+                return cli_report(st, "decode step");
+        }
         t = cli_now() - t;
         if (g == 0)
             t_step0 = t;
@@ -58,10 +95,21 @@ static int bench_one(cli_session *s, int32_t B, int32_t P, int32_t G, int32_t *p
     }
     int32_t timed = G > 1 ? G - 1 : G;
     double t_dec = G > 1 ? t_rest : t_step0;
+    /* the memory floor of an average step: weights read once (not the
+     * embedding table, of which only B rows are read) + every sequence's KV */
+    dsq_ctx_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
+    dsq_ctx_get_info(s->ctx, &ci);
+    double wbytes = (double)(s->info.device_bytes > 0 ? s->info.device_bytes : s->info.weight_bytes);
+    if (!s->info.tie_embeddings)
+        wbytes -= (double)s->info.n_vocab * s->info.n_embd * 2.0; /* bf16 table */
+    double kv = (double)B * (P + G / 2.0) * (double)ci.kv_bytes_per_token;
+    double floor_ms = (wbytes + kv) / (BENCH_GBPS * 1e9) * 1e3;
     if (!quiet)
-        printf("%6d %7d %12.1f %10.1f %8d %12.2f %12.1f %12.1f\n", (int)B, (int)P,
+        printf("%6d %7d %12.1f %10.1f %8d %12.3f %12.1f %12.1f %8.1f\n", (int)B, (int)P,
            (double)B * P / t_prefill, 1e3 * t_prefill, (int)G, 1e3 * t_dec / timed,
-           (double)B * timed / t_dec, 1e3 * t_step0);
+           (double)B * timed / t_dec, 1e3 * t_step0, 100.0 * floor_ms / (1e3 * t_dec / timed));
     fflush(stdout);
     for (int32_t b = 0; b < B; b++)
         if ((st = dsq_seq_remove(s->ctx, b)) != DSQ_OK)
@@ -88,8 +136,10 @@ int cli_bench(const cli_opts *o)
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)P);
     int32_t *seqs = malloc(sizeof(int32_t) * (size_t)max_b);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_b);
+    dsq_step_seq *ent = malloc(sizeof(dsq_step_seq) * (size_t)max_b);
+    dsq_step_out *outs = malloc(sizeof(dsq_step_out) * (size_t)max_b);
     int rc = 1;
-    if (!prompt || !seqs || !toks) {
+    if (!prompt || !seqs || !toks || !ent || !outs) {
         fprintf(stderr, "dsqwen: no memory\n");
         goto done;
     }
@@ -102,18 +152,21 @@ int cli_bench(const cli_opts *o)
     memset(&ci, 0, sizeof ci);
     ci.struct_size = sizeof ci;
     dsq_ctx_get_info(s.ctx, &ci);
-    fprintf(stderr, "[backend %s, kv %s %s, %d layers, vocab %d, context %d]\n",
+    fprintf(stderr, "[backend %s, kv %s %s, %d layers, vocab %d, context %d, sampling %s]\n",
             s.info.backend == DSQ_BACKEND_CUDA ? "cuda" : "cpu",
             ci.kv_layout == DSQ_KV_PAGED ? "paged" : "static",
             ci.kv_dtype == DSQ_KV_INT8 ? "int8" : ci.kv_dtype == DSQ_KV_F32 ? "f32" : "f16",
-            (int)s.info.n_layers, (int)s.info.n_vocab, (int)s.max_context);
-    printf("%6s %7s %12s %10s %8s %12s %12s %12s\n", "batch", "prompt", "prefill_t/s",
-           "prefill_ms", "steps", "ms/step", "decode_t/s", "step0_ms");
+            (int)s.info.n_layers, (int)s.info.n_vocab, (int)s.max_context,
+            o->bench_sampling == CLI_BENCH_HOST ? "host argmax of copied logits"
+            : o->bench_sampling == CLI_BENCH_NONE ? "none (no logits)"
+                                                  : "in the library (dsq_step)");
+    printf("%6s %7s %12s %10s %8s %12s %12s %12s %8s\n", "batch", "prompt", "prefill_t/s",
+           "prefill_ms", "steps", "ms/step", "decode_t/s", "step0_ms", "floor%");
     for (int32_t i = 0; i < n_batches; i++) {
         /* an untimed round first: one-time setup (kernel selection, graph
          * capture, page faults) must not count as throughput */
-        if (bench_one(&s, batches[i], P, G < 3 ? G : 3, prompt, seqs, toks, 1) ||
-            bench_one(&s, batches[i], P, G, prompt, seqs, toks, 0))
+        if (bench_one(&s, o, batches[i], P, G < 3 ? G : 3, prompt, seqs, toks, ent, outs, 1) ||
+            bench_one(&s, o, batches[i], P, G, prompt, seqs, toks, ent, outs, 0))
             goto done;
     }
     rc = 0;
@@ -121,6 +174,8 @@ done:
     free(prompt);
     free(seqs);
     free(toks);
+    free(ent);
+    free(outs);
     cli_session_close(&s);
     return rc;
 }

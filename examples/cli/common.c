@@ -203,6 +203,20 @@ fail_report:
     return 1;
 }
 
+dsq_sample_params cli_sample_params(const cli_session *s)
+{
+    dsq_sample_params p = dsq_sample_default_params();
+    p.temperature = s->sp.temperature > 0.0f ? s->sp.temperature : 0.0f;
+    p.top_k = s->sp.top_k;
+    p.top_p = s->sp.top_p;
+    p.min_p = s->sp.min_p;
+    p.repetition_penalty = s->sp.repetition_penalty;
+    p.penalty_last_n = s->sp.penalty_last_n < DSQ_PENALTY_MAX_N ? s->sp.penalty_last_n : DSQ_PENALTY_MAX_N;
+    p.seed = s->sp.seed;
+    p.n_vocab_valid = s->n_vocab_valid;
+    return p;
+}
+
 void cli_session_close(cli_session *s)
 {
     dsq_set_log_callback(NULL, NULL, DSQ_LOG_ERROR);

@@ -21,7 +21,8 @@ enum {
     OPT_MODEL = 256, OPT_BACKEND, OPT_KV, OPT_KV_LAYOUT, OPT_TEMP, OPT_TOP_P, OPT_TOP_K,
     OPT_MIN_P, OPT_PENALTY, OPT_PENALTY_N, OPT_SEED, OPT_MAX_TOKENS, OPT_CTX, OPT_THREADS,
     OPT_SHOW_THINK, OPT_HIDE_THINK, OPT_TOKENS, OPT_RAW, OPT_SYSTEM, OPT_BATCH, OPT_PROMPT_LEN,
-    OPT_GREEDY, OPT_STOP, OPT_VERBOSE, OPT_NO_PROGRESS, OPT_VERSION, OPT_HELP
+    OPT_GREEDY, OPT_STOP, OPT_VERBOSE, OPT_NO_PROGRESS, OPT_VERSION, OPT_HELP,
+    OPT_SAMPLING
 };
 
 typedef struct opt_doc {
@@ -81,6 +82,10 @@ static const opt_doc docs[] = {
       "batch sizes to measure (default 1)" },
     { { "prompt-len", required_argument, NULL, OPT_PROMPT_LEN }, C_BENCH, "N",
       "prompt tokens per sequence (default 128)" },
+    { { "sampling", required_argument, NULL, OPT_SAMPLING }, C_BENCH, "gpu|host|none",
+      "how each step's next tokens are picked: gpu (default: dsq_step samples\n"
+      "in the library, on the GPU with CUDA), host (logits to the host, argmax\n"
+      "there), none (no logits; the step alone)" },
     { { "verbose", no_argument, NULL, OPT_VERBOSE }, C_ALL, NULL,
       "show backend, device, model shape, load time and library messages" },
     { { "no-progress", no_argument, NULL, OPT_NO_PROGRESS }, C_ALL, NULL,
@@ -110,8 +115,10 @@ static const cmd_doc cmds[] = {
       "notice).  Ctrl-C stops the current reply; at the prompt (or a second one)\n"
       "it exits.  Without a tokenizer each line is a list of token ids (1,2,3)." },
     { "bench", C_BENCH, "dsqwen bench --model DIR [options]",
-      "Prefill and decode throughput at each batch size of --batch (greedy\n"
-      "tokens, logits copied to the host each step, an untimed warm-up first)." },
+
+      "Prefill and decode throughput at each batch size of --batch, an untimed\n"
+      "warm-up first; --sampling says how next tokens are picked (default: in\n"
+      "the library through dsq_step, on the GPU with CUDA)." },
 };
 #define N_CMDS (sizeof cmds / sizeof cmds[0])
 
@@ -488,6 +495,18 @@ int main(int argc, char **argv)
             bad = cli_parse_list("--batch", optarg, 1, 65536, &o.batch, &o.n_batch);
             break;
         case OPT_PROMPT_LEN: bad = parse_int("prompt-len", optarg, 1, INT32_MAX, &o.prompt_len); break;
+        case OPT_SAMPLING:
+            if (strcmp(optarg, "gpu") == 0)
+                o.bench_sampling = CLI_BENCH_STEP;
+            else if (strcmp(optarg, "host") == 0)
+                o.bench_sampling = CLI_BENCH_HOST;
+            else if (strcmp(optarg, "none") == 0)
+                o.bench_sampling = CLI_BENCH_NONE;
+            else {
+                fprintf(stderr, "dsqwen: --sampling wants gpu, host or none\n");
+                bad = 1;
+            }
+            break;
         case OPT_GREEDY:
             o.sp.temperature = 0.0f;
             o.sp_set |= CLI_SP_TEMPERATURE;

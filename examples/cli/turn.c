@@ -28,21 +28,35 @@ int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t 
         turn->context_full = 1;
         return 1;
     }
+    if (n_prompt < 1) {
+        fprintf(stderr, "dsqwen: empty prompt\n");
+        return 1;
+    }
+    /* The prompt but its last token is prefilled; every dsq_step then feeds
+     * one token and samples the next inside the library (on the GPU with
+     * CUDA; the penalty window sees the prompt too, as in HF generate()). */
+    const dsq_sample_params sp = cli_sample_params(s);
     double t0 = cli_now();
-    st = dsq_prefill(s->ctx, seq, prompt, n_prompt, DSQ_LOGITS_LAST, s->logits);
-    if (st != DSQ_OK)
+    if (n_prompt > 1 && (st = dsq_prefill(s->ctx, seq, prompt, n_prompt - 1, DSQ_LOGITS_LAST, NULL)) != DSQ_OK)
         return cli_report(st, "prefill");
-    held += n_prompt;
-    turn->prefill_failed = 0;
-    /* the penalty window sees the prompt too, as in HF generate() */
-    if ((st = dsq_sampler_accept(s->sampler, prompt, (size_t)n_prompt)) != DSQ_OK)
-        return cli_report(st, "recording the prompt");
+    held += n_prompt - 1;
+    int32_t feed = prompt[n_prompt - 1];
 
     double t_first_abs = 0.0;
     for (int32_t n_gen = 0;;) {
-        int32_t tok;
-        if ((st = dsq_sampler_sample(s->sampler, s->logits, s->info.n_vocab, &tok)) != DSQ_OK)
-            return cli_report(st, "sampling");
+        dsq_step_seq e = { seq, 1, &feed, &sp, 0, 0 };
+        dsq_step_out o;
+        if ((st = dsq_step(s->ctx, &e, 1, NULL, &o)) != DSQ_OK)
+            return cli_report(st, n_gen == 0 ? "prefill" : "decode step");
+        held++;
+        turn->prefill_failed = 0; /* the prompt's last token went in with this step */
+        if (n_gen > 0)
+            stats->n_decode++;
+        if (o.token < 0) {
+            fprintf(stderr, "dsqwen: the model produced no finite logit\n");
+            return 1;
+        }
+        const int32_t tok = o.token;
         turn->last = tok;
         if (reply && cli_tokvec_push(reply, &tok, 1))
             return 1;
@@ -70,10 +84,7 @@ int cli_run_turn(cli_session *s, cli_printer *p, const int32_t *prompt, int32_t 
             turn->context_full = 1;
             break;
         }
-        if ((st = dsq_decode_step(s->ctx, 1, &seq, &tok, s->logits)) != DSQ_OK)
-            return cli_report(st, "decode step");
-        held++;
-        stats->n_decode++;
+        feed = tok;
     }
     stats->t_decode = cli_now() - t_first_abs;
     return 0;
