@@ -310,3 +310,48 @@ func TestFeaturesAndBackends(t *testing.T) {
 		t.Fatal("CUDA available in a build without it")
 	}
 }
+
+func TestStepForkTruncate(t *testing.T) {
+	prompt, want := golden(t)
+	m := load(t)
+	defer m.Close()
+	ctx, err := m.NewContext(2, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	sp, err := DefaultSampleParams()
+	if err != nil || sp.Seed == 0 || sp.TopP != 0.95 {
+		t.Fatalf("defaults %+v, %v", sp, err)
+	}
+	sp.Temperature = 0
+	id, lp, ok, err := ctx.StepSample(0, prompt, sp)
+	if err != nil || !ok || int(id) != want || !(lp < 0) {
+		t.Fatalf("StepSample: %d %v %v %v, reference %d", id, lp, ok, err, want)
+	}
+	if err := ctx.Fork(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := ctx.SeqLength(1); n != len(prompt) {
+		t.Fatalf("fork holds %d tokens", n)
+	}
+	rows, err := ctx.DecodeStep([]int32{0, 1}, []int32{id, id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < m.NVocab; i++ {
+		if rows[i] != rows[m.NVocab+i] {
+			t.Fatalf("fork differs at %d", i)
+		}
+	}
+	if err := ctx.Truncate(0, int32(len(prompt)-1)); err != nil {
+		t.Fatal(err)
+	}
+	id2, lp2, _, err := ctx.StepSample(0, prompt[len(prompt)-1:], sp)
+	if err != nil || id2 != id || math.Abs(float64(lp2-lp)) > 1e-5 {
+		t.Fatalf("after truncate: %d %v %v", id2, lp2, err)
+	}
+	if e, ok := ctx.Fork(0, 1).(*Error); !ok || e.Status != StatusSeq {
+		t.Fatalf("fork onto an active sequence: %v", e)
+	}
+}

@@ -9,7 +9,8 @@
         print(piece, end="", flush=True)
 
 Lower level: Model.context() gives a Context (prefill / decode_step with
-logits as ctypes arrays, or numpy arrays with numpy=True), Sampler, Tokenizer
+logits as ctypes arrays, or numpy arrays with numpy=True; step() for mixed
+batches sampled inside the library, fork() and truncate()), Sampler, Tokenizer
 (Model.tokenizer), DetokStream and Stopper, all closable and usable with
 `with`.  Errors raise DsqError (.status, .name, .message).  build_features()
 and backend_available("cuda") say what the library can run on.
@@ -23,15 +24,15 @@ import os as _os
 
 from ._capi import (Backend, ChatMessage, Context, CtxInfo, CtxParams, DetokStream, DsqError,
                     KvDtype, KvLayout, LogLevel, Model, ModelInfo, ModelParams, Role, Sampler,
-                    SamplerParams, Status, Stopper, Tokenizer, argmax, backend_available,
-                    build_features, chat_format, library_path, load_library, set_log_callback,
-                    version)
+                    SampleParams, SamplerParams, Status, StepResult, Stopper, Tokenizer, argmax,
+                    backend_available, build_features, chat_format, has_step, library_path,
+                    load_library, set_log_callback, version)
 
 __version__ = "0.1.0"
 __all__ = ["Backend", "ChatMessage", "Context", "CtxInfo", "CtxParams", "DetokStream",
            "DsqError", "KvDtype", "KvLayout", "LogLevel", "Model", "ModelInfo", "ModelParams",
-           "Role", "Sampler", "SamplerParams", "Status", "Stopper", "Tokenizer", "argmax",
-           "backend_available", "build_features", "chat_format", "library_path", "load_library", "set_log_callback", "version",
+           "Role", "SampleParams", "Sampler", "SamplerParams", "Status", "StepResult", "Stopper",
+           "Tokenizer", "argmax", "backend_available", "build_features", "chat_format", "has_step", "library_path", "load_library", "set_log_callback", "version",
            "cdef", "cdef_path"]
 
 

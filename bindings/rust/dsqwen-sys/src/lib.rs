@@ -59,6 +59,10 @@ pub const DSQ_LOGITS_LAST: u32 = 0;
 pub const DSQ_LOGITS_ALL: u32 = 1;
 pub const DSQ_TOKENIZE_ADD_SPECIAL: u32 = 1;
 pub const DSQ_TOKENIZE_PLAIN_SPECIAL: u32 = 2;
+pub const DSQ_STEP_MAX_TOP_N: usize = 20;
+pub const DSQ_PENALTY_MAX_N: i32 = 4096;
+pub const DSQ_STEP_LOGITS: u32 = 1;
+pub const DSQ_STEP_LOGPROB: u32 = 2;
 
 // Opaque handles: only ever behind pointers, neither Send, Sync nor Unpin.
 macro_rules! opaque {
@@ -170,6 +174,52 @@ pub struct dsq_sampler_params {
     pub n_vocab_valid: i32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_sample_params {
+    pub struct_size: u32,
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repetition_penalty: f32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    pub penalty_last_n: i32,
+    pub seed: u64,
+    pub n_vocab_valid: i32,
+}
+
+/// One entry of a dsq_step() batch (fixed layout: an array element).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_step_seq {
+    pub seq: i32,
+    pub n_tokens: i32,
+    pub tokens: *const i32,
+    pub sample: *const dsq_sample_params,
+    pub top_n: i32,
+    pub flags: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct dsq_step_out {
+    pub token: i32,
+    pub logprob: f32,
+    pub n_top: i32,
+    pub top_ids: [i32; DSQ_STEP_MAX_TOP_N],
+    pub top_logprobs: [f32; DSQ_STEP_MAX_TOP_N],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_step_params {
+    pub struct_size: u32,
+    pub logits: *mut f32,
+    pub logits_on_device: i32,
+}
+
 extern "C" {
     pub fn dsq_version_string() -> *const c_char;
     pub fn dsq_version_number() -> c_uint;
@@ -200,6 +250,14 @@ extern "C" {
                            tokens: *const i32, logits: *mut f32) -> dsq_status;
     pub fn dsq_seq_remove(ctx: *mut dsq_ctx, seq: i32) -> dsq_status;
     pub fn dsq_seq_length(ctx: *const dsq_ctx, seq: i32, n_out: *mut i32) -> dsq_status;
+    pub fn dsq_seq_truncate(ctx: *mut dsq_ctx, seq: i32, new_len: i32) -> dsq_status;
+    pub fn dsq_seq_fork(ctx: *mut dsq_ctx, src: i32, dst: i32) -> dsq_status;
+
+    pub fn dsq_sample_params_init(params: *mut dsq_sample_params, struct_size: u32)
+        -> dsq_status;
+    pub fn dsq_step_params_init(params: *mut dsq_step_params, struct_size: u32) -> dsq_status;
+    pub fn dsq_step(ctx: *mut dsq_ctx, seqs: *const dsq_step_seq, n_seqs: i32,
+                    params: *const dsq_step_params, out: *mut dsq_step_out) -> dsq_status;
 
     pub fn dsq_tokenizer_load(path: *const c_char, out: *mut *mut dsq_tokenizer) -> dsq_status;
     pub fn dsq_tokenizer_free(tok: *mut dsq_tokenizer);
@@ -276,7 +334,9 @@ macro_rules! default_via_init {
 }
 default_via_init!(dsq_model_params => dsq_model_params_init,
                   dsq_ctx_params => dsq_ctx_params_init,
-                  dsq_sampler_params => dsq_sampler_params_init);
+                  dsq_sampler_params => dsq_sampler_params_init,
+                  dsq_sample_params => dsq_sample_params_init,
+                  dsq_step_params => dsq_step_params_init);
 
 #[cfg(test)]
 mod tests {
@@ -328,6 +388,12 @@ mod tests {
             assert_eq!(dsq_ctx_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
             let n = size_of::<dsq_sampler_params>() as u32;
             assert_eq!(dsq_sampler_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
+            let n = size_of::<dsq_sample_params>() as u32;
+            assert_eq!(dsq_sample_params_init(p.cast(), n), DSQ_OK);
+            assert_eq!(dsq_sample_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
+            let n = size_of::<dsq_step_params>() as u32;
+            assert_eq!(dsq_step_params_init(p.cast(), n), DSQ_OK);
+            assert_eq!(dsq_step_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
         }
     }
 

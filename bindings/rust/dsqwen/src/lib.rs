@@ -379,6 +379,32 @@ impl Context<'_> {
     pub fn seq_remove(&mut self, seq: i32) -> Result<()> {
         check(unsafe { ffi::dsq_seq_remove(self.raw.as_ptr(), seq) })
     }
+
+    /// Keep only the first `new_len` tokens of sequence `seq`.
+    pub fn truncate(&mut self, seq: i32, new_len: i32) -> Result<()> {
+        check(unsafe { ffi::dsq_seq_truncate(self.raw.as_ptr(), seq, new_len) })
+    }
+
+    /// Start (empty) sequence `dst` as a copy of sequence `src`.
+    pub fn fork(&mut self, src: i32, dst: i32) -> Result<()> {
+        check(unsafe { ffi::dsq_seq_fork(self.raw.as_ptr(), src, dst) })
+    }
+
+    /// Append `tokens` to sequence `seq` and draw the next token inside the
+    /// library (dsq_step; on the GPU with the CUDA backend) with `sample`
+    /// (e.g. `ffi::dsq_sample_params::default()`, fields changed).  Returns
+    /// the id and its log-probability under the model (before penalties and
+    /// temperature), or None when the logits held no finite value.  For
+    /// batches of several sequences, top-n and logits use `ffi::dsq_step`.
+    pub fn step_sample(&mut self, seq: i32, tokens: &[i32], sample: &ffi::dsq_sample_params)
+                       -> Result<Option<(i32, f32)>> {
+        let n = i32::try_from(tokens.len()).map_err(|_| invalid("too many tokens"))?;
+        let entry = ffi::dsq_step_seq { seq, n_tokens: n, tokens: tokens.as_ptr(), sample,
+                                        top_n: 0, flags: ffi::DSQ_STEP_LOGPROB };
+        let mut out = ffi::dsq_step_out::default();
+        check(unsafe { ffi::dsq_step(self.raw.as_ptr(), &entry, 1, ptr::null(), &mut out) })?;
+        Ok(if out.token < 0 { None } else { Some((out.token, out.logprob)) })
+    }
 }
 
 impl Drop for Context<'_> {

@@ -205,3 +205,30 @@ fn features_and_backend_availability() {
         assert!(!dsqwen::backend_available(Backend::Cuda));
     }
 }
+
+#[test]
+fn step_fork_truncate() {
+    let (prompt, want) = golden();
+    let model = Model::load(data().join("tiny"), Backend::Cpu).unwrap();
+    let mut p = Model::context_params();
+    p.max_context = 256;
+    p.max_seqs = 2;
+    let mut ctx = model.context(&p).unwrap();
+    let mut greedy = dsqwen::ffi::dsq_sample_params::default();
+    greedy.temperature = 0.0;
+    let (tok, lp) = ctx.step_sample(0, &prompt, &greedy).unwrap().unwrap();
+    assert_eq!(tok as usize, want);
+    assert!(lp < 0.0 && lp.is_finite());
+    // fork the prompt + first token; both copies continue alike
+    ctx.fork(0, 1).unwrap();
+    assert_eq!(ctx.seq_length(1).unwrap(), prompt.len() as i32);
+    let rows = ctx.decode_step(&[0, 1], &[tok, tok]).unwrap();
+    assert_eq!(rows[..1000], rows[1000..]);
+    // back to the prompt: the same draw again
+    ctx.truncate(0, prompt.len() as i32 - 1).unwrap();
+    let again = ctx.step_sample(0, &prompt[prompt.len() - 1..], &greedy).unwrap().unwrap();
+    assert_eq!(again.0, tok);
+    assert!((again.1 - lp).abs() < 1e-5);
+    let e = ctx.fork(0, 1).err().unwrap(); // dst active
+    assert_eq!(e.status, dsqwen::ffi::DSQ_ERR_SEQ);
+}
