@@ -34,6 +34,31 @@ const (
 	BackendCUDA Backend = C.DSQ_BACKEND_CUDA
 )
 
+// Status values of Error.Status (dsq_status; fixed by the C header).
+const (
+	StatusInvalidArg     = int(C.DSQ_ERR_INVALID_ARG)
+	StatusStructSize     = int(C.DSQ_ERR_STRUCT_SIZE)
+	StatusOutOfMemory    = int(C.DSQ_ERR_OUT_OF_MEMORY)
+	StatusIO             = int(C.DSQ_ERR_IO)
+	StatusFormat         = int(C.DSQ_ERR_FORMAT)
+	StatusConfig         = int(C.DSQ_ERR_CONFIG)
+	StatusUnsupported    = int(C.DSQ_ERR_UNSUPPORTED)
+	StatusMissingTensor  = int(C.DSQ_ERR_MISSING_TENSOR)
+	StatusShape          = int(C.DSQ_ERR_SHAPE)
+	StatusDtype          = int(C.DSQ_ERR_DTYPE)
+	StatusToken          = int(C.DSQ_ERR_TOKEN)
+	StatusSeq            = int(C.DSQ_ERR_SEQ)
+	StatusContextFull    = int(C.DSQ_ERR_CONTEXT_FULL)
+	StatusKVFull         = int(C.DSQ_ERR_KV_FULL)
+	StatusBatch          = int(C.DSQ_ERR_BATCH)
+	StatusBufferTooSmall = int(C.DSQ_ERR_BUFFER_TOO_SMALL)
+	StatusNoDevice       = int(C.DSQ_ERR_NO_DEVICE)
+	StatusDeviceOOM      = int(C.DSQ_ERR_DEVICE_OOM)
+	StatusDevice         = int(C.DSQ_ERR_DEVICE)
+	StatusInternal       = int(C.DSQ_ERR_INTERNAL)
+	StatusCancelled      = int(C.DSQ_ERR_CANCELLED) // the progress callback cancelled a load
+)
+
 // Error is a failed libdsqwen call.
 type Error struct {
 	Status  int    // the negative dsq_status value
@@ -60,6 +85,14 @@ func call(f func() C.dsq_status) error {
 // Version of the library actually loaded, e.g. "0.1.0".
 func Version() string { return C.GoString(C.dsq_version_string()) }
 
+// BuildFeatures says what the library was built with: space-separated
+// words, "cpu" always, "cuda" when the CUDA backend is compiled in.
+func BuildFeatures() string { return C.GoString(C.dsq_build_features()) }
+
+// BackendAvailable reports whether b can be used on this machine now
+// (BackendCUDA: compiled in and a usable device found).
+func BackendAvailable(b Backend) bool { return C.dsq_backend_available(C.dsq_backend(b)) != 0 }
+
 // Model is loaded weights (dsq_model); safe for concurrent use.
 type Model struct {
 	p          *C.dsq_model
@@ -71,6 +104,28 @@ type Model struct {
 
 // Load reads a model directory (config.json + safetensors).
 func Load(path string, backend Backend) (*Model, error) {
+	return LoadWithOptions(path, LoadOptions{Backend: backend})
+}
+
+// LoadOptions are the settings of LoadWithOptions (dsq_model_params); the
+// zero value is the library's defaults.
+type LoadOptions struct {
+	Backend         Backend
+	Device          int  // CUDA device index
+	NThreads        int  // CPU threads for the load-time weight scan; 0: all cores
+	NoTokenizer     bool // do not load tokenizer.json
+	SkipFiniteCheck bool // do not refuse weights holding NaN or Inf
+	CopyWeights     bool // CPU: copy the weights instead of computing from the mapped files
+	// Progress, if not nil, is called during the load on the loading
+	// goroutine with fractions in [0, 1] that never decrease, the last one
+	// 1.  Returning false cancels the load (an *Error with Status
+	// StatusCancelled).  A panic in it cancels the load and is re-raised
+	// from LoadWithOptions.
+	Progress func(fraction float32) bool
+}
+
+// LoadWithOptions is Load with every load setting.
+func LoadWithOptions(path string, opts LoadOptions) (*Model, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	// The library's defaults, for this header's struct size (the header's
@@ -81,9 +136,24 @@ func Load(path string, backend Backend) (*Model, error) {
 	}); err != nil {
 		return nil, err
 	}
-	params.backend = C.int32_t(backend)
+	params.backend = C.int32_t(opts.Backend)
+	params.device = C.int32_t(opts.Device)
+	params.n_threads = C.int32_t(opts.NThreads)
+	params.load_tokenizer = cbool(!opts.NoTokenizer)
+	params.skip_finite_check = cbool(opts.SkipFiniteCheck)
+	params.copy_weights = cbool(opts.CopyWeights)
+	var progress *progressState
+	if opts.Progress != nil {
+		progress = &progressState{fn: opts.Progress}
+		defer setProgress(&params, progress)()
+	}
 	m := &Model{}
-	if err := call(func() C.dsq_status { return C.dsq_model_load(cpath, &params, &m.p) }); err != nil {
+	err := call(func() C.dsq_status { return C.dsq_model_load(cpath, &params, &m.p) })
+	if progress != nil && progress.panicked {
+		C.dsq_model_free(m.p) // NULL after a cancel: a no-op
+		panic(progress.panicVal)
+	}
+	if err != nil {
 		return nil, err
 	}
 	var info C.dsq_model_info
@@ -95,6 +165,13 @@ func Load(path string, backend Backend) (*Model, error) {
 	m.NVocab, m.BOSToken, m.EOSToken = int(info.n_vocab), int32(info.bos_token), int32(info.eos_token)
 	m.MaxContext = int(info.max_context)
 	return m, nil
+}
+
+func cbool(b bool) C.int32_t {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Close frees the model; its contexts must be closed already.

@@ -189,3 +189,169 @@ func TestOneModelManyGoroutines(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+func TestProgressIsNonDecreasingUpToOne(t *testing.T) {
+	var seen []float32
+	m, err := LoadWithOptions(filepath.Join(data, "tiny"), LoadOptions{Backend: BackendCPU,
+		Progress: func(f float32) bool { seen = append(seen, f); return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if len(seen) < 3 || seen[len(seen)-1] != 1 {
+		t.Fatalf("fractions %v", seen)
+	}
+	for i, f := range seen {
+		if f < 0 || f > 1 || (i > 0 && f < seen[i-1]) {
+			t.Fatalf("fractions %v", seen)
+		}
+	}
+}
+
+func TestProgressCancels(t *testing.T) {
+	calls := 0
+	_, err := LoadWithOptions(filepath.Join(data, "tiny"), LoadOptions{Backend: BackendCPU,
+		Progress: func(f float32) bool { calls++; return f < 0.5 }})
+	if e, ok := err.(*Error); !ok || e.Status != StatusCancelled || calls < 2 {
+		t.Fatalf("got %v after %d calls", err, calls)
+	}
+	// a panic cancels the load too and comes back out of LoadWithOptions
+	after := 0
+	func() {
+		defer func() {
+			if r := recover(); r != "stop" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		LoadWithOptions(filepath.Join(data, "tiny"), LoadOptions{Backend: BackendCPU,
+			Progress: func(f float32) bool {
+				if f > 0 {
+					after++
+					panic("stop")
+				}
+				return true
+			}})
+		t.Fatal("no panic")
+	}()
+	if after != 1 {
+		t.Fatalf("called %d times after the panic", after)
+	}
+}
+
+func TestSkipFiniteCheckAndCopyWeights(t *testing.T) {
+	dir := t.TempDir()
+	st, err := os.ReadFile(filepath.Join(data, "tiny", "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(data, "tiny", "config.json"))
+	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
+	var hdr map[string]json.RawMessage
+	n := binary.LittleEndian.Uint64(st)
+	if err := json.Unmarshal(st[8:8+n], &hdr); err != nil {
+		t.Fatal(err)
+	}
+	var ten struct {
+		Dtype   string `json:"dtype"`
+		Offsets []int  `json:"data_offsets"`
+	}
+	json.Unmarshal(hdr["model.layers.1.mlp.up_proj.weight"], &ten)
+	if ten.Dtype != "BF16" {
+		t.Fatalf("dtype %q", ten.Dtype)
+	}
+	off := 8 + int(n) + ten.Offsets[0]
+	st[off], st[off+1] = 0xc0, 0x7f // bf16 NaN
+	path := filepath.Join(dir, "model.safetensors")
+	os.WriteFile(path, st, 0o644)
+	if _, err := Load(dir, BackendCPU); err == nil || err.(*Error).Status != StatusFormat {
+		t.Fatalf("NaN weight: %v", err)
+	}
+	m, err := LoadWithOptions(dir, LoadOptions{Backend: BackendCPU, SkipFiniteCheck: true, CopyWeights: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	// copied: zeroing the file in place changes nothing (mapped, it would
+	// turn every logit into 0 instead of NaN)
+	f, _ := os.OpenFile(path, os.O_WRONLY, 0)
+	f.Write(make([]byte, len(st)))
+	f.Close()
+	prompt, _ := golden(t)
+	ctx, err := m.NewContext(1, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	logits, err := ctx.Prefill(0, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range logits {
+		if !math.IsNaN(float64(x)) {
+			t.Fatalf("logit %v: want NaN from the NaN weight", x)
+		}
+	}
+}
+
+func TestFeaturesAndBackends(t *testing.T) {
+	words := strings.Fields(BuildFeatures())
+	has := func(w string) bool {
+		for _, x := range words {
+			if x == w {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("cpu") || !BackendAvailable(BackendCPU) || !BackendAvailable(BackendAuto) {
+		t.Fatalf("features %q", words)
+	}
+	if !has("cuda") && BackendAvailable(BackendCUDA) {
+		t.Fatal("CUDA available in a build without it")
+	}
+}
+
+func TestStepForkTruncate(t *testing.T) {
+	prompt, want := golden(t)
+	m := load(t)
+	defer m.Close()
+	ctx, err := m.NewContext(2, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	sp, err := DefaultSampleParams()
+	if err != nil || sp.Seed == 0 || sp.TopP != 0.95 {
+		t.Fatalf("defaults %+v, %v", sp, err)
+	}
+	sp.Temperature = 0
+	id, lp, ok, err := ctx.StepSample(0, prompt, sp)
+	if err != nil || !ok || int(id) != want || !(lp < 0) {
+		t.Fatalf("StepSample: %d %v %v %v, reference %d", id, lp, ok, err, want)
+	}
+	if err := ctx.Fork(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := ctx.SeqLength(1); n != len(prompt) {
+		t.Fatalf("fork holds %d tokens", n)
+	}
+	rows, err := ctx.DecodeStep([]int32{0, 1}, []int32{id, id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < m.NVocab; i++ {
+		if rows[i] != rows[m.NVocab+i] {
+			t.Fatalf("fork differs at %d", i)
+		}
+	}
+	if err := ctx.Truncate(0, int32(len(prompt)-1)); err != nil {
+		t.Fatal(err)
+	}
+	id2, lp2, _, err := ctx.StepSample(0, prompt[len(prompt)-1:], sp)
+	if err != nil || id2 != id || math.Abs(float64(lp2-lp)) > 1e-5 {
+		t.Fatalf("after truncate: %d %v %v", id2, lp2, err)
+	}
+	if e, ok := ctx.Fork(0, 1).(*Error); !ok || e.Status != StatusSeq {
+		t.Fatalf("fork onto an active sequence: %v", e)
+	}
+}

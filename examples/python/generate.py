@@ -8,7 +8,7 @@ ctypes bindings.
 
 Text prompts use the model's tokenizer.json (or --tokenizer PATH); a model
 without one takes --tokens and prints ids.  --temperature 0 (default) is
-greedy.  Uses the installed `dsqwen` package (pip install .), else the
+greedy; --progress shows the load's progress.  Uses the installed `dsqwen` package (pip install .), else the
 package sources in ../../python.  The library is --library PATH, else
 $DSQWEN_LIBRARY, else the one inside the package, the install prefix's, or
 the system loader's.  A summary line goes to stderr at the end.
@@ -41,6 +41,7 @@ def parse_args():
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--seed", type=int, default=0x5eed)
     ap.add_argument("--library", help="path of libdsqwen.so")
+    ap.add_argument("--progress", action="store_true", help="show load progress on stderr")
     a = ap.parse_args()
     if (a.tokens is None) == (a.prompt is None):
         ap.error("give either a prompt or --tokens")
@@ -61,7 +62,17 @@ def prompt_ids(args, tok):
 
 def generate(args):
     backend = dsqwen.Backend[args.backend.upper()]
-    with dsqwen.Model(args.model, backend=backend) as model:
+    shown = []
+
+    def progress(fraction):  # called inside the load; returning False would cancel it
+        pct = round(100 * fraction)
+        if not shown or pct != shown[-1]:  # 1.0 may come more than once
+            shown.append(pct)
+            print("\rloading %3d%%" % pct, end="\n" if pct == 100 else "", file=sys.stderr,
+                  flush=True)
+
+    with dsqwen.Model(args.model, backend=backend,
+                      progress=progress if args.progress else None) as model:
         own_tok = dsqwen.Tokenizer.load(args.tokenizer) if args.tokenizer else None
         tok = own_tok if own_tok is not None else model.tokenizer
         ids = prompt_ids(args, tok)

@@ -14,6 +14,7 @@ else, else the DSQWEN_LIBRARY environment variable, else the copy inside this
 package, else the lib directories of the install prefix, else the system
 search (libdsqwen.so.0 through LD_LIBRARY_PATH and the ld.so cache).
 """
+import collections
 import ctypes as C
 import enum
 import os
@@ -22,6 +23,7 @@ import sysconfig
 import weakref
 
 __all__ = ["DsqError", "Status", "Backend", "KvLayout", "KvDtype", "Role", "LogLevel",
+           "build_features", "backend_available", "has_step", "SampleParams", "StepResult",
            "Model", "Context", "Tokenizer", "DetokStream", "Sampler", "Stopper",
            "load_library", "library_path", "version", "chat_format", "set_log_callback",
            "argmax"]
@@ -53,6 +55,7 @@ class Status(enum.IntEnum):
     ERR_DEVICE_OOM = -18
     ERR_DEVICE = -19
     ERR_INTERNAL = -20
+    ERR_CANCELLED = -21
 
 
 class LogLevel(enum.IntEnum):
@@ -89,6 +92,10 @@ LOGITS_LAST = 0
 LOGITS_ALL = 1
 TOKENIZE_ADD_SPECIAL = 1
 TOKENIZE_PLAIN_SPECIAL = 2
+STEP_LOGITS = 1
+STEP_LOGPROB = 2
+STEP_MAX_TOP_N = 20
+PENALTY_MAX_N = 4096
 
 # --------------------------------------------------------------------------
 # Structs: field for field as in dsqwen.h (ctypes applies the C alignment)
@@ -97,9 +104,16 @@ TOKENIZE_PLAIN_SPECIAL = 2
 _i32, _u32, _i64, _u64, _f32 = C.c_int32, C.c_uint32, C.c_int64, C.c_uint64, C.c_float
 
 
+# dsq_progress_fn: int (*)(float fraction, void *user)
+ProgressFn = C.CFUNCTYPE(C.c_int, C.c_float, C.c_void_p)
+
+
 class ModelParams(C.Structure):
     _fields_ = [("struct_size", _u32), ("backend", _i32), ("device", _i32),
-                ("n_threads", _i32), ("load_tokenizer", _i32)]
+                ("n_threads", _i32), ("load_tokenizer", _i32),
+                # appended after 0.1.0
+                ("skip_finite_check", _i32), ("copy_weights", _i32),
+                ("progress", ProgressFn), ("progress_user", C.c_void_p)]
 
 
 class ModelInfo(C.Structure):
@@ -133,6 +147,32 @@ class SamplerParams(C.Structure):
                 ("penalty_last_n", _i32), ("seed", _u64), ("n_vocab_valid", _i32)]
 
 
+class SampleParams(C.Structure):
+    """dsq_sample_params: how dsq_step() samples one sequence."""
+    _fields_ = [("struct_size", _u32), ("temperature", _f32), ("top_k", _i32),
+                ("top_p", _f32), ("min_p", _f32), ("repetition_penalty", _f32),
+                ("presence_penalty", _f32), ("frequency_penalty", _f32),
+                ("penalty_last_n", _i32), ("seed", _u64), ("n_vocab_valid", _i32)]
+
+
+class StepSeq(C.Structure):
+    """dsq_step_seq: one entry of a dsq_step() batch (fixed layout)."""
+    _fields_ = [("seq", _i32), ("n_tokens", _i32), ("tokens", C.POINTER(_i32)),
+                ("sample", C.POINTER(SampleParams)), ("top_n", _i32), ("flags", _u32)]
+
+
+class StepOut(C.Structure):
+    """dsq_step_out: what dsq_step() returns for one entry."""
+    _fields_ = [("token", _i32), ("logprob", _f32), ("n_top", _i32),
+                ("top_ids", _i32 * STEP_MAX_TOP_N), ("top_logprobs", _f32 * STEP_MAX_TOP_N)]
+
+
+class StepParams(C.Structure):
+    """dsq_step_params: where dsq_step() writes logits."""
+    _fields_ = [("struct_size", _u32), ("logits", C.POINTER(_f32)),
+                ("logits_on_device", _i32)]
+
+
 class ChatMessage(C.Structure):
     _fields_ = [("role", _i32), ("content", C.c_char_p)]
 
@@ -148,6 +188,8 @@ _SIGNATURES = {
     # name: (restype, argtypes); _st marks a dsq_status return
     "dsq_version_string": (C.c_char_p, []),
     "dsq_version_number": (C.c_uint, []),
+    "dsq_build_features": (C.c_char_p, []),
+    "dsq_backend_available": (C.c_int, [C.c_int]),
     "dsq_status_string": (C.c_char_p, [_st]),
     "dsq_last_error_message": (C.c_char_p, []),
     "dsq_set_log_callback": (None, [LogFn, _vp, C.c_int]),
@@ -166,6 +208,11 @@ _SIGNATURES = {
     "dsq_decode_step": (_st, [_vp, _i32, _P(_i32), _P(_i32), _P(_f32)]),
     "dsq_seq_remove": (_st, [_vp, _i32]),
     "dsq_seq_length": (_st, [_vp, _i32, _P(_i32)]),
+    "dsq_seq_truncate": (_st, [_vp, _i32, _i32]),
+    "dsq_seq_fork": (_st, [_vp, _i32, _i32]),
+    "dsq_sample_params_init": (_st, [_P(SampleParams), _u32]),
+    "dsq_step_params_init": (_st, [_P(StepParams), _u32]),
+    "dsq_step": (_st, [_vp, _P(StepSeq), _i32, _P(StepParams), _P(StepOut)]),
     "dsq_tokenizer_load": (_st, [C.c_char_p, _P(_vp)]),
     "dsq_tokenizer_free": (None, [_vp]),
     "dsq_model_tokenizer": (_vp, [_vp]),
@@ -195,6 +242,12 @@ _SIGNATURES = {
     "dsq_stopper_flush": (_st, [_vp, C.c_char_p, _sz, _P(_sz)]),
     "dsq_stopper_reset": (None, [_vp]),
 }
+
+# Added in 0.1.x: a libdsqwen.so.0 without them (DSQWEN_LIBRARY pointing at an
+# older build) still loads; has_step() says whether they are there, and the
+# calls that need them raise NotImplementedError.
+_OPTIONAL = {"dsq_seq_truncate", "dsq_seq_fork", "dsq_sample_params_init",
+             "dsq_step_params_init", "dsq_step"}
 
 # The major version this module was written against (DSQ_VERSION_MAJOR).
 _ABI_MAJOR = 0
@@ -249,7 +302,12 @@ def load_library(path=None):
                       "library's path, or install libdsqwen (see README)."
                       % ("; ".join(tried) or "nothing loadable", _SONAME, ", ".join(looked)))
     for name, (res, args) in _SIGNATURES.items():
-        f = getattr(lib, name)
+        try:
+            f = getattr(lib, name)
+        except AttributeError:
+            if name in _OPTIONAL:
+                continue
+            raise
         f.restype, f.argtypes = res, args
     if lib.dsq_version_number() // 10000 != _ABI_MAJOR:
         raise OSError("%s is libdsqwen %s; these bindings need major version %d"
@@ -266,6 +324,19 @@ def library_path():
 
 def _L():
     return _lib if _lib is not None else load_library()
+
+
+def has_step():
+    """True if the loaded library has dsq_step, dsq_seq_fork and
+    dsq_seq_truncate (Context.step/fork/truncate; Model.generate then
+    samples inside the library, on the GPU with the CUDA backend)."""
+    return all(hasattr(_L(), n) for n in _OPTIONAL)
+
+
+def _need_step(what):
+    if not has_step():
+        raise NotImplementedError("%s needs a libdsqwen with dsq_step (%s is older)"
+                                  % (what, library_path()))
 
 
 class DsqError(Exception):
@@ -293,6 +364,23 @@ def _check(status, what):
 def version():
     """Version string of the loaded library, e.g. "0.1.0"."""
     return _L().dsq_version_string().decode()
+
+
+def build_features():
+    """What the loaded library was built with (dsq_build_features()): a
+    space-separated str of words, "cpu" always, "cuda" when the CUDA backend
+    is compiled in (whether a GPU is there is backend_available()'s
+    question)."""
+    return _L().dsq_build_features().decode()
+
+
+def backend_available(backend):
+    """True if `backend` (a Backend or "auto"/"cpu"/"cuda") can be used on
+    this machine now.  CUDA: built in and a usable device found (the first
+    call starts the CUDA runtime, which may take a second)."""
+    if isinstance(backend, str):
+        backend = Backend[backend.upper()]
+    return bool(_L().dsq_backend_available(int(backend)))
 
 
 def _ids(tokens):
@@ -408,19 +496,65 @@ class _Handle:
 # --------------------------------------------------------------------------
 
 
+class _Progress:
+    """The ctypes callback behind Model(progress=fn).  The library calls it
+    synchronously inside dsq_model_load(), so this object (and the C
+    function pointer it owns) lives on the Python stack for exactly that
+    call.  An exception from fn must not cross the C frames: it is kept,
+    the load is cancelled (nonzero return), and Model.__init__ raises it."""
+
+    def __init__(self, fn):
+        self.fn, self.error = fn, None
+        self.c_fn = ProgressFn(self._call)
+
+    def _call(self, fraction, _user):
+        if self.error is not None:  # cancelled already; the library stops asking
+            return 1
+        try:
+            return 1 if self.fn(fraction) is False else 0
+        except BaseException as e:  # KeyboardInterrupt too: cancel, re-raise later
+            self.error = e
+            return 1
+
+
 class Model(_Handle):
     """A loaded model (dsq_model_load).  Keyword arguments set fields of
-    dsq_model_params (backend, device, n_threads, load_tokenizer).  Closing
-    the model first closes the contexts made from it."""
+    dsq_model_params: backend (Backend or "auto"/"cpu"/"cuda"), device,
+    n_threads, load_tokenizer, skip_finite_check, copy_weights (see
+    dsq_model_params in dsqwen.h), and progress: a callable fn(fraction)
+    called during the load with fractions in [0, 1], never decreasing,
+    ending at 1.0; returning False cancels the load (DsqError with
+    Status.ERR_CANCELLED), any other value continues, and an exception
+    raised inside it cancels the load and propagates from Model().
+    Closing the model first closes the contexts made from it."""
     _free = "dsq_model_free"
 
-    def __init__(self, path, **params):
+    def __init__(self, path, progress=None, **params):
         if isinstance(params.get("backend"), str):
             params["backend"] = Backend[params["backend"].upper()]
+        if "progress_user" in params:
+            raise TypeError("progress_user is managed by Model(progress=fn)")
+        for k in ("skip_finite_check", "copy_weights", "load_tokenizer"):
+            if k in params:
+                params[k] = int(bool(params[k]))
         p = _params(ModelParams, params, "dsq_model_params")
+        cb = None
+        if progress is not None:
+            if not callable(progress):
+                raise TypeError("progress must be callable, got %r" % type(progress).__name__)
+            cb = _Progress(progress)
+            p.progress = cb.c_fn
         h = _vp()
-        _check(_L().dsq_model_load(os.fsencode(path), C.byref(p), C.byref(h)),
-               "dsq_model_load(%s)" % path)
+        st = _L().dsq_model_load(os.fsencode(path), C.byref(p), C.byref(h))
+        if cb is not None and cb.error is not None:
+            # the library may have failed for its own reason after the cancel
+            # was asked; the caller's exception is what they need to see
+            err = DsqError(st, _L().dsq_last_error_message().decode("utf-8", "replace"),
+                           "dsq_model_load(%s)" % path) if st != Status.OK else None
+            if h.value:  # cancelled at 1.0, after the library finished: keep nothing
+                _L().dsq_model_free(h.value)
+            raise cb.error from err
+        _check(st, "dsq_model_load(%s)" % path)
         super().__init__(h.value)
         self._contexts = weakref.WeakSet()
         info = ModelInfo(struct_size=C.sizeof(ModelInfo))
@@ -474,6 +608,27 @@ class Model(_Handle):
                 setattr(p, k, v)
         return p
 
+    def sample_params(self, **overrides):
+        """SampleParams for Context.step(): the library defaults
+        (dsq_sample_params_init) with the settings the model recommends
+        (the fields dsq_model_sampler_params() fills: generation_config.json
+        and the tokenizer's size), then keyword fields overridden
+        (temperature, top_k, top_p, min_p, repetition_penalty,
+        presence_penalty, frequency_penalty, penalty_last_n, seed,
+        n_vocab_valid)."""
+        _need_step("Model.sample_params")
+        p = _params(SampleParams, {}, "dsq_sample_params")
+        rec = self.sampler_params()
+        names = {f[0] for f in SampleParams._fields_} - {"struct_size"}
+        for k in names & {f[0] for f in SamplerParams._fields_}:
+            setattr(p, k, getattr(rec, k))
+        for k, v in overrides.items():
+            if k not in names:
+                raise TypeError("dsq_sample_params has no field %r" % k)
+            if v is not None:
+                setattr(p, k, v)
+        return p
+
     def generate(self, prompt, max_tokens=256, stop=(), tokenizer=None, **sampling):
         """Stream the continuation of `prompt` as text pieces (an iterator of
         str).  prompt: str (tokenized with BOS as the model's tokenizer
@@ -481,7 +636,13 @@ class Model(_Handle):
         (never shown) or after max_tokens.  Sampling keywords (temperature,
         top_k, top_p, min_p, repetition_penalty, seed) override the model's
         recommended settings; temperature=0 is greedy.  tokenizer: one to use
-        when the model directory has none."""
+        when the model directory has none.  When the library has dsq_step
+        (has_step()) the tokens are drawn inside the library (on the GPU with
+        the CUDA backend, so no logits are copied to the host), and
+        presence_penalty / frequency_penalty are accepted too;
+        library_sampling=False draws them on the host with a Sampler
+        instead (the two draw different random streams from the same seed;
+        greedy picks the same ids)."""
         from . import _generate
         return _generate.text_stream(self, prompt, max_tokens, stop, tokenizer, sampling)
 
@@ -568,9 +729,103 @@ class Context(_Handle):
     def seq_remove(self, seq=0):
         _check(_L().dsq_seq_remove(self.handle, seq), "dsq_seq_remove")
 
+    def truncate(self, seq, new_len):
+        """Keep only the first new_len tokens of sequence seq
+        (dsq_seq_truncate): regenerate from an earlier point."""
+        _need_step("Context.truncate")
+        _check(_L().dsq_seq_truncate(self.handle, seq, new_len), "dsq_seq_truncate")
+
+    def fork(self, src, dst):
+        """Start sequence dst as a copy of sequence src (dsq_seq_fork): a
+        prefix prefilled once, then continued several ways.  dst must be
+        empty."""
+        _need_step("Context.fork")
+        _check(_L().dsq_seq_fork(self.handle, src, dst), "dsq_seq_fork")
+
+    def step(self, batch, numpy=False):
+        """One dsq_step(): every entry of `batch` appends its tokens to its
+        sequence in one forward pass (decode steps of 1 token beside prompt
+        chunks), then the entries that ask are sampled inside the library
+        (on the GPU with the CUDA backend).
+
+        An entry is a dict with keys seq, tokens, and optionally sample (a
+        SampleParams, e.g. Model.sample_params(...), or a dict of its
+        fields; None samples nothing), top_n (0..STEP_MAX_TOP_N most likely
+        ids with their log-probabilities; needs sample), logprob (the
+        sampled id's log-probability; needs sample), logits (return the
+        logits of its last token); or a tuple (seq, tokens[, sample]).
+
+        Returns one StepResult per entry, in order: token (the sampled id;
+        None when the entry sampled nothing or its logits held no finite
+        value), logprob (float or None), top ([(id, logprob)], most likely
+        first), logits (ctypes float array [n_vocab], with numpy=True a
+        numpy array, or None).  Log-probabilities are the model's, before
+        penalties and temperature."""
+        _need_step("Context.step")
+        entries = [_step_entry(e) for e in batch]
+        n = len(entries)
+        if n == 0:
+            raise ValueError("the batch is empty")
+        seqs = (StepSeq * n)()
+        keep = []  # ctypes objects the C structs point into, alive for the call
+        n_rows = 0
+        for i, (seq, tokens, sample, top_n, logprob, logits) in enumerate(entries):
+            ids = _ids(tokens)
+            keep.append(ids)
+            e = seqs[i]
+            e.seq, e.n_tokens, e.top_n = seq, len(ids), top_n
+            e.tokens = C.cast(ids, C.POINTER(_i32))
+            if sample is not None:
+                if isinstance(sample, dict):
+                    sample = self.model.sample_params(**sample)
+                elif not isinstance(sample, SampleParams):
+                    raise TypeError("sample must be a SampleParams, a dict or None")
+                keep.append(sample)
+                e.sample = C.pointer(sample)
+            e.flags = (STEP_LOGITS if logits else 0) | (STEP_LOGPROB if logprob else 0)
+            n_rows += bool(logits)
+        params = _params(StepParams, {}, "dsq_step_params")
+        buf = None
+        if n_rows:
+            buf = (_f32 * (n_rows * self.n_vocab))()
+            params.logits = C.cast(buf, C.POINTER(_f32))
+        out = (StepOut * n)()
+        _check(_L().dsq_step(self.handle, seqs, n, C.byref(params), out), "dsq_step")
+        res, row = [], 0
+        for i, (_, _, sample, _, logprob, logits) in enumerate(entries):
+            o = out[i]
+            tok = o.token if sample is not None and o.token >= 0 else None
+            lp = o.logprob if logprob and tok is not None else None
+            top = [(o.top_ids[j], o.top_logprobs[j]) for j in range(o.n_top)]
+            lg = None
+            if logits:
+                lg = (_f32 * self.n_vocab).from_buffer(buf, row * self.n_vocab * 4)
+                if numpy:
+                    lg = _numpy_view(lg, self.n_vocab, False)
+                row += 1
+            res.append(StepResult(tok, lp, top, lg))
+        return res
+
     def last_error(self):
         """dsq_ctx_last_error(): message of the last failing call here."""
         return _L().dsq_ctx_last_error(self.handle).decode("utf-8", "replace")
+
+
+StepResult = collections.namedtuple("StepResult", "token logprob top logits")
+StepResult.__doc__ = "What Context.step() returns for one entry (see there)."
+
+
+def _step_entry(e):
+    """(seq, tokens, sample, top_n, logprob, logits) of a Context.step entry."""
+    if isinstance(e, dict):
+        unknown = set(e) - {"seq", "tokens", "sample", "top_n", "logprob", "logits"}
+        if unknown:
+            raise TypeError("unknown step entry keys %s" % sorted(unknown))
+        return (int(e["seq"]), e["tokens"], e.get("sample"), int(e.get("top_n", 0)),
+                bool(e.get("logprob", False)), bool(e.get("logits", False)))
+    if isinstance(e, tuple) and len(e) in (2, 3):
+        return (int(e[0]), e[1], e[2] if len(e) == 3 else None, 0, False, False)
+    raise TypeError("a step entry is a dict or a (seq, tokens[, sample]) tuple, not %r" % (e,))
 
 
 # --------------------------------------------------------------------------

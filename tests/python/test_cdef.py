@@ -99,10 +99,14 @@ def test_ctypes_signatures_match_the_header(ffi_lib):
                                        ("CtxParams", "dsq_ctx_params"),
                                        ("CtxInfo", "dsq_ctx_info"),
                                        ("SamplerParams", "dsq_sampler_params"),
-                                       ("ChatMessage", "dsq_chat_message")])
+                                       ("ChatMessage", "dsq_chat_message"),
+                                       ("SampleParams", "dsq_sample_params"),
+                                       ("_capi.StepParams", "dsq_step_params"),
+                                       ("_capi.StepSeq", "dsq_step_seq"),
+                                       ("_capi.StepOut", "dsq_step_out")])
 def test_struct_layouts_match(ffi_lib, dsqwen, cls, cname):
     ffi, _ = ffi_lib
-    ct = getattr(dsqwen, cls)
+    ct = getattr(dsqwen._capi, cls[6:]) if cls.startswith("_capi.") else getattr(dsqwen, cls)
     assert ctypes.sizeof(ct) == ffi.sizeof(cname)
     fields = ffi.typeof(cname).fields
     assert [f[0] for f in ct._fields_] == [f[0] for f in fields]

@@ -150,3 +150,114 @@ def test_missing_library_error_lists_where_it_looked(dsqwen, tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        cwd=str(tmp_path))
     assert r.returncode != 0 and str(tmp_path / "nope.so") in r.stderr
+
+
+# --------------------------------------------------------------------------
+# Load options (dsq_model_params fields appended after 0.1.0) and features
+# --------------------------------------------------------------------------
+
+
+def test_progress_is_called_non_decreasing_up_to_one(dsqwen):
+    seen = []
+    with dsqwen.Model(TINY, backend="cpu", progress=seen.append) as m:
+        assert m.info.n_vocab == 1000
+    assert len(seen) >= 3  # parse, each of the 2 layers, ready
+    assert all(0.0 <= f <= 1.0 for f in seen)
+    assert all(a <= b for a, b in zip(seen, seen[1:])), seen
+    assert seen[-1] == 1.0
+
+
+def test_progress_returning_false_cancels_the_load(dsqwen):
+    seen = []
+
+    def stop_at_half(f):
+        seen.append(f)
+        return f < 0.5
+
+    with pytest.raises(dsqwen.DsqError) as e:
+        dsqwen.Model(TINY, backend="cpu", progress=stop_at_half)
+    assert e.value.status == dsqwen.Status.ERR_CANCELLED and "cancel" in e.value.message
+    assert seen[-1] >= 0.5 and all(f < 0.5 for f in seen[:-1])  # no call after the cancel
+    # None (a callback without a return statement) continues
+    with dsqwen.Model(TINY, backend="cpu", progress=lambda f: None):
+        pass
+
+
+def test_exception_in_progress_cancels_and_propagates(dsqwen):
+    calls = []
+
+    class Boom(Exception):
+        pass
+
+    def boom(f):
+        calls.append(f)
+        if f > 0:
+            raise Boom("at %g" % f)
+
+    with pytest.raises(Boom) as e:
+        dsqwen.Model(TINY, backend="cpu", progress=boom)
+    assert len([f for f in calls if f > 0]) == 1  # the load stopped at the raise
+    cause = e.value.__cause__
+    assert isinstance(cause, dsqwen.DsqError) and cause.status == dsqwen.Status.ERR_CANCELLED
+    with pytest.raises(TypeError):
+        dsqwen.Model(TINY, backend="cpu", progress=3)
+    with pytest.raises(TypeError):
+        dsqwen.Model(TINY, backend="cpu", progress_user=1)
+
+
+def _tiny_copy(tmp_path):
+    import shutil
+    d = tmp_path / "tiny"
+    d.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        shutil.copyfile(os.path.join(TINY, f), str(d / f))
+    return d
+
+
+def _tensor_offset(path, name):
+    """Absolute file offset of tensor `name`'s data in a safetensors file."""
+    import json
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    return 8 + n + header[name]["data_offsets"][0], header[name]["dtype"]
+
+
+def test_skip_finite_check_loads_a_nan_weight(dsqwen, tmp_path):
+    d = _tiny_copy(tmp_path)
+    st = str(d / "model.safetensors")
+    off, dtype = _tensor_offset(st, "model.layers.1.mlp.up_proj.weight")
+    assert dtype == "BF16"
+    with open(st, "r+b") as f:
+        f.seek(off)
+        f.write(b"\xc0\x7f")  # bf16 quiet NaN, little-endian
+    with pytest.raises(dsqwen.DsqError) as e:
+        dsqwen.Model(str(d), backend="cpu")
+    assert e.value.status == dsqwen.Status.ERR_FORMAT and "up_proj" in e.value.message
+    with dsqwen.Model(str(d), backend="cpu", skip_finite_check=True) as m:
+        assert m.info.n_layers == 2
+
+
+def test_copy_weights_survives_the_files_changing(dsqwen, tmp_path, golden):
+    d = _tiny_copy(tmp_path)
+    st = str(d / "model.safetensors")
+    size = os.path.getsize(st)
+    with dsqwen.Model(str(d), backend="cpu", copy_weights=True) as m:
+        with open(st, "r+b") as f:  # overwrite in place (same inode): the
+            f.write(b"\0" * size)    # mapping would show these zeros
+        with m.context(max_context=128, kv_dtype=dsqwen.KvDtype.F32) as ctx:
+            pre = ctx.prefill(golden["prompt"], logits="all")
+    ref = golden["prefill"]
+    scale = max(abs(x) for x in ref)
+    assert max(abs(a - b) for a, b in zip(pre, ref)) <= 1e-4 * scale
+
+
+def test_build_features_and_backend_available(dsqwen):
+    words = dsqwen.build_features().split()
+    assert "cpu" in words
+    assert dsqwen.backend_available("cpu") is True
+    assert dsqwen.backend_available(dsqwen.Backend.AUTO) is True
+    if "cuda" not in words:
+        assert dsqwen.backend_available("cuda") is False
+    assert dsqwen.backend_available(99) is False

@@ -36,6 +36,7 @@ pub const DSQ_ERR_NO_DEVICE: dsq_status = -17;
 pub const DSQ_ERR_DEVICE_OOM: dsq_status = -18;
 pub const DSQ_ERR_DEVICE: dsq_status = -19;
 pub const DSQ_ERR_INTERNAL: dsq_status = -20;
+pub const DSQ_ERR_CANCELLED: dsq_status = -21;
 
 pub const DSQ_LOG_ERROR: c_int = 0;
 pub const DSQ_LOG_WARN: c_int = 1;
@@ -58,6 +59,10 @@ pub const DSQ_LOGITS_LAST: u32 = 0;
 pub const DSQ_LOGITS_ALL: u32 = 1;
 pub const DSQ_TOKENIZE_ADD_SPECIAL: u32 = 1;
 pub const DSQ_TOKENIZE_PLAIN_SPECIAL: u32 = 2;
+pub const DSQ_STEP_MAX_TOP_N: usize = 20;
+pub const DSQ_PENALTY_MAX_N: i32 = 4096;
+pub const DSQ_STEP_LOGITS: u32 = 1;
+pub const DSQ_STEP_LOGPROB: u32 = 2;
 
 // Opaque handles: only ever behind pointers, neither Send, Sync nor Unpin.
 macro_rules! opaque {
@@ -72,6 +77,8 @@ macro_rules! opaque {
 opaque!(dsq_model, dsq_ctx, dsq_tokenizer, dsq_detok_stream, dsq_sampler, dsq_stopper);
 
 pub type dsq_log_fn = Option<unsafe extern "C" fn(level: c_int, message: *const c_char, user: *mut c_void)>;
+/// Load progress: return 0 to continue, nonzero to cancel (DSQ_ERR_CANCELLED).
+pub type dsq_progress_fn = Option<unsafe extern "C" fn(fraction: f32, user: *mut c_void) -> c_int>;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +88,11 @@ pub struct dsq_model_params {
     pub device: i32,
     pub n_threads: i32,
     pub load_tokenizer: i32,
+    // appended after 0.1.0
+    pub skip_finite_check: i32,
+    pub copy_weights: i32,
+    pub progress: dsq_progress_fn,
+    pub progress_user: *mut c_void,
 }
 
 #[repr(C)]
@@ -162,9 +174,57 @@ pub struct dsq_sampler_params {
     pub n_vocab_valid: i32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_sample_params {
+    pub struct_size: u32,
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repetition_penalty: f32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    pub penalty_last_n: i32,
+    pub seed: u64,
+    pub n_vocab_valid: i32,
+}
+
+/// One entry of a dsq_step() batch (fixed layout: an array element).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_step_seq {
+    pub seq: i32,
+    pub n_tokens: i32,
+    pub tokens: *const i32,
+    pub sample: *const dsq_sample_params,
+    pub top_n: i32,
+    pub flags: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct dsq_step_out {
+    pub token: i32,
+    pub logprob: f32,
+    pub n_top: i32,
+    pub top_ids: [i32; DSQ_STEP_MAX_TOP_N],
+    pub top_logprobs: [f32; DSQ_STEP_MAX_TOP_N],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dsq_step_params {
+    pub struct_size: u32,
+    pub logits: *mut f32,
+    pub logits_on_device: i32,
+}
+
 extern "C" {
     pub fn dsq_version_string() -> *const c_char;
     pub fn dsq_version_number() -> c_uint;
+    pub fn dsq_build_features() -> *const c_char;
+    pub fn dsq_backend_available(backend: c_int) -> c_int;
     pub fn dsq_status_string(status: dsq_status) -> *const c_char;
     pub fn dsq_last_error_message() -> *const c_char;
     pub fn dsq_set_log_callback(f: dsq_log_fn, user: *mut c_void, max_level: c_int);
@@ -190,6 +250,14 @@ extern "C" {
                            tokens: *const i32, logits: *mut f32) -> dsq_status;
     pub fn dsq_seq_remove(ctx: *mut dsq_ctx, seq: i32) -> dsq_status;
     pub fn dsq_seq_length(ctx: *const dsq_ctx, seq: i32, n_out: *mut i32) -> dsq_status;
+    pub fn dsq_seq_truncate(ctx: *mut dsq_ctx, seq: i32, new_len: i32) -> dsq_status;
+    pub fn dsq_seq_fork(ctx: *mut dsq_ctx, src: i32, dst: i32) -> dsq_status;
+
+    pub fn dsq_sample_params_init(params: *mut dsq_sample_params, struct_size: u32)
+        -> dsq_status;
+    pub fn dsq_step_params_init(params: *mut dsq_step_params, struct_size: u32) -> dsq_status;
+    pub fn dsq_step(ctx: *mut dsq_ctx, seqs: *const dsq_step_seq, n_seqs: i32,
+                    params: *const dsq_step_params, out: *mut dsq_step_out) -> dsq_status;
 
     pub fn dsq_tokenizer_load(path: *const c_char, out: *mut *mut dsq_tokenizer) -> dsq_status;
     pub fn dsq_tokenizer_free(tok: *mut dsq_tokenizer);
@@ -250,8 +318,9 @@ macro_rules! default_via_init {
     ($($ty:ident => $init:ident),*) => {$(
         impl Default for $ty {
             fn default() -> $ty {
-                // SAFETY: a repr(C) struct of integers and floats only, for
-                // which all-zero bytes are a valid value; `init` writes at
+                // SAFETY: a repr(C) struct of integers, floats, raw
+                // pointers and Option<fn> only, for all of which all-zero
+                // bytes are a valid value (0, NULL, None); `init` writes at
                 // most size_of::<$ty>() bytes into it.
                 unsafe {
                     let mut p: $ty = std::mem::zeroed();
@@ -265,7 +334,9 @@ macro_rules! default_via_init {
 }
 default_via_init!(dsq_model_params => dsq_model_params_init,
                   dsq_ctx_params => dsq_ctx_params_init,
-                  dsq_sampler_params => dsq_sampler_params_init);
+                  dsq_sampler_params => dsq_sampler_params_init,
+                  dsq_sample_params => dsq_sample_params_init,
+                  dsq_step_params => dsq_step_params_init);
 
 #[cfg(test)]
 mod tests {
@@ -290,7 +361,40 @@ mod tests {
         }
         assert_eq!(dsq_model_params::default().struct_size as usize, size_of::<dsq_model_params>());
         // Default carries the library's defaults, not the zeros it starts from
-        assert_eq!(dsq_model_params::default().load_tokenizer, 1);
+        let d = dsq_model_params::default();
+        assert_eq!(d.load_tokenizer, 1);
+        assert!(d.progress.is_none() && d.progress_user.is_null());
+        assert_eq!((d.skip_finite_check, d.copy_weights), (0, 0));
+    }
+
+    #[test]
+    fn features_and_backends() {
+        let f = unsafe { std::ffi::CStr::from_ptr(dsq_build_features()) }.to_str().unwrap();
+        assert!(f.split(' ').any(|w| w == "cpu"), "{f}");
+        assert_eq!(unsafe { dsq_backend_available(DSQ_BACKEND_CPU) }, 1);
+        assert_eq!(unsafe { dsq_backend_available(99) }, 0);
+    }
+
+    // Accepted at our size and refused one byte above it: the library's
+    // struct is exactly as large as ours (init refuses sizes above its own).
+    #[test]
+    fn struct_sizes_are_the_librarys_exactly() {
+        let mut buf = [0u64; 64];
+        let p = buf.as_mut_ptr();
+        unsafe {
+            let n = size_of::<dsq_model_params>() as u32;
+            assert_eq!(dsq_model_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
+            let n = size_of::<dsq_ctx_params>() as u32;
+            assert_eq!(dsq_ctx_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
+            let n = size_of::<dsq_sampler_params>() as u32;
+            assert_eq!(dsq_sampler_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
+            let n = size_of::<dsq_sample_params>() as u32;
+            assert_eq!(dsq_sample_params_init(p.cast(), n), DSQ_OK);
+            assert_eq!(dsq_sample_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
+            let n = size_of::<dsq_step_params>() as u32;
+            assert_eq!(dsq_step_params_init(p.cast(), n), DSQ_OK);
+            assert_eq!(dsq_step_params_init(p.cast(), n + 1), DSQ_ERR_STRUCT_SIZE);
+        }
     }
 
     #[test]

@@ -11,8 +11,11 @@
 //! message for that call.
 //!
 //! ```no_run
-//! use dsqwen::{Backend, Model};
+//! use dsqwen::{Backend, Model, ModelParams};
 //! let model = Model::load("path/to/model", Backend::Auto)?;
+//! // or with load options and a progress report (return false to cancel):
+//! let model = Model::load_with("path/to/model", ModelParams::new().backend(Backend::Cpu)
+//!     .copy_weights(true).progress(|f| { eprint!("\r{:3.0}%", 100.0 * f); true }))?;
 //! for piece in model.generate("Why is the sky blue?", &dsqwen::GenerateOptions::default())? {
 //!     print!("{}", piece?);
 //! }
@@ -33,9 +36,12 @@
 //! ```
 pub use dsqwen_sys as ffi;
 
+use std::any::Any;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
+use std::os::raw::{c_int, c_void};
+use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::ptr::{self, NonNull};
 
@@ -52,6 +58,11 @@ impl Error {
     fn last(status: ffi::dsq_status) -> Error {
         let message = unsafe { cstr(ffi::dsq_last_error_message()) };
         Error { status, message }
+    }
+
+    /// The load was cancelled by the progress callback (DSQ_ERR_CANCELLED).
+    pub fn is_cancelled(&self) -> bool {
+        self.status == ffi::DSQ_ERR_CANCELLED
     }
 
     /// dsq_status_string() of the status, e.g. "DSQ_ERR_IO: ...".
@@ -84,12 +95,121 @@ pub fn version() -> String {
     unsafe { cstr(ffi::dsq_version_string()) }
 }
 
+/// What the library was built with (dsq_build_features()): space-separated
+/// words, "cpu" always, "cuda" when the CUDA backend is compiled in.
+pub fn build_features() -> &'static str {
+    // SAFETY: a static NUL-terminated string that is never freed
+    unsafe { CStr::from_ptr(ffi::dsq_build_features()) }.to_str().unwrap_or("")
+}
+
+/// Whether `backend` can be used on this machine now (dsq_backend_available);
+/// Cuda: compiled in and a usable device found.
+pub fn backend_available(backend: Backend) -> bool {
+    unsafe { ffi::dsq_backend_available(backend as c_int) != 0 }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
 pub enum Backend {
     Auto = ffi::DSQ_BACKEND_AUTO,
     Cpu = ffi::DSQ_BACKEND_CPU,
     Cuda = ffi::DSQ_BACKEND_CUDA,
+}
+
+/// Settings of `Model::load_with` (dsq_model_params), built field by field
+/// from the library's defaults.  `'p` is the lifetime of the progress
+/// closure, which may borrow from the caller.
+pub struct ModelParams<'p> {
+    raw: ffi::dsq_model_params,
+    progress: Option<Box<dyn FnMut(f32) -> bool + 'p>>,
+}
+
+impl Default for ModelParams<'_> {
+    fn default() -> Self {
+        ModelParams { raw: ffi::dsq_model_params::default(), progress: None }
+    }
+}
+
+impl<'p> ModelParams<'p> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Where to run (default Backend::Auto).
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.raw.backend = backend as i32;
+        self
+    }
+
+    /// CUDA device index (default 0).
+    pub fn device(mut self, device: i32) -> Self {
+        self.raw.device = device;
+        self
+    }
+
+    /// Threads for the CPU backend's load-time weight scan (0: all cores).
+    pub fn n_threads(mut self, n: i32) -> Self {
+        self.raw.n_threads = n;
+        self
+    }
+
+    /// Load tokenizer.json beside the weights if present (default true).
+    pub fn load_tokenizer(mut self, yes: bool) -> Self {
+        self.raw.load_tokenizer = yes as i32;
+        self
+    }
+
+    /// Skip the check that every weight is finite (default false).
+    pub fn skip_finite_check(mut self, yes: bool) -> Self {
+        self.raw.skip_finite_check = yes as i32;
+        self
+    }
+
+    /// CPU backend: copy the weights into private memory instead of
+    /// computing from the mapped files, which may then change (default false).
+    pub fn copy_weights(mut self, yes: bool) -> Self {
+        self.raw.copy_weights = yes as i32;
+        self
+    }
+
+    /// Called during the load, on the loading thread, with fractions in
+    /// [0, 1] that never decrease, the last one 1.0.  Return false to cancel:
+    /// the load then fails with an Error whose `is_cancelled()`.  A panic in
+    /// the closure cancels the load and is resumed from `load_with`.
+    pub fn progress(mut self, f: impl FnMut(f32) -> bool + 'p) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
+
+    /// The C struct as it stands (without the progress callback, which
+    /// `load_with` installs for the duration of the load).
+    pub fn raw(&self) -> &ffi::dsq_model_params {
+        &self.raw
+    }
+}
+
+/// What the C callback's user pointer points at during one load.
+struct Progress<'a> {
+    f: &'a mut dyn FnMut(f32) -> bool,
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+unsafe extern "C" fn progress_trampoline(fraction: f32, user: *mut c_void) -> c_int {
+    // SAFETY: `user` is the &mut Progress that load_with passed, alive and
+    // not otherwise used for the whole (synchronous) dsq_model_load call.
+    let p = &mut *(user as *mut Progress<'_>);
+    if p.panic.is_some() {
+        return 1;
+    }
+    // a panic must not unwind into C: keep it, cancel, resume after the load
+    match panic::catch_unwind(AssertUnwindSafe(|| (p.f)(fraction))) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(payload) => {
+            p.panic = Some(payload);
+            1
+        }
+    }
 }
 
 /// Loaded weights (dsq_model).  Immutable, so shareable across threads.
@@ -115,11 +235,27 @@ unsafe impl Sync for Model {}
 impl Model {
     /// Load a model directory (config.json + safetensors) or .safetensors file.
     pub fn load(path: impl AsRef<Path>, backend: Backend) -> Result<Model> {
+        Model::load_with(path, ModelParams::new().backend(backend))
+    }
+
+    /// `load` with every dsq_model_params field (see `ModelParams`).
+    pub fn load_with(path: impl AsRef<Path>, params: ModelParams<'_>) -> Result<Model> {
         let c_path = c_path(path.as_ref())?;
-        let mut params = ffi::dsq_model_params::default();
-        params.backend = backend as i32;
+        let ModelParams { raw: mut cp, progress } = params;
+        let mut f = progress;
+        let mut state = f.as_mut().map(|f| Progress { f: &mut **f, panic: None });
+        if let Some(s) = state.as_mut() {
+            cp.progress = Some(progress_trampoline);
+            cp.progress_user = s as *mut Progress<'_> as *mut c_void;
+        }
         let mut raw = ptr::null_mut();
-        check(unsafe { ffi::dsq_model_load(c_path.as_ptr(), &params, &mut raw) })?;
+        let st = unsafe { ffi::dsq_model_load(c_path.as_ptr(), &cp, &mut raw) };
+        let result = check(st);
+        if let Some(payload) = state.and_then(|s| s.panic) {
+            unsafe { ffi::dsq_model_free(raw) } // NULL after a cancel; no-op
+            panic::resume_unwind(payload);
+        }
+        result?;
         let raw = NonNull::new(raw).expect("dsq_model_load returned OK and NULL");
         // From here `model` owns the handle: an error below still frees it.
         let mut model = Model { raw, info: Default::default() };
@@ -242,6 +378,32 @@ impl Context<'_> {
     /// Drop sequence `seq` and free its cache.
     pub fn seq_remove(&mut self, seq: i32) -> Result<()> {
         check(unsafe { ffi::dsq_seq_remove(self.raw.as_ptr(), seq) })
+    }
+
+    /// Keep only the first `new_len` tokens of sequence `seq`.
+    pub fn truncate(&mut self, seq: i32, new_len: i32) -> Result<()> {
+        check(unsafe { ffi::dsq_seq_truncate(self.raw.as_ptr(), seq, new_len) })
+    }
+
+    /// Start (empty) sequence `dst` as a copy of sequence `src`.
+    pub fn fork(&mut self, src: i32, dst: i32) -> Result<()> {
+        check(unsafe { ffi::dsq_seq_fork(self.raw.as_ptr(), src, dst) })
+    }
+
+    /// Append `tokens` to sequence `seq` and draw the next token inside the
+    /// library (dsq_step; on the GPU with the CUDA backend) with `sample`
+    /// (e.g. `ffi::dsq_sample_params::default()`, fields changed).  Returns
+    /// the id and its log-probability under the model (before penalties and
+    /// temperature), or None when the logits held no finite value.  For
+    /// batches of several sequences, top-n and logits use `ffi::dsq_step`.
+    pub fn step_sample(&mut self, seq: i32, tokens: &[i32], sample: &ffi::dsq_sample_params)
+                       -> Result<Option<(i32, f32)>> {
+        let n = i32::try_from(tokens.len()).map_err(|_| invalid("too many tokens"))?;
+        let entry = ffi::dsq_step_seq { seq, n_tokens: n, tokens: tokens.as_ptr(), sample,
+                                        top_n: 0, flags: ffi::DSQ_STEP_LOGPROB };
+        let mut out = ffi::dsq_step_out::default();
+        check(unsafe { ffi::dsq_step(self.raw.as_ptr(), &entry, 1, ptr::null(), &mut out) })?;
+        Ok(if out.token < 0 { None } else { Some((out.token, out.logprob)) })
     }
 }
 

@@ -2,7 +2,8 @@
 //! 1000, no tokenizer; the R1 tokenizer of tests/data/model is loaded
 //! separately for text: ids below 1000 are ordinary tokens there).  The
 //! reference values come from Hugging Face transformers (golden.json).
-use dsqwen::{argmax, Backend, GenerateOptions, Model, Tokenizer};
+use dsqwen::{argmax, Backend, GenerateOptions, Model, ModelParams, Tokenizer};
+use std::io::Write;
 use std::path::PathBuf;
 
 fn data() -> PathBuf {
@@ -109,4 +110,125 @@ fn thread_rules_follow_the_header() {
             });
         }
     });
+}
+
+#[test]
+fn progress_reports_non_decreasing_fractions_up_to_one() {
+    let mut seen = Vec::new();
+    let model = Model::load_with(data().join("tiny"),
+                                 ModelParams::new().backend(Backend::Cpu)
+                                     .progress(|f| { seen.push(f); true })).unwrap();
+    assert_eq!(model.info().n_layers, 2);
+    assert!(seen.len() >= 3, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert!(seen.iter().all(|&f| (0.0..=1.0).contains(&f)), "{seen:?}");
+    assert_eq!(*seen.last().unwrap(), 1.0);
+}
+
+#[test]
+fn progress_returning_false_cancels() {
+    let mut calls = 0;
+    let e = Model::load_with(data().join("tiny"),
+                             ModelParams::new().backend(Backend::Cpu)
+                                 .progress(|f| { calls += 1; f < 0.5 })).err().unwrap();
+    assert!(e.is_cancelled(), "{e}");
+    assert_eq!(e.status, dsqwen::ffi::DSQ_ERR_CANCELLED);
+    assert!(calls >= 2);
+}
+
+#[test]
+fn panic_in_progress_cancels_and_resumes() {
+    let mut after = 0;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Model::load_with(data().join("tiny"), ModelParams::new().backend(Backend::Cpu)
+            .progress(|f| {
+                if f > 0.0 {
+                    after += 1;
+                    panic!("stop at {f}");
+                }
+                true
+            }))
+    }));
+    let payload = r.err().expect("the panic comes back out of load_with");
+    assert!(payload.downcast_ref::<String>().unwrap().starts_with("stop at"));
+    assert_eq!(after, 1); // not called again once cancelled
+}
+
+/// (offset in the file, dtype) of a tensor's data, from the safetensors
+/// header read by hand (no crates).
+fn tensor_offset(file: &[u8], name: &str) -> usize {
+    let n = u64::from_le_bytes(file[..8].try_into().unwrap()) as usize;
+    let h = std::str::from_utf8(&file[8..8 + n]).unwrap();
+    let at = h.find(&format!("\"{name}\"")).unwrap();
+    let rest = &h[at..];
+    assert!(rest[..rest.find('}').unwrap()].contains("\"BF16\""));
+    let rest = &rest[rest.find("\"data_offsets\"").unwrap()..];
+    let rest = &rest[rest.find('[').unwrap() + 1..];
+    8 + n + rest[..rest.find(',').unwrap()].trim().parse::<usize>().unwrap()
+}
+
+#[test]
+fn skip_finite_check_and_copy_weights_reach_the_library() {
+    let dir = std::env::temp_dir().join(format!("dsqwen-rs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(data().join("tiny/config.json"), dir.join("config.json")).unwrap();
+    let mut st = std::fs::read(data().join("tiny/model.safetensors")).unwrap();
+    let off = tensor_offset(&st, "model.layers.1.mlp.up_proj.weight");
+    st[off..off + 2].copy_from_slice(&[0xc0, 0x7f]); // bf16 NaN
+    std::fs::write(dir.join("model.safetensors"), &st).unwrap();
+    let e = Model::load(&dir, Backend::Cpu).err().unwrap();
+    assert_eq!(e.status, dsqwen::ffi::DSQ_ERR_FORMAT);
+    assert!(e.message.contains("up_proj"), "{e}");
+    let m = Model::load_with(&dir, ModelParams::new().backend(Backend::Cpu).skip_finite_check(true)
+                                       .copy_weights(true)).unwrap();
+    // copied: zeroing the file in place (same inode) changes nothing now
+    std::fs::OpenOptions::new().write(true).open(dir.join("model.safetensors")).unwrap()
+        .write_all(&vec![0u8; st.len()]).unwrap();
+    let (prompt, _) = golden();
+    let mut p = Model::context_params();
+    p.max_context = 128;
+    let mut ctx = m.context(&p).unwrap();
+    // the NaN weight makes every logit NaN; the zeros would make them all 0
+    let logits = ctx.prefill(0, &prompt).unwrap();
+    assert!(logits.iter().all(|x| x.is_nan()), "{:?}", &logits[..4]);
+    drop(ctx);
+    drop(m);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn features_and_backend_availability() {
+    let words: Vec<&str> = dsqwen::build_features().split(' ').collect();
+    assert!(words.contains(&"cpu"), "{words:?}");
+    assert!(dsqwen::backend_available(Backend::Cpu) && dsqwen::backend_available(Backend::Auto));
+    if !words.contains(&"cuda") {
+        assert!(!dsqwen::backend_available(Backend::Cuda));
+    }
+}
+
+#[test]
+fn step_fork_truncate() {
+    let (prompt, want) = golden();
+    let model = Model::load(data().join("tiny"), Backend::Cpu).unwrap();
+    let mut p = Model::context_params();
+    p.max_context = 256;
+    p.max_seqs = 2;
+    let mut ctx = model.context(&p).unwrap();
+    let mut greedy = dsqwen::ffi::dsq_sample_params::default();
+    greedy.temperature = 0.0;
+    let (tok, lp) = ctx.step_sample(0, &prompt, &greedy).unwrap().unwrap();
+    assert_eq!(tok as usize, want);
+    assert!(lp < 0.0 && lp.is_finite());
+    // fork the prompt + first token; both copies continue alike
+    ctx.fork(0, 1).unwrap();
+    assert_eq!(ctx.seq_length(1).unwrap(), prompt.len() as i32);
+    let rows = ctx.decode_step(&[0, 1], &[tok, tok]).unwrap();
+    assert_eq!(rows[..1000], rows[1000..]);
+    // back to the prompt: the same draw again
+    ctx.truncate(0, prompt.len() as i32 - 1).unwrap();
+    let again = ctx.step_sample(0, &prompt[prompt.len() - 1..], &greedy).unwrap().unwrap();
+    assert_eq!(again.0, tok);
+    assert!((again.1 - lp).abs() < 1e-5);
+    let e = ctx.fork(0, 1).err().unwrap(); // dst active
+    assert_eq!(e.status, dsqwen::ffi::DSQ_ERR_SEQ);
 }
