@@ -4,6 +4,9 @@
 # is CPU-only (the CMake option DSQ_CUDA=AUTO decides).
 set -euo pipefail
 PKGS="cmake make gcc pkg-config python3 python3-numpy libcjson-dev libcmocka-dev libpcre2-dev libutf8proc-dev"
+# clang + its runtime libraries (libFuzzer, ASan/UBSan for clang) for the
+# short fuzzing runs in scripts/test.sh
+PKGS="$PKGS clang libclang-rt-dev"
 # nvcc compiles .cu host code with g++, which a fresh Debian lacks
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   PKGS="$PKGS g++"
