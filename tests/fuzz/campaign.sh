@@ -26,6 +26,7 @@ for spec in "$@"; do
   [ "$name" = tokenizer ] && extra="-max_len=20000"
   [ "$name" = tokenize_regex ] && extra="-max_len=1024"
   t0=$(date +%s)
+  [ "$runs" = 0 ] && runs=-1 # libFuzzer: -1 = no limit
   nice -n 10 build-fuzz/tests/fuzz_"$name" -runs="$runs" -max_total_time="$secs" -timeout=10 \
     -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 $extra \
     -artifact_prefix="$out/artifacts_$name/" "$out/$name" >"$out/$name.log" 2>&1
