@@ -532,7 +532,11 @@ DSQ_API const dsq_tokenizer *dsq_model_tokenizer(const dsq_model *model);
  *  encoded exactly as Hugging Face tokenizers encode that text.  Added tokens
  *  are matched in the text before normalization; with
  *  DSQ_TOKENIZE_PLAIN_SPECIAL every added token's text (special or not) is
- *  encoded as ordinary text.  DSQ_ERR_INVALID_ARG.  Thread-safe. */
+ *  encoded as ordinary text.  DSQ_ERR_INVALID_ARG, DSQ_ERR_OUT_OF_MEMORY,
+ *  DSQ_ERR_FORMAT when the tokenizer.json pre-tokenizer regex exceeds the
+ *  regex engine's match limits on this text (a pattern that backtracks
+ *  without bound, such as (a+)+$; the message says so; the tokenizer stays
+ *  usable).  Thread-safe. */
 DSQ_API dsq_status dsq_tokenize(const dsq_tokenizer *tok, const char *text, size_t len,
                                 uint32_t flags, int32_t *tokens, size_t cap, size_t *n_out);
 

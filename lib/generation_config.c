@@ -36,6 +36,12 @@ static dsq_status get_number(const cJSON *root, const char *name, const char *ke
     if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: \"%s\" = %.10g must be in %c%.10g, %.10g]", name, key, x,
                         lo_open ? '(' : '[', lo, hi);
+    /* The values are stored as float: a positive number below float's
+     * range (repetition_penalty 1e-90) would become 0, which the sampler
+     * refuses, so the file would load and its params not work. */
+    if (lo_open && !((float)x > (float)lo))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: \"%s\" = %.10g is too small to be stored as a float",
+                        name, key, x);
     *v = x;
     *present = 1;
     return DSQ_OK;

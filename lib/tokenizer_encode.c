@@ -81,7 +81,9 @@ static dsq_status pretokenize(enc_ctx *c, const char *p, size_t n)
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) {
-            /* An empty match splits nothing; step over one character. */
+            /* An empty match splits nothing; step over one character.  One
+             * at the very end ($, \z, \w+|$) has no character after it. */
+            if (ms >= n) break;
             uint32_t cp;
             from = ms + dsq_utf8_next((const uint8_t *)p + ms, n - ms, &cp);
             continue;
@@ -99,18 +101,14 @@ static dsq_status pretokenize(enc_ctx *c, const char *p, size_t n)
 
 typedef dsq_status (*segment_fn)(enc_ctx *c, const char *p, size_t n);
 
-/* Longest added token of the set (normalized or not) matching at p[i..]. */
+/* Longest added token of the set (normalized or not) matching at p[i..]:
+ * a walk down that set's trie, so the cost is the match length, whatever
+ * the number of added tokens. */
 static const dsq_tok_added *match_at(const dsq_tokenizer *t, const char *p, size_t n, size_t i,
                                      int normalized)
 {
-    const dsq_tok_added *best = NULL;
-    for (int32_t k = 0; k < t->n_added; k++) {
-        const dsq_tok_added *a = &t->added[k];
-        if (a->normalized != normalized || a->match_len > n - i) continue;
-        if (best && a->match_len <= best->match_len) continue;
-        if (!memcmp(p + i, a->match, a->match_len)) best = a;
-    }
-    return best;
+    int32_t k = dsq_tok_trie_longest(normalized ? &t->trie_norm : &t->trie_raw, p + i, n - i);
+    return k >= 0 ? &t->added[k] : NULL;
 }
 
 static int word_before(const char *p, size_t i)

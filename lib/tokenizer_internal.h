@@ -7,6 +7,7 @@
  *         tokenizer_text.c    UTF-8 repair, NFC, regex rewrite, char classes
  *         tokenizer_bpe.c     merge loop on one pre-tokenized piece
  *         tokenizer_encode.c  added tokens, normalization, pre-tokenizer
+ *         tokenizer_trie.c    byte trie for finding added tokens in text
  *         tokenizer_decode.c  ids -> bytes, streaming decoder
  *
  * Everything here is immutable once dsq_tokenizer_load() returns, so any
@@ -34,6 +35,19 @@ typedef struct dsq_tok_added {
     int32_t id;
     uint8_t special, single_word, lstrip, rstrip, normalized;
 } dsq_tok_added;
+
+/* Byte trie over the match texts of one set of added tokens (normalized or
+ * not), built at load (tokenizer_trie.c).  Node 0 is the root.
+ * term[node] is the index into dsq_tokenizer.added of the token whose match
+ * text ends at the node (-1: none); edges are an open-addressing table of
+ * key ((parent << 8 | byte) + 1, 0 = empty slot) -> child. */
+typedef struct dsq_tok_trie {
+    int32_t *term;         /* [n_nodes]          */
+    uint64_t *edge_key;    /* [edge_mask + 1]    */
+    uint32_t *edge_child;  /* [edge_mask + 1]    */
+    uint32_t edge_mask;
+    uint32_t n_nodes;
+} dsq_tok_trie;
 
 /* Token flags, [n_ids] */
 #define DSQ_TOKF_PRESENT 1u /* the id has a token                          */
@@ -89,6 +103,7 @@ struct dsq_tokenizer {
     int32_t n_added;
     uint8_t first_byte_raw[256];  /* tokens with normalized false        */
     uint8_t first_byte_norm[256]; /* tokens with normalized true         */
+    dsq_tok_trie trie_raw, trie_norm; /* the same two sets              */
 
     /* Pre-tokenizer regex (rewritten for PCRE2, see tokenizer_text.c). */
     pcre2_code *re;
@@ -172,6 +187,21 @@ int dsq_tok_is_space_cp(uint32_t cp);
  * caseless mode would also match U+017F for s, Oniguruma here does not).
  * *out is malloc'ed.  DSQ_ERR_UNSUPPORTED for constructs it does not know. */
 dsq_status dsq_tok_rewrite_regex(const char *in, char **out);
+
+/* ---- added-token trie (tokenizer_trie.c) --------------------------------- */
+
+/* Build the trie of the added tokens with .normalized == normalized (their
+ * match texts).  Where two share a text, the first in file order is kept.
+ * On failure whatever was allocated is left for dsq_tok_trie_free().
+ * DSQ_ERR_OUT_OF_MEMORY, DSQ_ERR_FORMAT (texts too long in total). */
+dsq_status dsq_tok_trie_build(dsq_tok_trie *tr, const dsq_tok_added *added, int32_t n_added,
+                              int normalized);
+/* Index (into the `added` array the trie was built from) of the longest
+ * token that p[0..n) starts with, or -1.  Reads p[0] up to p[len of that
+ * token], never past n; cost grows with that length only. */
+int32_t dsq_tok_trie_longest(const dsq_tok_trie *tr, const char *p, size_t n);
+/* Free the arrays (zeroed struct: no-op). */
+void dsq_tok_trie_free(dsq_tok_trie *tr);
 
 /* ---- BPE (tokenizer_bpe.c) ------------------------------------------------ */
 

@@ -588,7 +588,9 @@ static dsq_status prepare_added(dsq_tokenizer *t)
         uint8_t *fb = a->normalized ? t->first_byte_norm : t->first_byte_raw;
         fb[(uint8_t)a->match[0]] = 1;
     }
-    return DSQ_OK;
+    dsq_status st = dsq_tok_trie_build(&t->trie_raw, t->added, t->n_added, 0);
+    if (!st) st = dsq_tok_trie_build(&t->trie_norm, t->added, t->n_added, 1);
+    return st;
 }
 
 dsq_status dsq_tok_from_json(dsq_tokenizer *t, const char *json, size_t len)
@@ -668,5 +670,7 @@ void dsq_tok_release(dsq_tokenizer *t)
     free(t->tmpl_pre);
     free(t->tmpl_post);
     if (t->re) pcre2_code_free(t->re);
+    dsq_tok_trie_free(&t->trie_raw);
+    dsq_tok_trie_free(&t->trie_norm);
     memset(t, 0, sizeof *t);
 }

@@ -9,6 +9,9 @@ PKGS="cmake make gcc pkg-config python3 libcjson-dev libcmocka-dev libpcre2-dev 
 PKGS="$PKGS python3-venv python3-pip python3-setuptools python3-cffi python3-pytest cargo golang-go"
 # line editing and history in `dsqwen chat` (optional: without it, plain input)
 PKGS="$PKGS libedit-dev"
+# clang + its runtime libraries (libFuzzer, ASan/UBSan for clang) for the
+# short fuzzing runs in scripts/test.sh
+PKGS="$PKGS clang libclang-rt-dev"
 # nvcc compiles .cu host code with g++, which a fresh Debian lacks
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   PKGS="$PKGS g++"

@@ -210,6 +210,10 @@ static void test_wrong_types_and_values(void **state)
     expect_format_error("{\"top_p\": 1.5}", "top_p");
     expect_format_error("{\"min_p\": true}", "min_p");
     expect_format_error("{\"repetition_penalty\": 0}", "repetition_penalty");
+    /* positive, but 0 once stored as float (found by fuzz_generation_config:
+     * the file loaded and dsq_sampler_new refused its params) */
+    expect_format_error("{\"repetition_penalty\": 1e-90}", "repetition_penalty");
+    expect_format_error("{\"top_p\": 1e-50}", "top_p");
     expect_format_error("{\"do_sample\": \"false\"}", "do_sample");
     expect_format_error("{\"do_sample\": 0}", "do_sample");
 }

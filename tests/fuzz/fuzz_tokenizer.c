@@ -4,14 +4,15 @@
  * Uses dsq_tok_from_json(), the from-memory step of dsq_tokenizer_load()
  * (the public call only adds reading the file and tokenizer_config.json), so
  * no file is written per input.  A tokenizer that loads is then used: a few
- * fixed texts are encoded (ids must be in range, the count stable between
- * the size query and the real call) and decoded, and the first ids' texts
- * are read back.
+ * fixed texts are encoded from exact-size heap copies (ids must be in
+ * range, the count stable between the size query and the real call) and
+ * decoded, and the first ids' texts are read back.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "tokenizer_internal.h"
 
 static const char *const k_texts[] = {
@@ -29,17 +30,24 @@ static void use_tokenizer(const dsq_tokenizer *t)
     if (n_tok < 0)
         abort();
     for (size_t k = 0; k < sizeof k_texts / sizeof *k_texts; k++) {
-        const char *s = k_texts[k];
+        /* exact-size heap copy without the NUL: a read past the text must
+         * be visible to ASan (a string literal hides it) */
+        size_t slen = strlen(k_texts[k]);
+        char *s = fz_dup(k_texts[k], slen);
+        if (!s)
+            return;
         for (uint32_t flags = 0; flags < 4; flags++) {
             size_t need = 0;
-            dsq_status st = dsq_tokenize(t, s, strlen(s), flags, NULL, 0, &need);
+            dsq_status st = dsq_tokenize(t, s, slen, flags, NULL, 0, &need);
             if (st != DSQ_OK && st != DSQ_ERR_BUFFER_TOO_SMALL)
                 continue; /* a refusal is fine; it must just not crash or leak */
             int32_t *ids = malloc((need ? need : 1) * sizeof *ids);
-            if (!ids)
+            if (!ids) {
+                free(s);
                 return;
+            }
             size_t got = 0;
-            st = dsq_tokenize(t, s, strlen(s), flags, ids, need, &got);
+            st = dsq_tokenize(t, s, slen, flags, ids, need, &got);
             if (st == DSQ_OK) {
                 if (got != need)
                     abort();
@@ -55,6 +63,7 @@ static void use_tokenizer(const dsq_tokenizer *t)
             }
             free(ids);
         }
+        free(s);
     }
     /* Per-id accessors and single-id decoding over the first ids. */
     for (int32_t id = -1; id < n_tok && id < 1024; id++) {

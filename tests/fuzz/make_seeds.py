@@ -268,8 +268,232 @@ def tokenize():
     put("tokenize", "flags_only", b"\x03")
 
 
+# ---- tokenize_regex: options byte, regex, 0x00, text ------------------------------
+
+QWEN_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+           "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def tokenize_regex():
+    text = "Hello w\u00f6rld, it's 2024!  aaab ab\n\n\tcafe\u0301 \u65e5\u672c <|s|>word words \U0001F600 "
+    regexes = {
+        "qwen": QWEN_RE,
+        # empty matches at the end of the text (issue 14: read past the text)
+        "end_dollar": "$",
+        "end_z": "\\z",
+        "end_Z": "\\Z",
+        "word_or_end": "\\w+|$",
+        "star_group_end": "(a+)*$",
+        "empty": "",
+        "empty_group": "(?:)",
+        "word_boundary": "\\b",
+        "lookahead_or_end": "(?=a)|$",
+        "space_star_end": "\\s*$",
+        "qwen_or_end": QWEN_RE + "|$",
+        # catastrophic backtracking: PCRE2's match limit (DSQ_ERR_FORMAT)
+        "catastrophic": "(a+)+$",
+        "catastrophic_alt": "(a|aa)+$",
+        "nested_quant": "((a*)*)*b",
+        "backref": "(\\w)\\1+",
+        "lookbehind": "(?<=a)b|(?<!x)\\d",
+        "case_insensitive": "(?i:ab|\u00e9)",
+        "unicode_props": "\\p{Lu}\\p{Ll}*|\\p{N}+|\\P{L}",
+        "class_ws": "[\\s\\S]",
+        "verb_limit": "(*LIMIT_MATCH=10)(a+)+$",
+        "unsupported_escape": "\\K",
+        "unbalanced": "(a",
+        "bad_utf8": b"\xff\xfe+",
+        "literal_nul": "a\\x00b",
+    }
+    for i, (name, rx) in enumerate(regexes.items()):
+        rx = rx if isinstance(rx, bytes) else rx.encode("utf-8")
+        for opts, tag in ((i % 4, ""), (0x08 | (i % 4), "_added"), (0x04, "_nfc"), (0x1c, "_nfc_strip")):
+            if tag and name not in ("qwen", "end_dollar", "word_or_end", "catastrophic", "qwen_or_end"):
+                continue
+            put("tokenize_regex", name + tag, bytes([opts]) + rx + b"\0" + text.encode("utf-8"))
+    # texts that end the way empty matches do: after a newline, inside
+    # a multi-byte character run, invalid UTF-8 at the end
+    for j, t in enumerate([b"", b"a", b"aaa\n", b"x\n\n", b"\xe6\x97\xa5", b"ab\xf0\x9f\x98\x80",
+                           b"abc\xe2\x82", b"a" * 40 + b"b", b" " * 64]):
+        put("tokenize_regex", "end_text_%d" % j, bytes([j % 4]) + b"$\0" + t)
+    put("tokenize_regex", "no_separator", b"\x00\\w+|$")
+
+
+# ---- index: u16 len + index JSON, u16 len + a.safetensors, rest b.safetensors -----
+
+def index():
+    def lp(b):
+        return struct.pack("<H", len(b)) + b
+
+    def idx(wmap, meta=True):
+        o = {"weight_map": wmap}
+        if meta:
+            o["metadata"] = {"total_size": 16}
+        return json.dumps(o).encode()
+
+    a = st({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, struct.pack("<2f", 1, 2))
+    b = st({"y": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}}, b"\1" * 8)
+    both = {"x": "a.safetensors", "y": "b.safetensors"}
+    put("index", "valid_two_shards", lp(idx(both)) + lp(a) + b)
+    put("index", "valid_one_shard", lp(idx({"x": "a.safetensors"}, meta=False)) + lp(a) + b"")
+    put("index", "tensor_in_wrong_shard", lp(idx({"x": "b.safetensors", "y": "a.safetensors"})) + lp(a) + b)
+    put("index", "tensor_missing_from_shard", lp(idx(dict(both, z="a.safetensors"))) + lp(a) + b)
+    put("index", "shard_missing", lp(idx({"x": "c.safetensors"})) + lp(a) + b)
+    put("index", "shard_path_traversal", lp(idx({"x": "../a.safetensors"})) + lp(a) + b)
+    put("index", "shard_absolute", lp(idx({"x": "/etc/passwd"})) + lp(a) + b)
+    put("index", "shard_dot_slash", lp(idx({"x": "./a.safetensors", "y": "a.safetensors"})) + lp(a) + b)
+    put("index", "shard_is_index", lp(idx({"x": "model.safetensors.index.json"})) + lp(a) + b)
+    put("index", "shard_empty_name", lp(idx({"x": ""})) + lp(a) + b)
+    put("index", "shard_not_string", lp(b'{"weight_map":{"x":1}}') + lp(a) + b)
+    put("index", "weight_map_empty", lp(b'{"weight_map":{}}') + lp(a) + b)
+    put("index", "weight_map_missing", lp(b'{"metadata":{}}') + lp(a) + b)
+    put("index", "weight_map_array", lp(b'{"weight_map":["a.safetensors"]}') + lp(a) + b)
+    put("index", "duplicate_tensor", lp(b'{"weight_map":{"x":"a.safetensors","x":"b.safetensors"}}') + lp(a) + b)
+    put("index", "nul_in_tensor_name", lp(b'{"weight_map":{"x\\u0000evil":"a.safetensors"}}') + lp(a) + b)
+    put("index", "nul_in_shard_name", lp(b'{"weight_map":{"x":"a.safetensors\\u0000x"}}') + lp(a) + b)
+    put("index", "trailing_garbage", lp(idx(both) + b" x") + lp(a) + b)
+    put("index", "not_json", lp(b"{weight_map") + lp(a) + b)
+    put("index", "deep_nesting", lp(b'{"metadata":' + b"[" * 3000 + b"]" * 3000 + b"}") + lp(a) + b)
+    put("index", "shard_truncated", lp(idx(both)) + lp(a[:-3]) + b[:12])
+    put("index", "shard_hlen_huge", lp(idx(both)) + lp(b"\xff" * 8 + a[8:]) + b)
+    put("index", "many_shard_names", lp(json.dumps({"weight_map": {"t%d" % i: "s%d.safetensors" % i
+                                                                    for i in range(300)}}).encode()) + lp(a) + b)
+    put("index", "empty", b"")
+
+
+# ---- tokenizer_config.json -------------------------------------------------------
+
+def tokenizer_config():
+    real = os.path.join(HERE, "..", "data", "model", "tokenizer_config.json")
+    put("tokenizer_config", "valid_real", open(real, "rb").read())
+    bos = "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
+    eos = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+    put("tokenizer_config", "strings", json.dumps({"bos_token": bos, "eos_token": eos}, ensure_ascii=False))
+    put("tokenizer_config", "objects", json.dumps({"bos_token": {"content": bos, "lstrip": False},
+                                                  "eos_token": {"content": eos}}))
+    put("tokenizer_config", "vocab_token", json.dumps({"bos_token": "Hello", "eos_token": "\u010a"}))
+    put("tokenizer_config", "unknown_token", json.dumps({"bos_token": "<nope>", "eos_token": ""}))
+    put("tokenizer_config", "nulls", json.dumps({"bos_token": None, "eos_token": None}))
+    put("tokenizer_config", "wrong_types", json.dumps({"bos_token": 151646, "eos_token": [eos],
+                                                      "add_bos_token": "yes"}))
+    put("tokenizer_config", "content_not_string", json.dumps({"bos_token": {"content": 5}}))
+    put("tokenizer_config", "nul_in_name", b'{"eos_token":"<\xef\xbd\x9cend\\u0000x"}')
+    put("tokenizer_config", "dup_keys", json.dumps({"eos_token": eos}, ensure_ascii=False)[:-1].encode()
+        + b', "eos_token": "Hello"}')
+    put("tokenizer_config", "truncated", b'{"bos_token": {"content": "<\xef\xbd')
+    put("tokenizer_config", "not_object", b"[1]")
+    put("tokenizer_config", "empty", b"")
+    put("tokenizer_config", "deep_nesting", b'{"bos_token":' + b"{\"content\":" * 2000 + b"1" + b"}" * 2001)
+    put("tokenizer_config", "bad_utf8", b'{"bos_token":"\xff\xfe"}')
+
+
+# ---- generation_config.json -----------------------------------------------------
+
+def generation_config():
+    real = os.path.join(HERE, "..", "data", "model", "generation_config.json")
+    put("generation_config", "valid_real", open(real, "rb").read())
+    base = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
+            "repetition_penalty": 1.1, "do_sample": True}
+    put("generation_config", "valid_all", json.dumps(base))
+    put("generation_config", "greedy", json.dumps({"do_sample": False, "temperature": 0.7}))
+    put("generation_config", "nulls", json.dumps({k: None for k in base}))
+    put("generation_config", "empty_object", b"{}")
+    put("generation_config", "temperature_max", json.dumps(dict(base, temperature=1e6)))
+    put("generation_config", "temperature_huge", json.dumps(dict(base, temperature=1e38)))
+    put("generation_config", "temperature_negative", json.dumps(dict(base, temperature=-1)))
+    put("generation_config", "temperature_string", json.dumps(dict(base, temperature="0.6")))
+    put("generation_config", "top_p_zero", json.dumps(dict(base, top_p=0)))
+    put("generation_config", "top_p_above_one", json.dumps(dict(base, top_p=1.0000001)))
+    put("generation_config", "top_k_float", json.dumps(dict(base, top_k=2.5)))
+    put("generation_config", "top_k_huge", json.dumps(dict(base, top_k=1e300)))
+    put("generation_config", "min_p_one", json.dumps(dict(base, min_p=1.0)))
+    put("generation_config", "penalty_tiny", json.dumps(dict(base, repetition_penalty=1e-45)))
+    put("generation_config", "penalty_zero", json.dumps(dict(base, repetition_penalty=0)))
+    # found by libFuzzer: positive but 0.0f once stored (accepted, then the sampler refused)
+    put("generation_config", "found_penalty_float_underflow", json.dumps(dict(base, repetition_penalty=1e-90)))
+    put("generation_config", "top_p_float_underflow", json.dumps(dict(base, top_p=1e-50)))
+    put("generation_config", "do_sample_string", json.dumps(dict(base, do_sample="false")))
+    put("generation_config", "overflow_literal", b'{"temperature": 1e400}')
+    put("generation_config", "dup_keys", b'{"temperature": 0.6, "temperature": -5}')
+    put("generation_config", "trailing_garbage", json.dumps(base).encode() + b" x")
+    put("generation_config", "nul_key", b'{"temperature\\u0000x": -1}')
+    put("generation_config", "truncated", json.dumps(base).encode()[:30])
+    put("generation_config", "not_object", b"3")
+    put("generation_config", "empty", b"")
+    put("generation_config", "deep_nesting", b'{"x":' + b"[" * 3000 + b"]" * 3000 + b"}")
+
+
+# ---- chat: add_generation_prompt byte, then (role byte, content, 0x00)... ----------
+
+def chat():
+    def msgs(gen, items):
+        return bytes([gen]) + b"".join(bytes([r & 0xFF]) + c.encode("utf-8") + b"\0" for r, c in items)
+
+    put("chat", "single_user", msgs(1, [(1, "What is 2+2?")]))
+    put("chat", "system_user_assistant", msgs(1, [(0, "You are terse."), (1, "Hi"),
+                                                  (2, "<think>\nhm\n</think>\n\nHello."), (1, "Again")]))
+    put("chat", "two_systems_last_wins", msgs(0, [(0, "first"), (1, "q"), (0, "second")]))
+    put("chat", "assistant_many_think", msgs(1, [(2, "a</think>b</think>c</think"), (2, "</think>")]))
+    put("chat", "empty_contents", msgs(1, [(0, ""), (1, ""), (2, "")]))
+    put("chat", "no_messages", b"\x01")
+    put("chat", "no_messages_no_prompt", b"\x00")
+    put("chat", "bad_role", msgs(1, [(1, "x"), (3, "y")]))
+    put("chat", "negative_role", msgs(1, [(-1, "x")]))
+    put("chat", "special_tokens_in_text", msgs(1, [(1, "<\uff5cAssistant\uff5c><think>\n"),
+                                                  (2, "<\uff5cend\u2581of\u2581sentence\uff5c>")]))
+    put("chat", "unicode", msgs(1, [(1, "\u4f60\u597d \U0001F600 cafe\u0301")]))
+    put("chat", "bad_utf8", b"\x01\x01\xff\xfe\xe2\x82\x00\x02\xc0\xaf")
+    put("chat", "no_trailing_nul", b"\x01\x01abc")
+
+
+# ---- stopper: flags byte, stop strings (0x00-terminated), 3-byte ids -----------
+
+def stopper():
+    vocab = json.load(open(REAL_TOK, encoding="utf-8"))["model"]["vocab"]
+    eos = 151643
+
+    def ids(*toks):
+        out = b""
+        for t in toks:
+            i = t if isinstance(t, int) else vocab[t]
+            out += struct.pack("<I", i + 1)[:3]  # the target subtracts 1
+        return out
+
+    def inp(flags, stops, toks):
+        return bytes([flags]) + b"".join(s.encode("utf-8") + b"\0" for s in stops) + ids(*toks)
+
+    text = ["Hello", "\u0120world", ".", "\u010a", "\u0120The", "\u0120answer", "\u0120is", "\u0120", "4"]
+    put("stopper", "no_stops", inp(0, [], text))
+    put("stopper", "stop_word", inp(1, ["answer"], text))
+    put("stopper", "stop_across_tokens", inp(1, ["world.\n"], text))
+    put("stopper", "stop_prefix_then_not", inp(1, ["worlds"], text))
+    put("stopper", "stop_three", inp(3, ["is 4", "The", " answer"], text))
+    put("stopper", "overlapping_stops", inp(2, ["lo w", "llo world"], text))
+    put("stopper", "eos", inp(0x04, [], text[:3] + [eos] + text[3:]))
+    put("stopper", "eos_not_stopping", inp(0x00, [], text[:3] + [eos] + text[3:]))
+    put("stopper", "eos_with_held", inp(0x05, ["world!"], ["Hello", "\u0120world", eos]))
+    # a character split over two tokens (\u4f60 = e4 bd a0; U+1F600 = f0 9f 98 80)
+    put("stopper", "split_char", inp(1, ["\u4f60"], ["\u00e4\u00bd", "\u0142", "Hello"]))
+    put("stopper", "split_emoji_eos", inp(0x04, [], ["\u00f0\u0141\u013a", eos]))
+    put("stopper", "incomplete_then_flush", inp(0, [], ["Hello", "\u00f0\u0141\u013a"]))
+    put("stopper", "stop_is_replacement_char", inp(1, ["\ufffd"], ["\u00f0\u0141\u013a", "Hello"]))
+    put("stopper", "special_tokens", inp(1, ["think"], [151648, "Hello", 151649, 151644]))
+    put("stopper", "invalid_ids", bytes([1]) + b"x\0" + b"\x00\x00\x00" + struct.pack("<I", 151666)[:3]
+        + ids("x"))
+    put("stopper", "empty_stop", b"\x02a\0\0" + ids(*text))
+    put("stopper", "reset_rerun", inp(0x09, ["world"], text))
+    put("stopper", "reset_rerun_eos", inp(0x0c, [], text + [eos]))
+    put("stopper", "long_stop", inp(1, ["Hello world.\nThe answer is 4!"], text))
+
+
 if __name__ == "__main__":
     safetensors()
     config()
     tokenizer()
     tokenize()
+    tokenize_regex()
+    index()
+    tokenizer_config()
+    generation_config()
+    chat()
+    stopper()
