@@ -249,6 +249,16 @@ dsq_status dsq_kv_pages_fork(dsq_kv_pages *p, int32_t src, int32_t dst);
 /* Blocks in use (held by at least one sequence). */
 static inline int32_t dsq_kv_pages_used(const dsq_kv_pages *p) { return p->n_blocks - p->n_free; }
 
+/* ---- sampling defaults ------------------------------------------------------- */
+
+/* generation_config.json of DeepSeek-R1-Distill-Qwen-1.5B: the defaults of
+ * both dsq_sampler_params (host sampler) and dsq_sample_params (dsq_step),
+ * kept in one place so the two cannot drift. */
+#define DSQ_DEFAULT_TEMPERATURE 0.6f
+#define DSQ_DEFAULT_TOP_P 0.95f
+#define DSQ_DEFAULT_PENALTY_LAST_N 64
+#define DSQ_DEFAULT_SEED 0x5eedu
+
 /* ---- generation_config.json (lib/generation_config.c) -------------------- */
 
 /* Bits of dsq_gen_config.has: which sampler fields the file set. */

@@ -25,15 +25,15 @@ static dsq_sample_params sample_defaults(void)
     memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
     /* generation_config.json of DeepSeek-R1-Distill-Qwen-1.5B, as dsq_sampler */
-    p.temperature = 0.6f;
+    p.temperature = DSQ_DEFAULT_TEMPERATURE;
     p.top_k = 0;
-    p.top_p = 0.95f;
+    p.top_p = DSQ_DEFAULT_TOP_P;
     p.min_p = 0.0f;
     p.repetition_penalty = 1.0f;
     p.presence_penalty = 0.0f;
     p.frequency_penalty = 0.0f;
-    p.penalty_last_n = 64;
-    p.seed = 0x5eed;
+    p.penalty_last_n = DSQ_DEFAULT_PENALTY_LAST_N;
+    p.seed = DSQ_DEFAULT_SEED;
     p.n_vocab_valid = 0;
     return p;
 }
