@@ -153,8 +153,9 @@ size_t dsq_attn_decode_workspace_bytes(int32_t max_batch, int32_t n_heads, int32
 int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads, int32_t max_context,
                                int32_t n_sms);
 
-/* Raise the kernels' shared-memory limits.  Idempotent; the launchers call it
- * themselves on first use, but call it once at context creation so that no
+/* Raise the kernels' shared-memory limits on the current device (kernel
+ * attributes are per device): once per device, thread-safe.  The launchers
+ * call it themselves, but call it once at context creation so that no
  * attribute is set while a stream is being captured. */
 cudaError_t dsq_attn_init(void);
 

@@ -32,6 +32,7 @@
 
 #include "attention.h"
 #include "attention_tile.cuh"
+#include "kernels.h"
 
 namespace dsq_attn {
 
@@ -387,34 +388,36 @@ __global__ void __launch_bounds__(D)
     out[(int64_t)b * o_stride + h * D + d] = __float2bfloat16_rn(used > 0 ? acc / L : 0.f);
 }
 
-static int g_smem_optin = 0; /* per-block opt-in limit of the current device */
+/* per-block shared-memory opt-in limit of each device (decode_init) */
+static int g_smem_optin[DSQ_CU_MAX_DEVICES];
 
-template <int D, bool INT8, int NS> static cudaError_t set_decode_attr()
+template <int D, bool INT8, int NS> static cudaError_t set_decode_attr(int optin)
 {
-    if (DecSmem<D, INT8, NS>::kTotal > g_smem_optin)
+    if (DecSmem<D, INT8, NS>::kTotal > optin)
         return cudaSuccess; /* not used on this device */
     return cudaFuncSetAttribute(decode_kernel<D, INT8, NS>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 DecSmem<D, INT8, NS>::kTotal);
 }
 
-cudaError_t decode_init()
+/* The attributes of the current device, `dev` (kernel attributes are per
+ * device). */
+cudaError_t decode_init(int dev)
 {
-    int dev = 0, optin = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    int optin = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (e != cudaSuccess)
         return e;
-    g_smem_optin = optin;
-    if ((e = set_decode_attr<128, false, kStagesF16>()) != cudaSuccess) return e;
-    if ((e = set_decode_attr<128, false, 2>()) != cudaSuccess) return e;
-    if ((e = set_decode_attr<128, true, kStagesI8>()) != cudaSuccess) return e;
-    if ((e = set_decode_attr<128, true, 2>()) != cudaSuccess) return e;
-    if ((e = set_decode_attr<64, false, kStagesF16>()) != cudaSuccess) return e;
-    if ((e = set_decode_attr<64, false, 2>()) != cudaSuccess) return e;
-    if ((e = set_decode_attr<64, true, kStagesI8>()) != cudaSuccess) return e;
-    return set_decode_attr<64, true, 2>();
+    if ((e = set_decode_attr<128, false, kStagesF16>(optin)) != cudaSuccess) return e;
+    if ((e = set_decode_attr<128, false, 2>(optin)) != cudaSuccess) return e;
+    if ((e = set_decode_attr<128, true, kStagesI8>(optin)) != cudaSuccess) return e;
+    if ((e = set_decode_attr<128, true, 2>(optin)) != cudaSuccess) return e;
+    if ((e = set_decode_attr<64, false, kStagesF16>(optin)) != cudaSuccess) return e;
+    if ((e = set_decode_attr<64, false, 2>(optin)) != cudaSuccess) return e;
+    if ((e = set_decode_attr<64, true, kStagesI8>(optin)) != cudaSuccess) return e;
+    if ((e = set_decode_attr<64, true, 2>(optin)) != cudaSuccess) return e;
+    g_smem_optin[dev] = optin; /* published by dsq_cu_once_per_device's release store */
+    return cudaSuccess;
 }
 
 static size_t ws_floats(int64_t n_seqs, int64_t n_heads, int64_t head_dim, int64_t max_splits)
@@ -452,18 +455,18 @@ extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
     return (int32_t)(s < 1 ? 1 : s);
 }
 
-extern "C" cudaError_t dsq_attn_init(void)
+static cudaError_t attn_init_device(int dev)
 {
-    static volatile int done = 0; /* benign race: the setters are idempotent */
-    if (done)
-        return cudaSuccess;
     cudaError_t e = prefill_init();
-    if (e == cudaSuccess)
-        e = decode_init();
-    if (e == cudaSuccess)
-        done = 1;
-    return e;
+    return e == cudaSuccess ? decode_init(dev) : e;
 }
+
+static dsq_cu_once attn_once;
+
+/* The current device's setup, once; *dev receives the device. */
+static cudaError_t attn_ready(int *dev) { return dsq_cu_once_per_device(&attn_once, attn_init_device, dev); }
+
+extern "C" cudaError_t dsq_attn_init(void) { return attn_ready(NULL); }
 
 extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
                                        void *out, int64_t o_stride, const int32_t *seq_lens,
@@ -484,9 +487,11 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
         workspace_bytes < ws_floats(n_seqs, n_heads, D, max_splits) * sizeof(float) ||
         (int64_t)kv->n_kv_heads * n_hg > 65535)
         return cudaErrorInvalidValue;
-    cudaError_t e = dsq_attn_init();
+    int dev = 0;
+    cudaError_t e = attn_ready(&dev);
     if (e != cudaSuccess)
         return e;
+    const int smem_optin = g_smem_optin[dev];
     KvArgs a = kv_args(kv);
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
     float *ws_acc = (float *)workspace;
@@ -499,24 +504,24 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
         a, qb, q_stride, seq_lens, n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml)
     if (D == 128) {
         if (i8) {
-            if (DecSmem<128, true, kStagesI8>::kTotal <= g_smem_optin)
+            if (DecSmem<128, true, kStagesI8>::kTotal <= smem_optin)
                 DSQ_DECODE_LAUNCH(128, true, kStagesI8);
             else
                 DSQ_DECODE_LAUNCH(128, true, 2);
         } else {
-            if (DecSmem<128, false, kStagesF16>::kTotal <= g_smem_optin)
+            if (DecSmem<128, false, kStagesF16>::kTotal <= smem_optin)
                 DSQ_DECODE_LAUNCH(128, false, kStagesF16);
             else
                 DSQ_DECODE_LAUNCH(128, false, 2);
         }
     } else {
         if (i8) {
-            if (DecSmem<64, true, kStagesI8>::kTotal <= g_smem_optin)
+            if (DecSmem<64, true, kStagesI8>::kTotal <= smem_optin)
                 DSQ_DECODE_LAUNCH(64, true, kStagesI8);
             else
                 DSQ_DECODE_LAUNCH(64, true, 2);
         } else {
-            if (DecSmem<64, false, kStagesF16>::kTotal <= g_smem_optin)
+            if (DecSmem<64, false, kStagesF16>::kTotal <= smem_optin)
                 DSQ_DECODE_LAUNCH(64, false, kStagesF16);
             else
                 DSQ_DECODE_LAUNCH(64, false, 2);

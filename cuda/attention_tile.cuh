@@ -286,9 +286,10 @@ static inline bool kv_ok(const dsq_attn_kv *kv)
 
 static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* Shared-memory attribute setters, one per kernel family (dsq_attn_init). */
+/* Shared-memory attribute setters, one per kernel family, for the current
+ * device `dev` (dsq_attn_init runs them once per device). */
 cudaError_t prefill_init();
-cudaError_t decode_init();
+cudaError_t decode_init(int dev);
 
 } /* namespace dsq_attn */
 

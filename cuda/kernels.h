@@ -9,8 +9,10 @@
  *  - Each returns DSQ_OK or a dsq_status made with dsq_fail() naming the
  *    kernel and the CUDA error (launch configuration errors are caught with
  *    cudaGetLastError(); faults inside a kernel surface at the next sync).
- *  - Matrices are row-major.  Linear weights are [N out, K in] bf16, as in
- *    the checkpoint.  Activations that feed a matrix product are bf16;
+ *  - Matrices are row-major.  Linear weights are [N out, K in]; the layer
+ *    code multiplies only through dsq_cu_linear(), which dispatches on the
+ *    weight's dsq_weight format (lib/weight.h); the GEMV and cuBLASLt
+ *    launchers below are its BF16 case.  Activations that feed a matrix product are bf16;
  *    everything between products (residual stream, q/k/v, gate/up) is fp32,
  *    so rounding happens only where the tensor cores need it.
  *  - Runtime sizes are mapped to template constants in one switch per family
@@ -25,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include "internal.h"
+#include "weight.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -90,8 +93,9 @@ dsq_status dsq_cu_rope(const float *qkv, int32_t row_stride, const int32_t *pos,
 dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq_bf16 *out,
                            cudaStream_t stream);
 
-/* y[i] += x[i] for n fp32 values (a standalone residual add; the forward
- * pass fuses the residual into the o_proj/down products instead). */
+/* y[i] += x[i] for n fp32 values: the residual add after a product, when
+ * it is not fused into the product's epilogue (cu_ctx.resid_after; a
+ * tensor-parallel split adds only after the all-reduce). */
 dsq_status dsq_cu_add(float *y, const float *x, int64_t n, cudaStream_t stream);
 
 /* out[i] = bf16(x[i]) for n fp32 values. */
@@ -144,6 +148,41 @@ size_t dsq_gemm_device_bytes(const dsq_gemm *g);
 dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
                         int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
                         cudaStream_t stream);
+
+/* ---- linear.cu: the one product the layers call -------------------------------- */
+
+/* What a product may use besides its operands. */
+typedef struct dsq_cu_linear_env {
+    dsq_gemm *gemm;      /* the context's cuBLASLt handle */
+    float *gu_scratch;   /* fp32 [T][N], SILU_MUL on the cuBLASLt path */
+    int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt */
+    cudaStream_t stream;
+} dsq_cu_linear_env;
+
+/* y = epilogue(x W^T) for x bf16 [T][W->cols], W a device dsq_weight of
+ * W->rows outputs, y as dsq_epilogue says (SILU_MUL needs layout
+ * DSQ_WL_GATE_UP).  Picks the kernel by format and by T.  BF16 is
+ * implemented; every other format (F32 / F16 weights are converted to BF16
+ * at upload; the quantized formats until their kernels land) answers
+ * DSQ_ERR_UNSUPPORTED naming the format. */
+dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
+                         dsq_epilogue epi, void *y, const dsq_cu_linear_env *env);
+
+/* ---- device_once.cu: per-device setup -------------------------------------------- */
+
+#define DSQ_CU_MAX_DEVICES 64
+
+/* Work done once per device (kernel attributes are per device: raising a
+ * kernel's shared-memory limit on one GPU does not raise it on another). */
+typedef struct dsq_cu_once {
+    unsigned char done[DSQ_CU_MAX_DEVICES]; /* read with acquire loads; static storage (zeroed) */
+} dsq_cu_once;
+
+/* Run fn(device) for the current device unless it succeeded there before;
+ * thread-safe (a failure is retried by the next call).  *device (may be
+ * NULL) receives the current device.  cudaErrorInvalidDevice for a device
+ * index >= DSQ_CU_MAX_DEVICES. */
+cudaError_t dsq_cu_once_per_device(dsq_cu_once *o, cudaError_t (*fn)(int device), int *device);
 
 /* ---- sampling.cu: dsq_step() post-processing --------------------------------- */
 

@@ -712,6 +712,15 @@ __global__ void k_hist_scatter(int32_t *ring, int R, const int32_t *tok, const i
 
 } // namespace
 
+/* The kernel's shared-memory opt-in: a per-device attribute. */
+static cudaError_t sample_setup(int dev)
+{
+    (void)dev; /* the current device */
+    return cudaFuncSetAttribute(k_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem));
+}
+
+static dsq_cu_once sample_once;
+
 extern "C" dsq_status dsq_cu_sample(float *logits, int32_t n_rows, int32_t V, const dsq_samp_row *rows,
                                     const int32_t *ring, int32_t R, dsq_samp_result *results, cudaStream_t stream)
 {
@@ -720,13 +729,9 @@ extern "C" dsq_status dsq_cu_sample(float *logits, int32_t n_rows, int32_t V, co
     if (V > 262143)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "GPU sampling: vocabulary of %d exceeds 262143 (fixed-point mass sums)",
                         V);
-    static int smem_set = 0; /* a per-function attribute, set once per process */
-    if (!smem_set) {
-        cudaError_t e = cudaFuncSetAttribute(k_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem));
-        if (e != cudaSuccess)
-            return dsq_cu_status(e, "GPU sampling setup");
-        smem_set = 1;
-    }
+    cudaError_t e = dsq_cu_once_per_device(&sample_once, sample_setup, NULL);
+    if (e != cudaSuccess)
+        return dsq_cu_status(e, "GPU sampling setup");
     k_sample<<<n_rows, NT, sizeof(Smem), stream>>>(logits, V, rows, ring, R, results);
     return DSQ_CU_LAUNCHED("GPU sampling");
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "internal.h"
 
 /* First released sizes of the params/info structs (ABI floor). */
@@ -331,10 +332,6 @@ static dsq_status ctx_status(const dsq_ctx *c, dsq_status st)
 
 const char *dsq_ctx_last_error(const dsq_ctx *c) { return c ? c->last_error : ""; }
 
-static int64_t kv_elem_bytes(int32_t dtype)
-{
-    return dtype == DSQ_KV_F32 ? 4 : dtype == DSQ_KV_INT8 ? 1 : 2;
-}
 
 /* Free the host-side bookkeeping of a context (backend state already gone). */
 static void ctx_release_host(dsq_ctx *c)
@@ -403,8 +400,8 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
 
     if (p.kv_layout == DSQ_KV_STATIC) {
         /* checked before any size is computed from it (paged: see below) */
-        const dsq_config *mc = &m->cfg;
-        int64_t bpt = (int64_t)mc->n_layers * 2 * mc->n_kv_heads * (mc->head_dim * 4 + 4);
+        /* the widest storage (F32) bounds every dtype */
+        int64_t bpt = dsq_kv_bytes_per_token(&m->cfg, DSQ_KV_F32);
         if ((int64_t)p.max_seqs * p.max_context > DSQ_MAX_KV_BYTES / bpt)
             return dsq_fail(DSQ_ERR_INVALID_ARG,
                             "static KV cache of %d sequences x %d tokens exceeds %lld bytes",
@@ -417,11 +414,9 @@ dsq_status dsq_ctx_new(dsq_model *m, const dsq_ctx_params *params, dsq_ctx **out
     c->model = m;
     c->p = p;
     const dsq_config *cfg = &m->cfg;
-    /* Storage bytes per token as asked; a backend that stores another dtype
-     * recomputes it in ctx_init. */
-    c->kv_bytes_per_token = (int64_t)cfg->n_layers * 2 * cfg->n_kv_heads *
-                            (cfg->head_dim * kv_elem_bytes(p.kv_dtype) +
-                             (p.kv_dtype == DSQ_KV_INT8 ? 4 : 0));
+    /* Storage bytes per token of the dtype asked (every backend stores it
+     * as asked or refuses it in ctx_init). */
+    c->kv_bytes_per_token = dsq_kv_bytes_per_token(cfg, p.kv_dtype);
     int32_t nb = p.max_batch_tokens;
     size_t nseq_alloc = (size_t)nb + 1; /* a batch holds at most one sequence per token */
     c->seq_len = calloc((size_t)p.max_seqs, sizeof(int32_t));

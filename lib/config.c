@@ -1,11 +1,10 @@
 /*
- * config.c - Hugging Face config.json -> dsq_config for Qwen2 models.
- *
- * Only what the Qwen2 forward pass uses is read; everything that would change
- * the math in a way this library does not implement (sliding-window attention,
- * RoPE scaling, another activation, mrope) is refused with
- * DSQ_ERR_UNSUPPORTED rather than silently ignored.  Every refusal names the
- * field.
+ * config.c - Hugging Face config.json -> dsq_config: the JSON plumbing
+ * (strict parse, duplicate keys, typed field readers of config_fields.h),
+ * the choice of architecture (model_type / architectures against
+ * dsq_archs[]) and the token ids every architecture shares.  Which sizes
+ * an architecture reads, and what it refuses, is its parse_config
+ * (lib/arch_*.c).  Every refusal names the field.
  */
 #include <errno.h>
 #include <math.h>
@@ -15,12 +14,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch.h"
+#include "config_fields.h"
 #include "internal.h"
 #include "json_strict.h"
 
-/* Upper bound for every size field: far above any real Qwen2 model, low
- * enough that products of two such values fit comfortably in int64. */
-#define CFG_MAX_DIM (1 << 24)
+#define CFG_MAX_DIM DSQ_CFG_MAX_DIM
 
 static int is_int_value(const cJSON *v)
 {
@@ -28,8 +27,7 @@ static int is_int_value(const cJSON *v)
            fabs(v->valuedouble) <= 9007199254740992.0;
 }
 
-/* Required positive integer < CFG_MAX_DIM. */
-static dsq_status get_size(const cJSON *root, const char *key, int32_t *out)
+dsq_status dsq_cfg_size(const cJSON *root, const char *key, int32_t *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v)
@@ -43,8 +41,7 @@ static dsq_status get_size(const cJSON *root, const char *key, int32_t *out)
     return DSQ_OK;
 }
 
-/* Optional positive finite float; `dflt` when absent. */
-static dsq_status get_float(const cJSON *root, const char *key, int required, double dflt,
+dsq_status dsq_cfg_float(const cJSON *root, const char *key, int required, double dflt,
                             double max, float *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
@@ -64,8 +61,7 @@ static dsq_status get_float(const cJSON *root, const char *key, int required, do
     return DSQ_OK;
 }
 
-/* Optional boolean; `dflt` when absent or null. */
-static dsq_status get_bool(const cJSON *root, const char *key, int dflt, int *out)
+dsq_status dsq_cfg_bool(const cJSON *root, const char *key, int dflt, int *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v || cJSON_IsNull(v)) {
@@ -101,7 +97,27 @@ static dsq_status get_token(const cJSON *root, const char *key, int32_t n_vocab,
     return DSQ_OK;
 }
 
-static dsq_status check_arch(const cJSON *root)
+int dsq_cfg_has(const cJSON *root, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    return v && !cJSON_IsNull(v);
+}
+
+dsq_status dsq_cfg_string(const cJSON *root, const char *key, const char **out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = NULL;
+    if (!v || cJSON_IsNull(v))
+        return DSQ_OK;
+    if (!cJSON_IsString(v))
+        return dsq_fail(DSQ_ERR_CONFIG, "config.json: \"%s\" must be a string", key);
+    *out = v->valuestring;
+    return DSQ_OK;
+}
+
+/* The architecture config.json names: model_type first, else an entry of
+ * "architectures". */
+static dsq_status pick_arch(const cJSON *root, const dsq_arch **out)
 {
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     const cJSON *ar = cJSON_GetObjectItemCaseSensitive(root, "architectures");
@@ -109,50 +125,33 @@ static dsq_status check_arch(const cJSON *root)
         return dsq_fail(DSQ_ERR_CONFIG, "config.json: \"model_type\" must be a string");
     if (ar && !cJSON_IsArray(ar) && !cJSON_IsNull(ar))
         return dsq_fail(DSQ_ERR_CONFIG, "config.json: \"architectures\" must be a list of strings");
-    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "qwen2") == 0)
-        return DSQ_OK;
+    for (int i = 0; dsq_archs[i]; i++)
+        if (cJSON_IsString(mt) && strcmp(mt->valuestring, dsq_archs[i]->model_type) == 0) {
+            *out = dsq_archs[i];
+            return DSQ_OK;
+        }
     if (cJSON_IsArray(ar))
         for (const cJSON *c = ar->child; c; c = c->next)
-            if (cJSON_IsString(c) && strcmp(c->valuestring, "Qwen2ForCausalLM") == 0)
-                return DSQ_OK;
+            for (int i = 0; dsq_archs[i]; i++)
+                if (cJSON_IsString(c) && strcmp(c->valuestring, dsq_archs[i]->hf_class) == 0) {
+                    *out = dsq_archs[i];
+                    return DSQ_OK;
+                }
+    char known[256];
+    size_t k = 0;
+    known[0] = '\0';
+    for (int i = 0; dsq_archs[i] && k < sizeof known; i++)
+        k += (size_t)snprintf(known + k, sizeof known - k, "%s\"%s\" (%s)", i ? ", " : "",
+                              dsq_archs[i]->model_type, dsq_archs[i]->hf_class);
     if (cJSON_IsString(mt))
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                        "config.json: model_type \"%.64s\" is not supported (only \"qwen2\"; "
-                        "architectures does not list Qwen2ForCausalLM either)",
-                        mt->valuestring);
+                        "config.json: model_type \"%.64s\" is not supported (known: %s; "
+                        "architectures lists none of them either)",
+                        mt->valuestring, known);
     return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                    "config.json: neither model_type \"qwen2\" nor architectures "
-                    "[\"Qwen2ForCausalLM\"] is given: not a supported model");
-}
-
-/* Features that change the math in ways this library does not implement. */
-static dsq_status check_unsupported(const cJSON *root)
-{
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (act && !cJSON_IsString(act))
-        return dsq_fail(DSQ_ERR_CONFIG, "config.json: \"hidden_act\" must be a string");
-    if (act && strcmp(act->valuestring, "silu") != 0)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                        "config.json: hidden_act \"%.64s\" is not supported (only \"silu\")",
-                        act->valuestring);
-    int b = 0;
-    dsq_status st = get_bool(root, "use_sliding_window", 0, &b);
-    if (st != DSQ_OK)
-        return st;
-    if (b)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                        "config.json: use_sliding_window = true is not supported");
-    st = get_bool(root, "use_mrope", 0, &b);
-    if (st != DSQ_OK)
-        return st;
-    if (b)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "config.json: use_mrope = true is not supported");
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs))
-        return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                        "config.json: rope_scaling is set; only plain RoPE (rope_scaling null) "
-                        "is supported");
-    return DSQ_OK;
+                    "config.json: neither model_type nor architectures names a supported model "
+                    "(known: %s)",
+                    known);
 }
 
 dsq_status dsq_config_parse(const char *json, size_t len, dsq_config *cfg)
@@ -197,51 +196,10 @@ dsq_status dsq_config_parse(const char *json, size_t len, dsq_config *cfg)
 
     dsq_config c;
     memset(&c, 0, sizeof c);
-    if ((st = check_arch(root)) != DSQ_OK || (st = check_unsupported(root)) != DSQ_OK ||
-        (st = get_size(root, "vocab_size", &c.n_vocab)) != DSQ_OK ||
-        (st = get_size(root, "hidden_size", &c.n_embd)) != DSQ_OK ||
-        (st = get_size(root, "num_hidden_layers", &c.n_layers)) != DSQ_OK ||
-        (st = get_size(root, "num_attention_heads", &c.n_heads)) != DSQ_OK ||
-        (st = get_size(root, "num_key_value_heads", &c.n_kv_heads)) != DSQ_OK ||
-        (st = get_size(root, "intermediate_size", &c.n_ff)) != DSQ_OK ||
-        (st = get_size(root, "max_position_embeddings", &c.max_pos)) != DSQ_OK ||
-        (st = get_float(root, "rms_norm_eps", 1, 0, 1.0, &c.rms_eps)) != DSQ_OK ||
-        (st = get_float(root, "rope_theta", 0, 10000.0, 1e12, &c.rope_theta)) != DSQ_OK ||
-        (st = get_bool(root, "tie_word_embeddings", 0, &c.tie_embeddings)) != DSQ_OK)
+    const dsq_arch *arch = NULL;
+    if ((st = pick_arch(root, &arch)) != DSQ_OK || (st = arch->parse_config(root, &c)) != DSQ_OK)
         goto done;
-
-    if (c.n_heads % c.n_kv_heads != 0) {
-        st = dsq_fail(DSQ_ERR_CONFIG,
-                      "config.json: num_attention_heads (%d) is not a multiple of "
-                      "num_key_value_heads (%d)",
-                      c.n_heads, c.n_kv_heads);
-        goto done;
-    }
-    if (cJSON_GetObjectItemCaseSensitive(root, "head_dim") &&
-        !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "head_dim"))) {
-        if ((st = get_size(root, "head_dim", &c.head_dim)) != DSQ_OK)
-            goto done;
-    } else {
-        if (c.n_embd % c.n_heads != 0) {
-            st = dsq_fail(DSQ_ERR_CONFIG,
-                          "config.json: hidden_size (%d) is not a multiple of num_attention_heads "
-                          "(%d) and head_dim is not given",
-                          c.n_embd, c.n_heads);
-            goto done;
-        }
-        c.head_dim = c.n_embd / c.n_heads;
-    }
-    if (c.head_dim % 2 != 0) {
-        st = dsq_fail(DSQ_ERR_CONFIG, "config.json: head_dim = %d must be even (RoPE pairs dims)",
-                      c.head_dim);
-        goto done;
-    }
-    if ((int64_t)c.n_heads * c.head_dim >= CFG_MAX_DIM) {
-        st = dsq_fail(DSQ_ERR_CONFIG,
-                      "config.json: num_attention_heads x head_dim = %lld is out of range",
-                      (long long)c.n_heads * c.head_dim);
-        goto done;
-    }
+    c.arch = arch;
     if ((st = get_token(root, "bos_token_id", c.n_vocab, &c.bos_token)) != DSQ_OK ||
         (st = get_token(root, "eos_token_id", c.n_vocab, &c.eos_token)) != DSQ_OK)
         goto done;

@@ -1,25 +1,36 @@
-/* cpu_backend.c - the CPU backend: the Qwen2 forward pass in fp32 over the
+/* cpu_backend.c - the CPU backend: the forward pass in fp32 over the
  * mmapped BF16/F16/F32 weights, and the numeric reference for the GPU.
  *
- * Per layer, over all tokens of the batch (T = b->n_tokens):
- *   xn = rmsnorm(x)                                       main thread
- *   q,k,v = xn W^T + b; rope(q,k); k,v -> cache rows      one task per head
- *   att = softmax(q k^T / sqrt(D)) v  (causal, GQA)       one task per (token, KV head)
- *   x += att Wo^T                                          tasks over row chunks
- *   xn = rmsnorm(x)                                       main thread
- *   g = silu(xn Wg^T) * (xn Wu^T)                          tasks over row chunks
- *   x += g Wd^T                                            tasks over row chunks
+ * Each layer walks the model description's recipe (cfg->arch->recipe,
+ * lib/arch.h), over all tokens of the batch (T = b->n_tokens):
+ *   NORM          xn = rmsnorm(x)                          main thread
+ *   QKV_ROPE      q,k,v = xn W^T + b; rope(q,k); k,v -> cache rows
+ *                                                          one task per head
+ *   ATTEND        att = softmax(q k^T / sqrt(D)) v  (causal, GQA)
+ *                                                          one task per (token, KV head)
+ *   LINEAR_RESID  x += in W^T (+ b)                        tasks over row chunks
+ *   GATED_FFN     act = silu(xn Wg^T) * (xn Wu^T)          tasks over row chunks
  * then the final norm and the output head for the requested rows only.
- * Weight rows are converted to fp32 inside the matmul and reused by every
- * token of the batch (see dsq_cpu_matmul_rows); nothing is allocated here
- * after ctx_init. */
+ * An absent optional bias is zeros (no add).  Weight rows are converted to
+ * fp32 inside the matmul and reused by every token of the batch (see
+ * dsq_cpu_linear, which dispatches on each weight's format, lib/weight.h);
+ * nothing is allocated here after ctx_init. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "cpu_ops.h"
 #include "cpu_threadpool.h"
 #include "internal.h"
+
+/* The products' view of the weights: a dsq_weight per linear role of each
+ * layer (roles without a matrix stay zeroed) and the head.  Built from
+ * m->w at load; a packer of another format fills these instead. */
+typedef struct cpu_model {
+    dsq_weight (*lw)[DSQ_LW_COUNT]; /* [n_layers] */
+    dsq_weight head;                /* [V, E] */
+} cpu_model;
 
 typedef struct cpu_ctx {
     dsq_cpu_pool *pool;
@@ -53,22 +64,73 @@ typedef struct cpu_ctx {
 
 /* ---- model ----------------------------------------------------------------- */
 
-static dsq_status check_tensor(const dsq_tensor *t, const char *what, int layer)
+static dsq_status check_tensor(const dsq_tensor *t, const dsq_config *cfg, int per_layer,
+                               int32_t role, int32_t layer)
 {
+    char name[160];
     if (!t->data)
-        return dsq_fail(DSQ_ERR_MISSING_TENSOR, "cpu backend: %s of layer %d has no data", what, layer);
+        return dsq_fail(DSQ_ERR_MISSING_TENSOR, "cpu backend: tensor '%s' has no data",
+                        dsq_arch_tensor_name(cfg->arch, per_layer, role, layer, name, sizeof name));
     if (t->dtype != DSQ_DT_BF16 && t->dtype != DSQ_DT_F16 && t->dtype != DSQ_DT_F32)
-        return dsq_fail(DSQ_ERR_DTYPE, "cpu backend: %s of layer %d is %s; need BF16, F16 or F32",
-                        what, layer, dsq_dtype_name(t->dtype));
+        return dsq_fail(DSQ_ERR_DTYPE, "cpu backend: tensor '%s' is %s; need BF16, F16 or F32",
+                        dsq_arch_tensor_name(cfg->arch, per_layer, role, layer, name, sizeof name),
+                        dsq_dtype_name(t->dtype));
     return DSQ_OK;
 }
 
+/* The descriptor of matrix `t`, checked against the product's dispatch (a
+ * zero-token call: DSQ_ERR_UNSUPPORTED names a format without CPU code). */
+static dsq_status product_weight(const dsq_tensor *t, dsq_weight *w)
+{
+    dsq_status st = dsq_weight_from_tensor(t, w);
+    if (st == DSQ_OK)
+        st = dsq_cpu_linear(NULL, 0, NULL, 0, 0, w, NULL, 0, 0, 0, NULL);
+    return st;
+}
+
+/* m->be: every matrix the recipe multiplies by, as a dsq_weight. */
+static dsq_status build_products(dsq_model *m)
+{
+    const dsq_config *cfg = &m->cfg;
+    const dsq_arch *a = cfg->arch;
+    cpu_model *cm = calloc(1, sizeof *cm);
+    if (cm)
+        cm->lw = calloc((size_t)cfg->n_layers, sizeof *cm->lw);
+    if (!cm || !cm->lw) {
+        free(cm);
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU weight descriptors");
+    }
+    m->be = cm;
+    m->device_bytes = 0;
+    dsq_status st = product_weight(&m->w.g[DSQ_GW_LM_HEAD], &cm->head);
+    for (int32_t l = 0; l < cfg->n_layers && st == DSQ_OK; l++)
+        for (int32_t i = 0; i < a->n_ops && st == DSQ_OK; i++) {
+            const dsq_op *op = &a->recipe[i];
+            if (op->kind == DSQ_OP_NORM)
+                continue; /* w[0] is a norm vector, not a matrix */
+            for (int j = 0; j < 3 && st == DSQ_OK; j++)
+                if (op->w[j] >= 0)
+                    st = product_weight(&m->w.layers[l].t[op->w[j]], &cm->lw[l][op->w[j]]);
+        }
+    if (st != DSQ_OK) {
+        free(cm->lw);
+        free(cm);
+        m->be = NULL;
+    }
+    return st;
+}
+
 /* The CPU computes straight from the views in m->w (the file mapping), so
- * there is nothing to copy; only check what the forward pass relies on. */
+ * there is nothing to copy; only check what the forward pass relies on:
+ * every tensor the description requires has data (optional ones may be
+ * absent: zeros). */
 static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
 {
     (void)p;
     const dsq_config *cfg = &m->cfg;
+    const dsq_arch *a = cfg->arch;
+    if (!a)
+        return dsq_fail(DSQ_ERR_INTERNAL, "cpu backend: the config names no architecture");
     if (cfg->head_dim <= 0 || cfg->head_dim % 2 != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "cpu backend: head_dim %d must be even", cfg->head_dim);
     if (cfg->n_kv_heads <= 0 || cfg->n_heads % cfg->n_kv_heads != 0)
@@ -77,30 +139,36 @@ static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
     if (!m->w.layers)
         return dsq_fail(DSQ_ERR_MISSING_TENSOR, "cpu backend: the model has no layer weights");
     dsq_status st;
-    if ((st = check_tensor(&m->w.tok_embd, "token embedding", -1)) != DSQ_OK ||
-        (st = check_tensor(&m->w.out_norm, "final norm", -1)) != DSQ_OK ||
-        (st = check_tensor(&m->w.lm_head, "output head", -1)) != DSQ_OK)
-        return st;
+    for (int32_t i = 0; i < a->n_tensors; i++) {
+        const dsq_tensor_spec *sp = &a->tensors[i];
+        if (sp->per_layer || (sp->flags & DSQ_TF_OPTIONAL))
+            continue;
+        if ((st = check_tensor(&m->w.g[sp->role], cfg, 0, sp->role, 0)) != DSQ_OK)
+            return st;
+    }
     for (int l = 0; l < cfg->n_layers; l++) {
-        const dsq_layer_weights *L = &m->w.layers[l];
-        const struct { const dsq_tensor *t; const char *name; } all[] = {
-            {&L->attn_norm, "input_layernorm"}, {&L->wq, "q_proj"}, {&L->wk, "k_proj"},
-            {&L->wv, "v_proj"}, {&L->bq, "q_proj bias"}, {&L->bk, "k_proj bias"},
-            {&L->bv, "v_proj bias"}, {&L->wo, "o_proj"}, {&L->ffn_norm, "post_attention_layernorm"},
-            {&L->w_gate, "gate_proj"}, {&L->w_up, "up_proj"}, {&L->w_down, "down_proj"},
-        };
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            if ((st = check_tensor(all[i].t, all[i].name, l)) != DSQ_OK)
+        for (int32_t i = 0; i < a->n_tensors; i++) {
+            const dsq_tensor_spec *sp = &a->tensors[i];
+            const dsq_tensor *t = &m->w.layers[l].t[sp->role];
+            if (!sp->per_layer || ((sp->flags & DSQ_TF_OPTIONAL) && !t->data))
+                continue;
+            if ((st = check_tensor(t, cfg, 1, sp->role, l)) != DSQ_OK)
                 return st;
+        }
         if ((st = dsq_load_progress(m, l + 1, cfg->n_layers)) != DSQ_OK)
             return st;
     }
-    m->be = NULL;
-    m->device_bytes = 0;
-    return DSQ_OK;
+    return build_products(m);
 }
 
-static void cpu_model_free(dsq_model *m) { (void)m; /* nothing allocated */ }
+static void cpu_model_free(dsq_model *m)
+{
+    cpu_model *cm = m->be;
+    if (cm)
+        free(cm->lw);
+    free(cm);
+    m->be = NULL;
+}
 
 /* ---- context ----------------------------------------------------------------- */
 
@@ -162,7 +230,7 @@ static dsq_status cpu_ctx_init(dsq_ctx *c)
                       ? (int64_t)c->pages.n_blocks * c->pages.block_size
                       : (int64_t)c->p.max_seqs * c->p.max_context;
     const int is_int8 = c->p.kv_dtype == DSQ_KV_INT8;
-    c->kv_bytes_per_token = (int64_t)NL * 2 * KV * ((int64_t)D * (int64_t)cc->kv_esz + (is_int8 ? 4 : 0));
+    c->kv_bytes_per_token = dsq_kv_bytes_per_token(cfg, c->p.kv_dtype);
 
     /* KV cache */
     size_t vecs = mul_sz((size_t)cc->kv_rows, (size_t)KV); /* (row, head) vectors per layer */
@@ -256,10 +324,12 @@ typedef struct fwd_job {
     cpu_ctx *cc;
     const dsq_config *cfg;
     const dsq_layer_weights *L;
+    const dsq_weight *LW;  /* [DSQ_LW_COUNT] this layer's products (cpu_model) */
+    const dsq_op *op;      /* the recipe step being run */
     const dsq_batch *b;
     int32_t layer;
     int64_t chunk;   /* output rows per task in a matmul region */
-    const dsq_tensor *w_head;
+    const dsq_weight *w_head;
     float *logits;
 } fwd_job;
 
@@ -276,6 +346,13 @@ static int64_t pick_chunk(int64_t n_rows, int n_threads)
 static int64_t n_chunks(int64_t n_rows, int64_t chunk) { return (n_rows + chunk - 1) / chunk; }
 
 static float *thread_wbuf(const cpu_ctx *cc, int thread) { return cc->wbuf + (size_t)thread * cc->wbuf_stride; }
+
+/* A bias view, or NULL for none (no slot, or an optional bias the
+ * checkpoint does not have: zeros). */
+static const dsq_tensor *bias_of(const dsq_layer_weights *L, int8_t role)
+{
+    return role >= 0 && L->t[role].data ? &L->t[role] : NULL;
+}
 
 /* One head of q, k or v for all tokens: project, add bias, rotate, and for
  * k/v store into the cache rows of the tokens' (sequence, position). */
@@ -299,12 +376,13 @@ static void task_qkv(void *arg, int64_t task, int thread)
         kind = 2;
         head = (int)(task - H - KV);
     }
-    const dsq_tensor *W = kind == 0 ? &L->wq : kind == 1 ? &L->wk : &L->wv;
-    const dsq_tensor *B = kind == 0 ? &L->bq : kind == 1 ? &L->bk : &L->bv;
+    const dsq_weight *W = &J->LW[J->op->w[kind]];
+    const dsq_tensor *B = bias_of(L, J->op->b[kind]);
     float *Y = kind == 0 ? cc->q : kind == 1 ? cc->kx : cc->vx;
     int64_t ldy = kind == 0 ? (int64_t)H * D : (int64_t)KV * D;
     int64_t o0 = (int64_t)head * D;
-    dsq_cpu_matmul_rows(Y, ldy, cc->xn, E, T, W, B, o0, o0 + D, 0, thread_wbuf(cc, thread));
+    /* formats were checked at load (build_products): cannot fail here */
+    (void)dsq_cpu_linear(Y, ldy, cc->xn, E, T, W, B, o0, o0 + D, 0, thread_wbuf(cc, thread));
     if (kind != 2)
         for (int32_t t = 0; t < T; t++)
             dsq_cpu_rope_apply(Y + (size_t)t * ldy + o0, cc->rope + (size_t)t * D, D);
@@ -351,16 +429,19 @@ static void task_attn(void *arg, int64_t task, int thread)
                    cc->scores + (size_t)thread * cc->scores_stride, cc->kv_tmp + (size_t)thread * D);
 }
 
-/* x += att Wo^T over a chunk of output features. */
-static void task_oproj(void *arg, int64_t task, int thread)
+/* x += in W^T (+ b) over a chunk of output features; in = att or act. */
+static void task_linear_resid(void *arg, int64_t task, int thread)
 {
     const fwd_job *J = arg;
     const dsq_config *cfg = J->cfg;
+    const int from_act = J->op->in == DSQ_IN_ACT;
+    const float *in = from_act ? J->cc->g : J->cc->att;
+    const int64_t k = from_act ? cfg->n_ff : (int64_t)cfg->n_heads * cfg->head_dim;
     int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
     if (o1 > cfg->n_embd)
         o1 = cfg->n_embd;
-    dsq_cpu_matmul_rows(J->cc->x, cfg->n_embd, J->cc->att, (int64_t)cfg->n_heads * cfg->head_dim,
-                        J->b->n_tokens, &J->L->wo, NULL, o0, o1, 1, thread_wbuf(J->cc, thread));
+    (void)dsq_cpu_linear(J->cc->x, cfg->n_embd, in, k, J->b->n_tokens, &J->LW[J->op->w[0]],
+                         bias_of(J->L, J->op->b[0]), o0, o1, 1, thread_wbuf(J->cc, thread));
 }
 
 /* g = silu(xn Wg^T) * (xn Wu^T) over a chunk of MLP features. */
@@ -374,22 +455,10 @@ static void task_gate_up(void *arg, int64_t task, int thread)
     if (o1 > F)
         o1 = F;
     float *wb = thread_wbuf(cc, thread);
-    dsq_cpu_matmul_rows(cc->g, F, cc->xn, cfg->n_embd, T, &J->L->w_gate, NULL, o0, o1, 0, wb);
-    dsq_cpu_matmul_rows(cc->u, F, cc->xn, cfg->n_embd, T, &J->L->w_up, NULL, o0, o1, 0, wb);
+    (void)dsq_cpu_linear(cc->g, F, cc->xn, cfg->n_embd, T, &J->LW[J->op->w[0]], NULL, o0, o1, 0, wb);
+    (void)dsq_cpu_linear(cc->u, F, cc->xn, cfg->n_embd, T, &J->LW[J->op->w[1]], NULL, o0, o1, 0, wb);
     for (int32_t t = 0; t < T; t++)
         dsq_cpu_silu_mul(cc->g + (size_t)t * F + o0, cc->u + (size_t)t * F + o0, o1 - o0);
-}
-
-/* x += g Wd^T over a chunk of output features. */
-static void task_down(void *arg, int64_t task, int thread)
-{
-    const fwd_job *J = arg;
-    const dsq_config *cfg = J->cfg;
-    int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
-    if (o1 > cfg->n_embd)
-        o1 = cfg->n_embd;
-    dsq_cpu_matmul_rows(J->cc->x, cfg->n_embd, J->cc->g, cfg->n_ff, J->b->n_tokens, &J->L->w_down,
-                        NULL, o0, o1, 1, thread_wbuf(J->cc, thread));
 }
 
 /* logits[j] = xn[j] W_head^T over a chunk of the vocabulary. */
@@ -400,8 +469,8 @@ static void task_head(void *arg, int64_t task, int thread)
     int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
     if (o1 > cfg->n_vocab)
         o1 = cfg->n_vocab;
-    dsq_cpu_matmul_rows(J->logits, cfg->n_vocab, J->cc->xn, cfg->n_embd, J->b->n_logits, J->w_head,
-                        NULL, o0, o1, 0, thread_wbuf(J->cc, thread));
+    (void)dsq_cpu_linear(J->logits, cfg->n_vocab, J->cc->xn, cfg->n_embd, J->b->n_logits, J->w_head,
+                         NULL, o0, o1, 0, thread_wbuf(J->cc, thread));
 }
 
 /* Reject a batch that would make the forward pass read or write out of
@@ -452,36 +521,51 @@ static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
     const dsq_config *cfg = &m->cfg;
     const int32_t E = cfg->n_embd, D = cfg->head_dim, T = b->n_tokens;
     const int nt = cc->n_threads;
+    const cpu_model *cm = m->be;
 
     for (int32_t t = 0; t < T; t++) {
-        const dsq_tensor *emb = &m->w.tok_embd;
+        const dsq_tensor *emb = &m->w.g[DSQ_GW_TOK_EMBD];
         const char *row = (const char *)emb->data + (size_t)b->tokens[t] * E * dsq_dtype_size(emb->dtype);
         dsq_cpu_row_to_f32(cc->x + (size_t)t * E, row, emb->dtype, E);
         dsq_cpu_rope_table(cc->rope + (size_t)t * D, cc->inv_freq, D / 2, b->pos[t]);
     }
 
     fwd_job J = { .c = c, .cc = cc, .cfg = cfg, .b = b, .logits = logits };
+    const dsq_arch *arch = cfg->arch;
     for (int32_t l = 0; l < cfg->n_layers; l++) {
         J.layer = l;
         J.L = &m->w.layers[l];
-        for (int32_t t = 0; t < T; t++)
-            dsq_cpu_rmsnorm(cc->xn + (size_t)t * E, cc->x + (size_t)t * E, &J.L->attn_norm, E, cfg->rms_eps);
-        dsq_cpu_pool_run(cc->pool, cfg->n_heads + 2 * cfg->n_kv_heads, task_qkv, &J);
-        dsq_cpu_pool_run(cc->pool, (int64_t)T * cfg->n_kv_heads, task_attn, &J);
-        J.chunk = pick_chunk(E, nt);
-        dsq_cpu_pool_run(cc->pool, n_chunks(E, J.chunk), task_oproj, &J);
-        for (int32_t t = 0; t < T; t++)
-            dsq_cpu_rmsnorm(cc->xn + (size_t)t * E, cc->x + (size_t)t * E, &J.L->ffn_norm, E, cfg->rms_eps);
-        J.chunk = pick_chunk(cfg->n_ff, nt);
-        dsq_cpu_pool_run(cc->pool, n_chunks(cfg->n_ff, J.chunk), task_gate_up, &J);
-        J.chunk = pick_chunk(E, nt);
-        dsq_cpu_pool_run(cc->pool, n_chunks(E, J.chunk), task_down, &J);
+        J.LW = cm->lw[l];
+        for (int32_t i = 0; i < arch->n_ops; i++) {
+            const dsq_op *op = J.op = &arch->recipe[i];
+            switch (op->kind) {
+            case DSQ_OP_NORM:
+                for (int32_t t = 0; t < T; t++)
+                    dsq_cpu_rmsnorm(cc->xn + (size_t)t * E, cc->x + (size_t)t * E, &J.L->t[op->w[0]], E,
+                                    cfg->rms_eps);
+                break;
+            case DSQ_OP_QKV_ROPE:
+                dsq_cpu_pool_run(cc->pool, cfg->n_heads + 2 * cfg->n_kv_heads, task_qkv, &J);
+                break;
+            case DSQ_OP_ATTEND:
+                dsq_cpu_pool_run(cc->pool, (int64_t)T * cfg->n_kv_heads, task_attn, &J);
+                break;
+            case DSQ_OP_LINEAR_RESID:
+                J.chunk = pick_chunk(E, nt);
+                dsq_cpu_pool_run(cc->pool, n_chunks(E, J.chunk), task_linear_resid, &J);
+                break;
+            case DSQ_OP_GATED_FFN:
+                J.chunk = pick_chunk(cfg->n_ff, nt);
+                dsq_cpu_pool_run(cc->pool, n_chunks(cfg->n_ff, J.chunk), task_gate_up, &J);
+                break;
+            }
+        }
     }
     if (b->n_logits > 0) {
         for (int32_t j = 0; j < b->n_logits; j++)
-            dsq_cpu_rmsnorm(cc->xn + (size_t)j * E, cc->x + (size_t)b->logit_rows[j] * E, &m->w.out_norm,
+            dsq_cpu_rmsnorm(cc->xn + (size_t)j * E, cc->x + (size_t)b->logit_rows[j] * E, &m->w.g[DSQ_GW_OUT_NORM],
                             E, cfg->rms_eps);
-        J.w_head = &m->w.lm_head;
+        J.w_head = &cm->head;
         J.chunk = pick_chunk(cfg->n_vocab, nt);
         dsq_cpu_pool_run(cc->pool, n_chunks(cfg->n_vocab, J.chunk), task_head, &J);
     }

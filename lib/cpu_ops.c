@@ -308,14 +308,14 @@ float dsq_cpu_dot(const float *a, const float *b, int64_t n)
     return s;
 }
 
-DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
-                                    const dsq_tensor *W, const dsq_tensor *bias, int64_t o0,
-                                    int64_t o1, int accumulate, float *wbuf)
+DSQ_CLONES void dsq_cpu_matmul_dense(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
+                                    const dsq_weight *W, dsq_dtype dt, const dsq_tensor *bias,
+                                    int64_t o0, int64_t o1, int accumulate, float *wbuf)
 {
-    const int64_t K = W->shape[1];
-    const size_t esz = dsq_dtype_size(W->dtype);
+    const int64_t K = W->cols;
+    const size_t esz = dsq_dtype_size(dt);
     const char *wdata = W->data;
-    if (T == 1 && W->dtype == DSQ_DT_BF16) {
+    if (T == 1 && dt == DSQ_DT_BF16) {
         for (int64_t o = o0; o < o1; o += 8) {
             int nr = o1 - o < 8 ? (int)(o1 - o) : 8;
             const uint16_t *w[8];
@@ -346,7 +346,7 @@ DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64
                     continue;
                 }
                 const char *src = wdata + (size_t)(o + r) * (size_t)K * esz;
-                row_to_split(wbuf + (size_t)r * (size_t)K, src, W->dtype, K);
+                row_to_split(wbuf + (size_t)r * (size_t)K, src, dt, K);
                 w[r] = wbuf + (size_t)r * (size_t)K;
                 b[r] = bias ? dsq_tensor_get(bias, o + r) : 0.0f;
             }
@@ -367,6 +367,30 @@ DSQ_CLONES void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64
             }
         }
     }
+}
+
+dsq_status dsq_cpu_linear(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
+                          const dsq_weight *W, const dsq_tensor *bias, int64_t o0, int64_t o1,
+                          int accumulate, float *wbuf)
+{
+    if (W->layout != DSQ_WL_ROWS)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "cpu linear: weight layout %d is not supported",
+                        (int)W->layout);
+    dsq_dtype dt;
+    switch (W->format) {
+    case DSQ_WF_F32: dt = DSQ_DT_F32; break;
+    case DSQ_WF_F16: dt = DSQ_DT_F16; break;
+    case DSQ_WF_BF16: dt = DSQ_DT_BF16; break;
+    case DSQ_WF_Q8_ROW:
+    case DSQ_WF_Q4_AWQ:
+    case DSQ_WF_Q4_GPTQ:
+    default:
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "cpu linear: weight format %s has no CPU product",
+                        dsq_wformat_name(W->format));
+    }
+    if (T > 0 && o1 > o0)
+        dsq_cpu_matmul_dense(Y, ldy, X, ldx, T, W, dt, bias, o0, o1, accumulate, wbuf);
+    return DSQ_OK;
 }
 
 /* ---- normalization, rotary embedding, activation ------------------------------- */

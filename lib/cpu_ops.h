@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "internal.h"
+#include "weight.h"
 
 /* Output rows of a matmul are produced in blocks of this many; a caller's
  * row ranges should be multiples of it (except at the end) to avoid
@@ -51,18 +52,28 @@ float dsq_cpu_dot(const float *a, const float *b, int64_t n);
  * dependency chain on head-sized vectors. */
 float dsq_cpu_dot2(const float *a, const float *b, int64_t n);
 
-/* Matmul over a range of output features:
+/* The CPU's one matrix product, dispatching on W's format (lib/weight.h),
+ * over a range of output features:
  *   Y[t*ldy + o] = (accumulate ? Y[t*ldy + o] : 0) + (dot(X[t], W[o]) + bias[o])
- * for t in 0..T-1, o in o0..o1-1.  W is [N, K] (BF16/F16/F32, row-major),
- * X is [T][ldx] fp32 with K used, bias is [N] or NULL.  Every output is
- * exactly dsq_cpu_dot(X[t], float(W[o]), K) + bias[o], bit for bit.  For
+ * for t in 0..T-1, o in o0..o1-1.  W is [N, K] (F32/F16/BF16, layout ROWS),
+ * X is [T][ldx] fp32 with K used, bias is [N] or NULL (zeros).  Every output
+ * is exactly dsq_cpu_dot(X[t], float(W[o]), K) + bias[o], bit for bit.  For
  * several tokens, weight rows are converted to fp32 on the fly,
  * DSQ_CPU_MM_ROWS at a time, into wbuf[DSQ_CPU_MM_ROWS][K] (scratch) and
  * each converted block serves a block of tokens sized to stay in L2; a
- * single token with BF16 weights reads them directly. */
-void dsq_cpu_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
-                         const dsq_tensor *W, const dsq_tensor *bias, int64_t o0, int64_t o1,
-                         int accumulate, float *wbuf);
+ * single token with BF16 weights reads them directly.
+ * DSQ_ERR_UNSUPPORTED (message naming the format) for a format or layout
+ * without a CPU product: the quantized formats until their kernels land.
+ * T = 0 runs nothing but the check (the backend asks at load, so the pass
+ * itself cannot fail). */
+dsq_status dsq_cpu_linear(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
+                          const dsq_weight *W, const dsq_tensor *bias, int64_t o0, int64_t o1,
+                          int accumulate, float *wbuf);
+/* dsq_cpu_linear's case for the dense formats, dt the element type of W
+ * (F32 / F16 / BF16, layout ROWS); exported only for its CPU-feature clones. */
+void dsq_cpu_matmul_dense(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
+                          const dsq_weight *W, dsq_dtype dt, const dsq_tensor *bias, int64_t o0,
+                          int64_t o1, int accumulate, float *wbuf);
 
 /* y[0..n) = (x * rsqrt(mean(x^2) + eps)) * w  (sum of squares in double). */
 void dsq_cpu_rmsnorm(float *y, const float *x, const dsq_tensor *w, int64_t n, float eps);

@@ -117,6 +117,7 @@ typedef struct dsq_config {
     int32_t tie_embeddings;
     int32_t bos_token;  /* -1 if absent */
     int32_t eos_token;  /* -1 if absent (first of a list) */
+    const struct dsq_arch *arch; /* the model description (lib/arch.h) */
 } dsq_config;
 
 /* Parse config.json text; refuses unsupported architectures/values naming
@@ -126,24 +127,36 @@ dsq_status dsq_config_load(const char *path, dsq_config *cfg);
 
 /* ---- weights (lib/weights.c) -------------------------------------------- */
 
-/* Views of every weight the config implies, shapes checked.
- * Shapes (E = n_embd, H = n_heads, K = n_kv_heads, D = head_dim, F = n_ff,
- * V = n_vocab):  */
+/* Views of every weight the config implies, shapes checked, by role: the
+ * model description (lib/arch.h) says which checkpoint tensor plays each
+ * role, its shape and whether it may be absent.  An absent optional tensor
+ * (a bias) has data NULL and means zeros, on every backend.  Roles are
+ * generic: an architecture uses the ones its recipe names. */
+enum {
+    DSQ_GW_TOK_EMBD = 0, /* [V, E] */
+    DSQ_GW_OUT_NORM,     /* [E] */
+    DSQ_GW_LM_HEAD,      /* [V, E]; == the embedding when tied */
+    DSQ_GW_COUNT
+};
+enum {
+    DSQ_LW_ATTN_NORM = 0, /* [E] */
+    DSQ_LW_Q, DSQ_LW_Q_BIAS, /* [H*D, E], [H*D] */
+    DSQ_LW_K, DSQ_LW_K_BIAS, /* [KV*D, E], [KV*D] */
+    DSQ_LW_V, DSQ_LW_V_BIAS, /* [KV*D, E], [KV*D] */
+    DSQ_LW_O, DSQ_LW_O_BIAS, /* [E, H*D], [E] */
+    DSQ_LW_FFN_NORM,      /* [E] */
+    DSQ_LW_GATE, DSQ_LW_UP, /* [F, E] */
+    DSQ_LW_DOWN,          /* [E, F] */
+    DSQ_LW_COUNT
+};
+
 typedef struct dsq_layer_weights {
-    dsq_tensor attn_norm;          /* [E]                                   */
-    dsq_tensor wq, wk, wv;         /* [H*D, E], [K*D, E], [K*D, E]          */
-    dsq_tensor bq, bk, bv;         /* [H*D], [K*D], [K*D]                   */
-    dsq_tensor wo;                 /* [E, H*D]                              */
-    dsq_tensor ffn_norm;           /* [E]                                   */
-    dsq_tensor w_gate, w_up;       /* [F, E]                                */
-    dsq_tensor w_down;             /* [E, F]                                */
+    dsq_tensor t[DSQ_LW_COUNT];
 } dsq_layer_weights;
 
 typedef struct dsq_weights {
-    dsq_tensor tok_embd;           /* [V, E]                                */
-    dsq_layer_weights *layers;     /* [n_layers]                            */
-    dsq_tensor out_norm;           /* [E]                                   */
-    dsq_tensor lm_head;            /* [V, E]; == tok_embd when tied         */
+    dsq_tensor g[DSQ_GW_COUNT];
+    dsq_layer_weights *layers;     /* [n_layers] */
     int64_t n_params;
     int64_t n_bytes;
 } dsq_weights;
@@ -155,6 +168,10 @@ typedef struct dsq_weights {
 dsq_status dsq_weights_bind(dsq_st_set *st, const dsq_config *cfg, int private_copy,
                             dsq_weights *w);
 void dsq_weights_release(dsq_weights *w);
+/* Forget every view's data (after the backend copied the weights and the
+ * mapping was closed): sizes and dtypes stay, data becomes NULL, so nothing
+ * points into a closed mapping. */
+void dsq_weights_forget_data(dsq_weights *w, int32_t n_layers);
 /* Refuse non-finite values (NaN, +-Inf) in any bound weight with
  * DSQ_ERR_FORMAT naming the tensor: one pass over every value, split over
  * n_threads threads (0 = all cores).  DSQ_ERR_OUT_OF_MEMORY if the threads

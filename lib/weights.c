@@ -1,23 +1,14 @@
 /*
- * weights.c - bind the tensors a Qwen2 config implies to views into the
- * safetensors set, checking each one's dtype and exact shape.
- *
- * Names follow Hugging Face's Qwen2ForCausalLM state dict:
- *   model.embed_tokens.weight                         [V, E]
- *   model.layers.N.input_layernorm.weight             [E]
- *   model.layers.N.self_attn.q_proj.{weight,bias}     [H*D, E], [H*D]
- *   model.layers.N.self_attn.k_proj.{weight,bias}     [K*D, E], [K*D]
- *   model.layers.N.self_attn.v_proj.{weight,bias}     [K*D, E], [K*D]
- *   model.layers.N.self_attn.o_proj.weight            [E, H*D]
- *   model.layers.N.post_attention_layernorm.weight    [E]
- *   model.layers.N.mlp.{gate,up}_proj.weight          [F, E]
- *   model.layers.N.mlp.down_proj.weight               [E, F]
- *   model.norm.weight                                 [E]
- *   lm_head.weight                                    [V, E] (absent or ignored when tied)
- * Tensors in the file that the config does not imply are left alone (older
- * checkpoints carry e.g. rotary inv_freq buffers); their count is logged.
- * Only bound tensors are ever copied (misaligned ones, or all of them when
- * the caller wants private copies), never the unused ones.
+ * weights.c - bind the tensors the model description (cfg->arch->tensors,
+ * lib/arch_*.c) implies to views into the safetensors set, checking each
+ * one's dtype and exact shape.  Optional tensors (biases) may be absent:
+ * their view keeps data NULL, which every backend reads as zeros.  A head
+ * tied to the embedding is the embedding's view; a stored head is then
+ * ignored, as transformers does.
+ * Tensors in the file that the description does not name are left alone
+ * (older checkpoints carry e.g. rotary inv_freq buffers); their count is
+ * logged.  Only bound tensors are ever copied (misaligned ones, or all of
+ * them when the caller wants private copies), never the unused ones.
  *
  * dsq_weights_check_finite() scans every bound value once for NaN/Inf, in
  * parallel over chunks, so a corrupt checkpoint is refused at load instead of
@@ -27,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "cpu_threadpool.h"
 #include "internal.h"
 
@@ -75,78 +67,67 @@ static void count(dsq_weights *w, const dsq_tensor *t, int32_t *n_bound)
     (*n_bound)++;
 }
 
+/* The view a spec fills. */
+static dsq_tensor *slot(dsq_weights *w, const dsq_tensor_spec *sp, int32_t layer)
+{
+    return sp->per_layer ? &w->layers[layer].t[sp->role] : &w->g[sp->role];
+}
+
 dsq_status dsq_weights_bind(dsq_st_set *st, const dsq_config *cfg, int private_copy,
                             dsq_weights *w)
 {
     if (!st || !cfg || !w)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_weights_bind: NULL argument");
     memset(w, 0, sizeof *w);
-    const int64_t E = cfg->n_embd, H = cfg->n_heads, K = cfg->n_kv_heads, D = cfg->head_dim,
-                  F = cfg->n_ff, V = cfg->n_vocab;
-    if (cfg->n_layers < 1 || E < 1 || H < 1 || K < 1 || D < 1 || F < 1 || V < 1)
-        return dsq_fail(DSQ_ERR_CONFIG, "dsq_weights_bind: config has non-positive sizes");
+    const dsq_arch *a = cfg->arch;
+    if (!a)
+        return dsq_fail(DSQ_ERR_CONFIG, "dsq_weights_bind: the config names no architecture");
+    for (int d = DSQ_DIM_EMBD; d <= DSQ_DIM_VOCAB; d++)
+        if (dsq_arch_dim(cfg, (dsq_dim)d) < 1 || cfg->n_layers < 1)
+            return dsq_fail(DSQ_ERR_CONFIG, "dsq_weights_bind: config has non-positive sizes");
 
     w->layers = calloc((size_t)cfg->n_layers, sizeof *w->layers);
     if (!w->layers)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for %d layer descriptors", cfg->n_layers);
 
-    dsq_status s;
-    int32_t n_bound = 0;
-    if ((s = bind_one(st, "model.embed_tokens.weight", V, E, private_copy, &w->tok_embd)) != DSQ_OK)
-        goto fail;
-    count(w, &w->tok_embd, &n_bound);
-
-    char name[128];
-    for (int32_t l = 0; l < cfg->n_layers; l++) {
-        dsq_layer_weights *L = &w->layers[l];
-        const struct {
-            const char *suffix;
-            int64_t d0, d1;
-            dsq_tensor *t;
-        } want[] = {
-            { "input_layernorm.weight", E, 0, &L->attn_norm },
-            { "self_attn.q_proj.weight", H * D, E, &L->wq },
-            { "self_attn.q_proj.bias", H * D, 0, &L->bq },
-            { "self_attn.k_proj.weight", K * D, E, &L->wk },
-            { "self_attn.k_proj.bias", K * D, 0, &L->bk },
-            { "self_attn.v_proj.weight", K * D, E, &L->wv },
-            { "self_attn.v_proj.bias", K * D, 0, &L->bv },
-            { "self_attn.o_proj.weight", E, H * D, &L->wo },
-            { "post_attention_layernorm.weight", E, 0, &L->ffn_norm },
-            { "mlp.gate_proj.weight", F, E, &L->w_gate },
-            { "mlp.up_proj.weight", F, E, &L->w_up },
-            { "mlp.down_proj.weight", E, F, &L->w_down },
-        };
-        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", (int)l, want[i].suffix);
-            if ((s = bind_one(st, name, want[i].d0, want[i].d1, private_copy, want[i].t)) != DSQ_OK)
+    dsq_status s = DSQ_OK;
+    int32_t n_bound = 0, n_ignored = 0;
+    char name[160];
+    for (int32_t i = 0; i < a->n_tensors; i++) {
+        const dsq_tensor_spec *sp = &a->tensors[i];
+        const int64_t d0 = dsq_arch_dim(cfg, sp->rows), d1 = dsq_arch_dim(cfg, sp->cols);
+        for (int32_t l = 0; l < (sp->per_layer ? cfg->n_layers : 1); l++) {
+            dsq_arch_tensor_name(a, sp->per_layer, sp->role, l, name, sizeof name);
+            dsq_tensor *t = slot(w, sp, l);
+            if ((sp->flags & DSQ_TF_HEAD) && cfg->tie_embeddings) {
+                /* tied: the head is the embedding; a stored one (some
+                 * exporters write it anyway) is ignored, as transformers does */
+                *t = w->g[DSQ_GW_TOK_EMBD];
+                n_ignored += dsq_st_find(st, name) != NULL;
+                continue;
+            }
+            if ((sp->flags & DSQ_TF_OPTIONAL) && !dsq_st_find(st, name)) {
+                /* absent: zeros, on every backend; the shape says how many */
+                memset(t, 0, sizeof *t);
+                t->dtype = DSQ_DT_F32;
+                t->ndim = d1 ? 2 : 1;
+                t->shape[0] = d0;
+                t->shape[1] = d1;
+                continue;
+            }
+            if ((s = bind_one(st, name, d0, d1, private_copy, t)) != DSQ_OK) {
+                if (s == DSQ_ERR_MISSING_TENSOR && (sp->flags & DSQ_TF_HEAD))
+                    s = dsq_fail(s,
+                                 "tensor '%s' [%lld, %lld] is missing and config.json says "
+                                 "tie_word_embeddings is false",
+                                 name, (long long)d0, (long long)d1);
                 goto fail;
-            count(w, want[i].t, &n_bound);
+            }
+            count(w, t, &n_bound);
         }
     }
 
-    if ((s = bind_one(st, "model.norm.weight", E, 0, private_copy, &w->out_norm)) != DSQ_OK)
-        goto fail;
-    count(w, &w->out_norm, &n_bound);
-
-    if (cfg->tie_embeddings) {
-        /* Tied: the head is the embedding; a stored lm_head.weight (some
-         * exporters write one anyway) is ignored, as transformers does. */
-        w->lm_head = w->tok_embd;
-    } else {
-        if ((s = bind_one(st, "lm_head.weight", V, E, private_copy, &w->lm_head)) != DSQ_OK) {
-            if (s == DSQ_ERR_MISSING_TENSOR)
-                s = dsq_fail(s,
-                             "tensor 'lm_head.weight' [%lld, %lld] is missing and config.json "
-                             "says tie_word_embeddings is false",
-                             (long long)V, (long long)E);
-            goto fail;
-        }
-        count(w, &w->lm_head, &n_bound);
-    }
-
-    int32_t unused = dsq_st_count(st) - n_bound -
-                     (cfg->tie_embeddings && dsq_st_find(st, "lm_head.weight") ? 1 : 0);
+    int32_t unused = dsq_st_count(st) - n_bound - n_ignored;
     if (unused > 0)
         dsq_log(DSQ_LOG_INFO, "%d tensor(s) in the safetensors are not used by the model",
                 (int)unused);
@@ -163,6 +144,17 @@ void dsq_weights_release(dsq_weights *w)
         return;
     free(w->layers);
     memset(w, 0, sizeof *w);
+}
+
+void dsq_weights_forget_data(dsq_weights *w, int32_t n_layers)
+{
+    if (!w)
+        return;
+    for (int i = 0; i < DSQ_GW_COUNT; i++)
+        w->g[i].data = NULL;
+    for (int32_t l = 0; w->layers && l < n_layers; l++)
+        for (int i = 0; i < DSQ_LW_COUNT; i++)
+            w->layers[l].t[i].data = NULL;
 }
 
 /* ---- non-finite scan -------------------------------------------------------- */
@@ -228,38 +220,24 @@ int dsq_any_nonfinite(const void *p, dsq_dtype dt, size_t n)
 
 /* Every weight tensor the model uses, once (a tied head is the embedding). */
 typedef struct named_tensor {
-    char name[96];
+    char name[160];
     const dsq_tensor *t;
 } named_tensor;
 
 static int32_t list_weights(const dsq_weights *w, const dsq_config *cfg, named_tensor *out)
 {
+    const dsq_arch *a = cfg->arch;
     int32_t n = 0;
-#define PUT(tensor, ...)                                                \
-    do {                                                                \
-        snprintf(out[n].name, sizeof out[n].name, __VA_ARGS__);         \
-        out[n++].t = (tensor);                                          \
-    } while (0)
-    PUT(&w->tok_embd, "model.embed_tokens.weight");
-    for (int32_t l = 0; l < cfg->n_layers; l++) {
-        const dsq_layer_weights *L = &w->layers[l];
-        PUT(&L->attn_norm, "model.layers.%d.input_layernorm.weight", (int)l);
-        PUT(&L->wq, "model.layers.%d.self_attn.q_proj.weight", (int)l);
-        PUT(&L->bq, "model.layers.%d.self_attn.q_proj.bias", (int)l);
-        PUT(&L->wk, "model.layers.%d.self_attn.k_proj.weight", (int)l);
-        PUT(&L->bk, "model.layers.%d.self_attn.k_proj.bias", (int)l);
-        PUT(&L->wv, "model.layers.%d.self_attn.v_proj.weight", (int)l);
-        PUT(&L->bv, "model.layers.%d.self_attn.v_proj.bias", (int)l);
-        PUT(&L->wo, "model.layers.%d.self_attn.o_proj.weight", (int)l);
-        PUT(&L->ffn_norm, "model.layers.%d.post_attention_layernorm.weight", (int)l);
-        PUT(&L->w_gate, "model.layers.%d.mlp.gate_proj.weight", (int)l);
-        PUT(&L->w_up, "model.layers.%d.mlp.up_proj.weight", (int)l);
-        PUT(&L->w_down, "model.layers.%d.mlp.down_proj.weight", (int)l);
+    for (int32_t i = 0; i < a->n_tensors; i++) {
+        const dsq_tensor_spec *sp = &a->tensors[i];
+        for (int32_t l = 0; l < (sp->per_layer ? cfg->n_layers : 1); l++) {
+            const dsq_tensor *t = sp->per_layer ? &w->layers[l].t[sp->role] : &w->g[sp->role];
+            if (!t->data || ((sp->flags & DSQ_TF_HEAD) && t->data == w->g[DSQ_GW_TOK_EMBD].data))
+                continue; /* absent, or the tied embedding (listed once) */
+            dsq_arch_tensor_name(a, sp->per_layer, sp->role, l, out[n].name, sizeof out[n].name);
+            out[n++].t = t;
+        }
     }
-    PUT(&w->out_norm, "model.norm.weight");
-    if (w->lm_head.data != w->tok_embd.data)
-        PUT(&w->lm_head, "lm_head.weight");
-#undef PUT
     return n;
 }
 
@@ -291,9 +269,9 @@ static void scan_one(void *arg, int64_t i, int thread)
 
 dsq_status dsq_weights_check_finite(const dsq_weights *w, const dsq_config *cfg, int n_threads)
 {
-    if (!w || !cfg || !w->layers)
+    if (!w || !cfg || !w->layers || !cfg->arch)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_weights_check_finite: no weights");
-    size_t max_list = 3 + (size_t)cfg->n_layers * 12;
+    size_t max_list = (size_t)cfg->arch->n_tensors * (size_t)cfg->n_layers;
     named_tensor *list = malloc(max_list * sizeof *list);
     unsigned char *bad = calloc(max_list, 1);
     scan_task *tasks = NULL;

@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch.h"
 #include "internal.h"
 
 static char *real_text; /* tests/data/model/config.json */
@@ -51,6 +52,47 @@ static void check_real_values(const dsq_config *c)
     assert_int_equal(c->tie_embeddings, 0);
     assert_int_equal(c->bos_token, 151643);
     assert_int_equal(c->eos_token, 151643);
+}
+
+/* The larger checkpoints of the family (tests/data/configs): every size
+ * parses as Qwen2 with the published shapes, and the KV bytes per token
+ * follow from them (layers x K and V x KV heads x head_dim x bytes, + one
+ * fp32 scale per (token, head) for INT8). */
+static void test_family_configs(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file;
+        int32_t E, L, H, KV, F, V;
+        float theta, eps;
+    } fam[] = {
+        { "configs/r1-distill-qwen-7b.json", 3584, 28, 28, 4, 18944, 152064, 10000.0f, 1e-6f },
+        { "configs/r1-distill-qwen-14b.json", 5120, 48, 40, 8, 13824, 152064, 1e6f, 1e-5f },
+        { "configs/r1-distill-qwen-32b.json", 5120, 64, 40, 8, 27648, 152064, 1e6f, 1e-5f },
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        char *p = dsq_test_path(fam[i].file);
+        dsq_config c;
+        dsq_status st = dsq_config_load(p, &c);
+        printf("  %s -> %s %s\n", fam[i].file, dsq_status_string(st), st ? dsq_last_error_message() : "");
+        free(p);
+        assert_int_equal(st, DSQ_OK);
+        assert_ptr_equal(c.arch, &dsq_arch_qwen2);
+        assert_int_equal(c.n_embd, fam[i].E);
+        assert_int_equal(c.n_layers, fam[i].L);
+        assert_int_equal(c.n_heads, fam[i].H);
+        assert_int_equal(c.n_kv_heads, fam[i].KV);
+        assert_int_equal(c.n_ff, fam[i].F);
+        assert_int_equal(c.n_vocab, fam[i].V);
+        assert_int_equal(c.head_dim, 128);
+        assert_int_equal(c.tie_embeddings, 0);
+        assert_true(c.rope_theta == fam[i].theta);
+        assert_true(c.rms_eps == fam[i].eps);
+        const int64_t per_layer_heads = (int64_t)fam[i].L * 2 * fam[i].KV;
+        assert_int_equal(dsq_kv_bytes_per_token(&c, DSQ_KV_F16), per_layer_heads * 128 * 2);
+        assert_int_equal(dsq_kv_bytes_per_token(&c, DSQ_KV_INT8), per_layer_heads * (128 + 4));
+        assert_int_equal(dsq_kv_bytes_per_token(&c, DSQ_KV_F32), per_layer_heads * 128 * 4);
+    }
 }
 
 static void test_real_config_parse(void **state)
@@ -258,6 +300,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_config_parse),
+        cmocka_unit_test(test_family_configs),
         cmocka_unit_test(test_real_config_load),
         cmocka_unit_test(test_bad_fields),
         cmocka_unit_test(test_other_architecture),

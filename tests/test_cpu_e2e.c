@@ -6,7 +6,9 @@
  *   - KV F16 and INT8 within measured bounds;
  *   - sequences of different lengths decoded in one batched step equal each
  *     decoded alone; results independent of the thread count;
- *   - the tied-embedding model.
+ *   - the tied-embedding model;
+ *   - checkpoints without q/k/v biases (optional in the model description,
+ *     lib/arch_qwen2.c: zeros, as transformers), untied and tied, head_dim 64.
  * Missing golden data is a failure, not a skip.  Every measured error is
  * printed; batch-1 decode speed is printed for information. */
 #include <math.h>
@@ -40,9 +42,10 @@ typedef struct golden {
     float *post; /* [n_dec][vocab] */
 } golden;
 
-static dsq_model *g_model[2];
-static golden g_gold[2];
-static const char *g_names[2] = {"tiny", "tiny_tied"};
+enum { N_MODELS = 4 };
+static dsq_model *g_model[N_MODELS];
+static golden g_gold[N_MODELS];
+static const char *g_names[N_MODELS] = {"tiny", "tiny_tied", "tiny_nobias", "tiny_nobias_tied"};
 
 static int32_t *int_array(const cJSON *a, int *n)
 {
@@ -125,7 +128,7 @@ static void golden_free(golden *g)
 static int setup(void **state)
 {
     (void)state;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_MODELS; i++) {
         if (golden_load(g_names[i], &g_gold[i]) != 0)
             continue; /* the tests using it fail with the reason printed */
         dsq_model_params mp = dsq_model_default_params();
@@ -140,7 +143,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_MODELS; i++) {
         dsq_model_free(g_model[i]);
         g_model[i] = NULL;
         golden_free(&g_gold[i]);
@@ -329,6 +332,21 @@ static void test_tied(void **state)
     check_golden(1, &c, TOL_F16, 0);
 }
 
+/* No biases in the checkpoint: the CPU treats them as zeros, as the HF
+ * reference does (make_golden.py checks that it did). */
+static void test_no_bias(void **state)
+{
+    (void)state;
+    for (int i = 2; i < 4; i++) {
+        run_opts a = {DSQ_KV_STATIC, DSQ_KV_F32, 512, 0, 2, 0};
+        check_golden(i, &a, TOL_F32, 1);
+        run_opts b = {DSQ_KV_PAGED, DSQ_KV_F32, 16, 8, 2, 9};
+        check_golden(i, &b, TOL_F32, 1);
+        run_opts c = {DSQ_KV_PAGED, DSQ_KV_F16, 512, 16, 2, 0};
+        check_golden(i, &c, TOL_F16, 0);
+    }
+}
+
 /* Sequences of different lengths decoded together give what each gives
  * alone.  Sequence 0 follows the golden path (so it is also checked against
  * the reference); the others are prefixes of the prompt with other tokens. */
@@ -466,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_f32_static),   cmocka_unit_test(test_f32_paged),
         cmocka_unit_test(test_f32_chunked),  cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_kv_int8),      cmocka_unit_test(test_tied),
+        cmocka_unit_test(test_no_bias),
         cmocka_unit_test(test_batched_decode), cmocka_unit_test(test_thread_count_invariance),
         cmocka_unit_test(test_speed),
     };

@@ -11,6 +11,7 @@
 
 #include "testutil.h"
 
+#include "arch.h"
 #include "cpu_ops.h"
 #include "cpu_threadpool.h"
 #include "internal.h"
@@ -194,8 +195,11 @@ static void check_matmul(dsq_dtype dt, int32_t T, int64_t N, int64_t K, int with
     poison(wbuf, DSQ_CPU_MM_ROWS * (size_t)K);
     /* two uneven row ranges covering [1, N-1); rows 0 and N-1 must stay */
     int64_t mid = 1 + (N - 2) / 3;
-    dsq_cpu_matmul_rows(Y, ldy, X, ldx, T, &W, with_bias ? &B : NULL, 1, mid, accumulate, wbuf);
-    dsq_cpu_matmul_rows(Y, ldy, X, ldx, T, &W, with_bias ? &B : NULL, mid, N - 1, accumulate, wbuf);
+    dsq_weight Wd;
+    assert_int_equal(dsq_weight_from_tensor(&W, &Wd), DSQ_OK);
+    assert_int_equal(dsq_cpu_linear(Y, ldy, X, ldx, T, &Wd, with_bias ? &B : NULL, 1, mid, accumulate, wbuf), DSQ_OK);
+    assert_int_equal(dsq_cpu_linear(Y, ldy, X, ldx, T, &Wd, with_bias ? &B : NULL, mid, N - 1, accumulate, wbuf),
+                     DSQ_OK);
     double maxd = 0, maxr = 0;
     int untouched_ok = 1;
     for (int32_t t = 0; t < T; t++)
@@ -244,7 +248,7 @@ static void check_matmul(dsq_dtype dt, int32_t T, int64_t N, int64_t K, int with
     float *Y1 = malloc((size_t)ldy * 4);
     for (int32_t t = 0; t < T; t++) {
         memcpy(Y1, Y0 + (size_t)t * ldy, (size_t)ldy * 4);
-        dsq_cpu_matmul_rows(Y1, ldy, X + (size_t)t * ldx, ldx, 1, &W, with_bias ? &B : NULL, 1, N - 1,
+        dsq_cpu_linear(Y1, ldy, X + (size_t)t * ldx, ldx, 1, &Wd, with_bias ? &B : NULL, 1, N - 1,
                             accumulate, wbuf);
         assert_memory_equal(Y1 + 1, Y + (size_t)t * ldy + 1, (size_t)(N - 2) * 4);
     }
@@ -681,35 +685,36 @@ static void mini_build(dsq_model *m, ref_model *r, int tied)
     c->rms_eps = 1e-6f;
     c->tie_embeddings = tied;
     c->bos_token = c->eos_token = -1;
-    m->w.tok_embd = make_tensor(DSQ_DT_BF16, MINI_V, MINI_E, 1.0f, &r->emb);
+    c->arch = &dsq_arch_qwen2;
+    m->w.g[DSQ_GW_TOK_EMBD] = make_tensor(DSQ_DT_BF16, MINI_V, MINI_E, 1.0f, &r->emb);
     m->w.layers = calloc(MINI_L, sizeof(dsq_layer_weights));
     for (int l = 0; l < MINI_L; l++) {
         dsq_layer_weights *L = &m->w.layers[l];
         ref_layer *R = &r->l[l];
         /* norms near 1, biases random: default inits would hide bugs */
-        L->attn_norm = make_tensor(DSQ_DT_BF16, MINI_E, 0, 0.5f, &R->an);
+        L->t[DSQ_LW_ATTN_NORM] = make_tensor(DSQ_DT_BF16, MINI_E, 0, 0.5f, &R->an);
         for (int i = 0; i < MINI_E; i++) {
-            ((uint16_t *)L->attn_norm.data)[i] = dsq_f32_to_bf16((float)(R->an[i] + 1.0));
-            R->an[i] = dsq_bf16_to_f32(((uint16_t *)L->attn_norm.data)[i]);
+            ((uint16_t *)L->t[DSQ_LW_ATTN_NORM].data)[i] = dsq_f32_to_bf16((float)(R->an[i] + 1.0));
+            R->an[i] = dsq_bf16_to_f32(((uint16_t *)L->t[DSQ_LW_ATTN_NORM].data)[i]);
         }
-        L->wq = make_tensor(DSQ_DT_BF16, MINI_H * MINI_D, MINI_E, 0.3f, &R->wq);
-        L->wk = make_tensor(DSQ_DT_F16, MINI_KV * MINI_D, MINI_E, 0.3f, &R->wk);
-        L->wv = make_tensor(DSQ_DT_F32, MINI_KV * MINI_D, MINI_E, 0.3f, &R->wv);
-        L->bq = make_tensor(DSQ_DT_BF16, MINI_H * MINI_D, 0, 0.5f, &R->bq);
-        L->bk = make_tensor(DSQ_DT_BF16, MINI_KV * MINI_D, 0, 0.5f, &R->bk);
-        L->bv = make_tensor(DSQ_DT_BF16, MINI_KV * MINI_D, 0, 0.5f, &R->bv);
-        L->wo = make_tensor(DSQ_DT_BF16, MINI_E, MINI_H * MINI_D, 0.3f, &R->wo);
-        L->ffn_norm = make_tensor(DSQ_DT_F32, MINI_E, 0, 1.5f, &R->fn);
-        L->w_gate = make_tensor(DSQ_DT_BF16, MINI_F, MINI_E, 0.3f, &R->wg);
-        L->w_up = make_tensor(DSQ_DT_BF16, MINI_F, MINI_E, 0.3f, &R->wu);
-        L->w_down = make_tensor(DSQ_DT_BF16, MINI_E, MINI_F, 0.3f, &R->wd);
+        L->t[DSQ_LW_Q] = make_tensor(DSQ_DT_BF16, MINI_H * MINI_D, MINI_E, 0.3f, &R->wq);
+        L->t[DSQ_LW_K] = make_tensor(DSQ_DT_F16, MINI_KV * MINI_D, MINI_E, 0.3f, &R->wk);
+        L->t[DSQ_LW_V] = make_tensor(DSQ_DT_F32, MINI_KV * MINI_D, MINI_E, 0.3f, &R->wv);
+        L->t[DSQ_LW_Q_BIAS] = make_tensor(DSQ_DT_BF16, MINI_H * MINI_D, 0, 0.5f, &R->bq);
+        L->t[DSQ_LW_K_BIAS] = make_tensor(DSQ_DT_BF16, MINI_KV * MINI_D, 0, 0.5f, &R->bk);
+        L->t[DSQ_LW_V_BIAS] = make_tensor(DSQ_DT_BF16, MINI_KV * MINI_D, 0, 0.5f, &R->bv);
+        L->t[DSQ_LW_O] = make_tensor(DSQ_DT_BF16, MINI_E, MINI_H * MINI_D, 0.3f, &R->wo);
+        L->t[DSQ_LW_FFN_NORM] = make_tensor(DSQ_DT_F32, MINI_E, 0, 1.5f, &R->fn);
+        L->t[DSQ_LW_GATE] = make_tensor(DSQ_DT_BF16, MINI_F, MINI_E, 0.3f, &R->wg);
+        L->t[DSQ_LW_UP] = make_tensor(DSQ_DT_BF16, MINI_F, MINI_E, 0.3f, &R->wu);
+        L->t[DSQ_LW_DOWN] = make_tensor(DSQ_DT_BF16, MINI_E, MINI_F, 0.3f, &R->wd);
     }
-    m->w.out_norm = make_tensor(DSQ_DT_BF16, MINI_E, 0, 1.5f, &r->on);
+    m->w.g[DSQ_GW_OUT_NORM] = make_tensor(DSQ_DT_BF16, MINI_E, 0, 1.5f, &r->on);
     if (tied) {
-        m->w.lm_head = m->w.tok_embd;
+        m->w.g[DSQ_GW_LM_HEAD] = m->w.g[DSQ_GW_TOK_EMBD];
         r->head = r->emb;
     } else {
-        m->w.lm_head = make_tensor(DSQ_DT_BF16, MINI_V, MINI_E, 0.5f, &r->head);
+        m->w.g[DSQ_GW_LM_HEAD] = make_tensor(DSQ_DT_BF16, MINI_V, MINI_E, 0.5f, &r->head);
     }
     m->ops = &dsq_cpu_backend;
     assert_int_equal(dsq_cpu_backend.model_load(m, NULL), DSQ_OK);
@@ -718,13 +723,13 @@ static void mini_build(dsq_model *m, ref_model *r, int tied)
 static void mini_free(dsq_model *m, ref_model *r)
 {
     dsq_cpu_backend.model_free(m);
-    free((void *)m->w.tok_embd.data);
+    free((void *)m->w.g[DSQ_GW_TOK_EMBD].data);
     free(r->emb);
     for (int l = 0; l < MINI_L; l++) {
         dsq_layer_weights *L = &m->w.layers[l];
         ref_layer *R = &r->l[l];
-        const dsq_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq, &L->bk,
-                                  &L->bv, &L->wo, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        const dsq_tensor *ts[] = {&L->t[DSQ_LW_ATTN_NORM], &L->t[DSQ_LW_Q], &L->t[DSQ_LW_K], &L->t[DSQ_LW_V], &L->t[DSQ_LW_Q_BIAS], &L->t[DSQ_LW_K_BIAS],
+                                  &L->t[DSQ_LW_V_BIAS], &L->t[DSQ_LW_O], &L->t[DSQ_LW_FFN_NORM], &L->t[DSQ_LW_GATE], &L->t[DSQ_LW_UP], &L->t[DSQ_LW_DOWN]};
         double *rs[] = {R->an, R->wq, R->wk, R->wv, R->bq, R->bk, R->bv, R->wo, R->fn, R->wg, R->wu, R->wd};
         for (int i = 0; i < 12; i++) {
             free((void *)ts[i]->data);
@@ -732,10 +737,10 @@ static void mini_free(dsq_model *m, ref_model *r)
         }
     }
     free(m->w.layers);
-    free((void *)m->w.out_norm.data);
+    free((void *)m->w.g[DSQ_GW_OUT_NORM].data);
     free(r->on);
     if (!m->cfg.tie_embeddings) {
-        free((void *)m->w.lm_head.data);
+        free((void *)m->w.g[DSQ_GW_LM_HEAD].data);
         free(r->head);
     }
 }

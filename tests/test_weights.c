@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "arch.h"
 #include "internal.h"
 #include "st_writer.h"
 
@@ -186,28 +188,28 @@ static void test_untied_binds(void **state)
     dsq_weights w;
     dsq_st_set *set;
     assert_int_equal(bind_dir(tmp, &w, &set), DSQ_OK);
-    expect_view(set, "model.embed_tokens.weight", &w.tok_embd);
-    expect_view(set, "model.norm.weight", &w.out_norm);
-    expect_view(set, "lm_head.weight", &w.lm_head);
-    assert_ptr_not_equal(w.lm_head.data, w.tok_embd.data);
+    expect_view(set, "model.embed_tokens.weight", &w.g[DSQ_GW_TOK_EMBD]);
+    expect_view(set, "model.norm.weight", &w.g[DSQ_GW_OUT_NORM]);
+    expect_view(set, "lm_head.weight", &w.g[DSQ_GW_LM_HEAD]);
+    assert_ptr_not_equal(w.g[DSQ_GW_LM_HEAD].data, w.g[DSQ_GW_TOK_EMBD].data);
     char n[80];
     for (int l = 0; l < L; l++) {
         const dsq_layer_weights *lw = &w.layers[l];
 #define CHECK(suffix, field)                                 \
     snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);  \
     expect_view(set, n, &lw->field)
-        CHECK("input_layernorm.weight", attn_norm);
-        CHECK("self_attn.q_proj.weight", wq);
-        CHECK("self_attn.q_proj.bias", bq);
-        CHECK("self_attn.k_proj.weight", wk);
-        CHECK("self_attn.k_proj.bias", bk);
-        CHECK("self_attn.v_proj.weight", wv);
-        CHECK("self_attn.v_proj.bias", bv);
-        CHECK("self_attn.o_proj.weight", wo);
-        CHECK("post_attention_layernorm.weight", ffn_norm);
-        CHECK("mlp.gate_proj.weight", w_gate);
-        CHECK("mlp.up_proj.weight", w_up);
-        CHECK("mlp.down_proj.weight", w_down);
+        CHECK("input_layernorm.weight", t[DSQ_LW_ATTN_NORM]);
+        CHECK("self_attn.q_proj.weight", t[DSQ_LW_Q]);
+        CHECK("self_attn.q_proj.bias", t[DSQ_LW_Q_BIAS]);
+        CHECK("self_attn.k_proj.weight", t[DSQ_LW_K]);
+        CHECK("self_attn.k_proj.bias", t[DSQ_LW_K_BIAS]);
+        CHECK("self_attn.v_proj.weight", t[DSQ_LW_V]);
+        CHECK("self_attn.v_proj.bias", t[DSQ_LW_V_BIAS]);
+        CHECK("self_attn.o_proj.weight", t[DSQ_LW_O]);
+        CHECK("post_attention_layernorm.weight", t[DSQ_LW_FFN_NORM]);
+        CHECK("mlp.gate_proj.weight", t[DSQ_LW_GATE]);
+        CHECK("mlp.up_proj.weight", t[DSQ_LW_UP]);
+        CHECK("mlp.down_proj.weight", t[DSQ_LW_DOWN]);
 #undef CHECK
     }
     int64_t params, bytes;
@@ -231,9 +233,9 @@ static void test_tied_without_lm_head(void **state)
     dsq_weights w;
     dsq_st_set *set;
     assert_int_equal(bind_dir(tmp, &w, &set), DSQ_OK);
-    assert_ptr_equal(w.lm_head.data, w.tok_embd.data);
-    assert_int_equal(w.lm_head.shape[0], V);
-    assert_int_equal(w.lm_head.shape[1], E);
+    assert_ptr_equal(w.g[DSQ_GW_LM_HEAD].data, w.g[DSQ_GW_TOK_EMBD].data);
+    assert_int_equal(w.g[DSQ_GW_LM_HEAD].shape[0], V);
+    assert_int_equal(w.g[DSQ_GW_LM_HEAD].shape[1], E);
     int64_t params, bytes;
     totals(&tl, NULL, &params, &bytes); /* the embedding counted once */
     assert_int_equal(w.n_params, params);
@@ -251,13 +253,115 @@ static void test_tied_ignores_lm_head(void **state)
     dsq_weights w;
     dsq_st_set *set;
     assert_int_equal(bind_dir(tmp, &w, &set), DSQ_OK);
-    assert_ptr_equal(w.lm_head.data, w.tok_embd.data);
-    assert_ptr_not_equal(w.lm_head.data, dsq_st_find(set, "lm_head.weight")->t.data);
+    assert_ptr_equal(w.g[DSQ_GW_LM_HEAD].data, w.g[DSQ_GW_TOK_EMBD].data);
+    assert_ptr_not_equal(w.g[DSQ_GW_LM_HEAD].data, dsq_st_find(set, "lm_head.weight")->t.data);
     int64_t params, bytes;
     totals(&tl, "lm_head.weight", &params, &bytes);
     assert_int_equal(w.n_params, params);
     dsq_weights_release(&w);
     dsq_st_close(set);
+}
+
+/* ---- checkpoints of the family's real sizes ---------------------------------- */
+
+/* A model.safetensors of the given Qwen2 shapes whose data is a hole: the
+ * header names every tensor with contiguous offsets and the file is
+ * extended with ftruncate, so a 65 GB checkpoint costs no disk. */
+static void write_sparse(const char *path, int64_t E, int64_t Lyr, int64_t Hd, int64_t KVd, int64_t Fd,
+                         int64_t Vd)
+{
+    size_t cap = 1 << 20, n = 0;
+    char *hdr = malloc(cap);
+    assert_non_null(hdr);
+    uint64_t off = 0;
+    const int64_t Dh = 128;
+#define PUT(name, a, b)                                                                              \
+    do {                                                                                             \
+        uint64_t bytes = (uint64_t)(a) * (uint64_t)((b) ? (b) : 1) * 2;                              \
+        if ((b))                                                                                     \
+            n += (size_t)snprintf(hdr + n, cap - n, "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],"     \
+                                  "\"data_offsets\":[%llu,%llu]}", n > 1 ? "," : "", name, (long long)(a),   \
+                                  (long long)(b), (unsigned long long)off, (unsigned long long)(off + bytes)); \
+        else                                                                                         \
+            n += (size_t)snprintf(hdr + n, cap - n, "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld],"         \
+                                  "\"data_offsets\":[%llu,%llu]}", n > 1 ? "," : "", name, (long long)(a),   \
+                                  (unsigned long long)off, (unsigned long long)(off + bytes));         \
+        off += bytes;                                                                                \
+    } while (0)
+    n += (size_t)snprintf(hdr, cap, "{");
+    char nm[96];
+    PUT("model.embed_tokens.weight", Vd, E);
+    for (int64_t l = 0; l < Lyr; l++) {
+        const struct { const char *s; int64_t a, b; } t[] = {
+            { "input_layernorm.weight", E, 0 },          { "self_attn.q_proj.weight", Hd * Dh, E },
+            { "self_attn.q_proj.bias", Hd * Dh, 0 },     { "self_attn.k_proj.weight", KVd * Dh, E },
+            { "self_attn.k_proj.bias", KVd * Dh, 0 },    { "self_attn.v_proj.weight", KVd * Dh, E },
+            { "self_attn.v_proj.bias", KVd * Dh, 0 },    { "self_attn.o_proj.weight", E, Hd * Dh },
+            { "post_attention_layernorm.weight", E, 0 }, { "mlp.gate_proj.weight", Fd, E },
+            { "mlp.up_proj.weight", Fd, E },             { "mlp.down_proj.weight", E, Fd },
+        };
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, t[i].s);
+            PUT(nm, t[i].a, t[i].b);
+        }
+    }
+    PUT("model.norm.weight", E, 0);
+    PUT("lm_head.weight", Vd, E);
+#undef PUT
+    n += (size_t)snprintf(hdr + n, cap - n, "}");
+    while (n % 8)
+        hdr[n++] = ' ';
+    assert_true(n < cap);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    assert_int_equal(fwrite(len, 1, 8, f), 8);
+    assert_int_equal(fwrite(hdr, 1, n, f), n);
+    assert_int_equal(fflush(f), 0);
+    assert_int_equal(ftruncate(fileno(f), (off_t)(8 + n + off)), 0);
+    fclose(f);
+    free(hdr);
+}
+
+/* 7B, 14B and 32B shapes (tests/data/configs) bind: every tensor found
+ * with the shape the description derives from the config; the totals are
+ * the checkpoints' parameter counts. */
+static void test_family_shapes_bind(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *cfg;
+        int64_t E, L, H, KV, F, V;
+    } fam[] = {
+        { "configs/r1-distill-qwen-7b.json", 3584, 28, 28, 4, 18944, 152064 },
+        { "configs/r1-distill-qwen-14b.json", 5120, 48, 40, 8, 13824, 152064 },
+        { "configs/r1-distill-qwen-32b.json", 5120, 64, 40, 8, 27648, 152064 },
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        char *cp = dsq_test_path(fam[i].cfg);
+        dsq_config cfg;
+        assert_int_equal(dsq_config_load(cp, &cfg), DSQ_OK);
+        free(cp);
+        char *f = stw_path(tmp, "model.safetensors");
+        write_sparse(f, fam[i].E, fam[i].L, fam[i].H, fam[i].KV, fam[i].F, fam[i].V);
+        dsq_st_set *set = NULL;
+        assert_int_equal(dsq_st_open_file(f, &set), DSQ_OK);
+        dsq_weights w;
+        dsq_status st = dsq_weights_bind(set, &cfg, 0, &w);
+        printf("    %s: bind -> %s %s, %lld params\n", fam[i].cfg, dsq_status_string(st),
+               st ? dsq_last_error_message() : "", (long long)w.n_params);
+        assert_int_equal(st, DSQ_OK);
+        const int64_t E = fam[i].E, Q = fam[i].H * 128, KVD = fam[i].KV * 128, F = fam[i].F;
+        const int64_t per_layer = 2 * E + Q * E + Q + 2 * (KVD * E + KVD) + E * Q + 3 * F * E;
+        assert_int_equal(w.n_params, 2 * fam[i].V * E + E + fam[i].L * per_layer);
+        assert_int_equal(w.layers[fam[i].L - 1].t[DSQ_LW_DOWN].shape[1], F);
+        dsq_weights_release(&w);
+        dsq_st_close(set);
+        unlink(f);
+        free(f);
+    }
 }
 
 /* ---- refusals, through bind and through dsq_model_load ---------------------- */
@@ -291,8 +395,33 @@ static void refused(const model_opts *o, dsq_status want, const char *needle)
 static void test_missing_tensor(void **state)
 {
     (void)state;
+    model_opts o = { .with_lm_head = 1, .drop = "model.layers.1.self_attn.k_proj.weight" };
+    refused(&o, DSQ_ERR_MISSING_TENSOR, "model.layers.1.self_attn.k_proj.weight");
+}
+
+/* Biases are optional in the description (arch_qwen2.c): an absent one
+ * binds as a view without data (zeros) of the expected shape, and is not
+ * counted as a parameter. */
+static void test_absent_bias_binds(void **state)
+{
+    (void)state;
     model_opts o = { .with_lm_head = 1, .drop = "model.layers.1.self_attn.k_proj.bias" };
-    refused(&o, DSQ_ERR_MISSING_TENSOR, "model.layers.1.self_attn.k_proj.bias");
+    tensor_list tl;
+    write_model(tmp, &o, &tl);
+    dsq_weights w;
+    dsq_st_set *set = NULL;
+    assert_int_equal(bind_dir(tmp, &w, &set), DSQ_OK);
+    const dsq_tensor *bk = &w.layers[1].t[DSQ_LW_K_BIAS];
+    assert_null(bk->data);
+    assert_int_equal(bk->ndim, 1);
+    assert_int_equal(bk->shape[0], K * D);
+    assert_non_null(w.layers[0].t[DSQ_LW_K_BIAS].data);
+    assert_non_null(w.layers[1].t[DSQ_LW_Q_BIAS].data);
+    int64_t params, bytes;
+    totals(&tl, NULL, &params, &bytes);
+    assert_int_equal(w.n_params, params); /* the dropped bias was never written */
+    dsq_weights_release(&w);
+    dsq_st_close(set);
 }
 
 static void test_missing_lm_head_untied(void **state)
@@ -418,6 +547,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tied_without_lm_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tied_ignores_lm_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_tensor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_absent_bias_binds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_family_shapes_bind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_lm_head_untied, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_norm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_shape, setup, teardown),

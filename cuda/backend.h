@@ -1,0 +1,195 @@
+/*
+ * backend.h - state shared by the CUDA backend's files (host code only):
+ *
+ *   backend_weights.cu  model load: device layout of the weights from the
+ *                       model description's recipe, upload, non-finite check
+ *   backend_memory.cu   context creation: the memory plan (KV cache,
+ *                       activation scratch, pinned staging, graph table)
+ *   backend_pass.cu     one forward pass: batch metadata packing, the layer
+ *                       recipe walked on the stream, decode-step graphs
+ *   backend_out.cu      what leaves a pass: logits copies, dsq_step sampling,
+ *                       token history, KV row copies; the dsq_backend_ops table
+ *
+ * Names: E = n_embd, H = query heads, KV = KV heads, D = head_dim,
+ * F = n_ff, V = n_vocab, QKV = (H + 2 KV) D (the fused q|k|v row), T =
+ * tokens of a pass, S = sequences of a pass, NL = logit rows.  In a product
+ * y = x W^T, W is [N out, K in] (cuda/kernels.h); K never means KV heads.
+ *
+ * Device: every entry of dsq_cuda_backend runs under a cu_device_guard:
+ * the model's device is made current and the caller's is restored on return.
+ */
+#ifndef DSQ_CUDA_BACKEND_H
+#define DSQ_CUDA_BACKEND_H
+
+#include <cuda_runtime.h>
+
+#include "arch.h"
+#include "attention.h"
+#include "internal.h"
+#include "kernels.h"
+#include "weight.h"
+
+/* Return the dsq_status of a CUDA call (message naming `what`) if it failed. */
+#define CU_TRY(call, what)                                 \
+    do {                                                   \
+        dsq_status st_ = dsq_cu_status((call), (what));    \
+        if (st_ != DSQ_OK)                                 \
+            return st_;                                    \
+    } while (0)
+/* Return a failing dsq_status. */
+#define DSQ_TRY(expr)                   \
+    do {                                \
+        dsq_status st_ = (expr);        \
+        if (st_ != DSQ_OK)              \
+            return st_;                 \
+    } while (0)
+
+/* Makes `device` current for its scope and restores the caller's current
+ * device (the runtime's default, 0, if the thread never chose one) when it
+ * ends.  Check .st before using the device. */
+struct cu_device_guard {
+    int prev;
+    int changed;
+    dsq_status st;
+    explicit cu_device_guard(int device) : prev(0), changed(0), st(DSQ_OK)
+    {
+        if (cudaGetDevice(&prev) != cudaSuccess) {
+            cudaGetLastError();
+            prev = -1;
+        }
+        if (prev != device) {
+            st = dsq_cu_status(cudaSetDevice(device), "cudaSetDevice");
+            changed = st == DSQ_OK && prev >= 0;
+        }
+    }
+    ~cu_device_guard()
+    {
+        if (changed && cudaSetDevice(prev) != cudaSuccess)
+            cudaGetLastError();
+    }
+    cu_device_guard(const cu_device_guard &) = delete;
+    cu_device_guard &operator=(const cu_device_guard &) = delete;
+};
+
+/* 256-byte aligned offset of `bytes` more inside one allocation (cuBLASLt
+ * and the 16-byte vector loads want aligned rows). */
+size_t cu_carve(size_t *off, size_t bytes);
+
+/* ---- model (backend_weights.cu) ------------------------------------------- */
+
+/* The device data of one recipe op of one layer (what the op uses):
+ *   NORM          norm fp32 [E]
+ *   QKV_ROPE      w bf16 [QKV][E] = rows of q, then k, then v;
+ *                 bias fp32 [QKV] (zeros where the checkpoint has none)
+ *   LINEAR_RESID  w bf16 [E][in]; bias fp32 [E] or NULL
+ *   GATED_FFN     w bf16 [2F][E], layout DSQ_WL_GATE_UP (gate/up
+ *                 interleaved by rows)
+ *   ATTEND        nothing */
+typedef struct cu_op_data {
+    float *norm;
+    dsq_weight w;
+    float *bias;
+} cu_op_data;
+
+typedef struct cu_layer {
+    cu_op_data op[DSQ_MAX_OPS]; /* indexed like cfg->arch->recipe */
+} cu_layer;
+
+typedef struct cu_model {
+    int device;
+    int n_sms;
+    void *arena;        /* the single weight allocation */
+    size_t arena_bytes;
+    dsq_bf16 *tok_embd; /* [V][E] */
+    dsq_weight lm_head; /* [V][E]; data == tok_embd when tied */
+    float *out_norm;    /* [E] */
+    float *inv_freq;    /* [D/2] */
+    cu_layer *layers;   /* host array [n_layers] of device pointers */
+} cu_model;
+
+dsq_status cu_model_load(dsq_model *m, const dsq_model_params *p);
+void cu_model_free(dsq_model *m);
+
+/* ---- context (backend_memory.cu) ------------------------------------------- */
+
+#define COPY_PIECES 8
+
+typedef struct cu_ctx {
+    int device;
+    cudaStream_t stream;
+    dsq_gemm *gemm;
+    /* products with <= this many rows use the GEMV kernel, else cuBLASLt
+     * (crossovers measured on the H200 by test_cuda_kernels' timing table):
+     * the small matrices (qkv, o, down), the wide gate/up, the lm_head */
+    int32_t gemv_max_small, gemv_max_gu, gemv_max_head;
+    int32_t max_tokens;    /* max_batch_tokens */
+    int32_t max_bseqs;     /* sequences one batch may hold: min(max_seqs, max_tokens) */
+    int32_t bt_max;        /* longest block-table row (static: 1) */
+    int32_t n_bt_buckets;  /* block-table strides a pass may use: 1, 2, 4, .., bt_max */
+    int32_t *h_order;      /* host [max_bseqs]: batch order of a pass (decode rows first) */
+    int32_t *h_tokmap;     /* host [max_tokens]: caller's token index -> pass row */
+    size_t kv_layer_pitch; /* bytes between layers of each KV array, 0 if not uniform */
+    int mixed_split;       /* mixed passes split decode / prefill attention (DSQ_CUDA_MIXED=0: no) */
+    int resid_after;       /* LINEAR_RESID as product then add, not fused (DSQ_CUDA_RESIDUAL=after) */
+    int32_t logit_chunk;   /* rows of logits computed and copied at once */
+    int32_t dec_splits_max;
+    int64_t kv_rows;       /* physical KV rows (static: max_seqs * max_context) */
+
+    void *kv_arena;        /* the whole KV cache */
+    dsq_attn_kv *kv;       /* host [n_layers]; block_table set per pass */
+
+    void *scratch;         /* one allocation carved into: */
+    float *x;              /* [max_tokens][E] residual stream */
+    dsq_bf16 *xn;          /* [max_tokens][E] normalised rows */
+    float *qkv;            /* [max_tokens][QKV] q|k|v products, bias added */
+    dsq_bf16 *qkvb;        /* [max_tokens][QKV] same after RoPE, bf16 */
+    dsq_bf16 *attn;        /* [max_tokens][H*D] attention output */
+    float *gu;             /* [max_tokens][2F] gate/up products (GEMM path) */
+    dsq_bf16 *act;         /* [max_tokens][F] silu(gate)*up */
+    float *part;           /* [max_tokens][E] a product before its residual add
+                              (resid_after) */
+    float *logits;         /* [logit_chunk][V] */
+    int32_t *meta;         /* [meta_cap] this pass's batch description */
+    void *dec_ws;          /* flash-decoding partials */
+    size_t dec_ws_bytes;
+    size_t meta_cap;       /* int32 elements */
+
+    int32_t *meta_host[2]; /* pinned [meta_cap], alternating between passes */
+    cudaEvent_t meta_sent[2];
+    int meta_slot;
+    float *logits_host;    /* pinned [logit_chunk][V] */
+    cudaEvent_t copied[COPY_PIECES]; /* logits pieces that reached logits_host */
+    int pinned_out;        /* this pass's logits buffer is page-locked host memory */
+
+    /* decode-step graphs, [max_bseqs][2][n_bt_buckets] by (batch size,
+     * logits wanted, block-table stride); NULL when graphs are off
+     * (DSQ_CUDA_GRAPHS=0) */
+    cudaGraphExec_t *graphs;
+    uint8_t *graph_failed;
+
+    /* dsq_step sampling (cuda/sampling.cu) */
+    int32_t *ring;         /* [max_seqs][hist_r] last hist_r tokens of each
+                              sequence: position p at p % hist_r */
+    int32_t hist_r;        /* min(DSQ_PENALTY_MAX_N, max_context) */
+    dsq_samp_row *srow_dev, *srow_host;       /* [max_bseqs]; host pinned */
+    dsq_samp_result *sres_dev, *sres_host;    /* [max_bseqs]; host pinned */
+    cudaEvent_t srow_sent; /* the upload out of srow_host finished */
+} cu_ctx;
+
+dsq_status cu_ctx_init(dsq_ctx *c);
+void cu_ctx_free(dsq_ctx *c);
+/* Block-table stride for a pass whose longest sequence needs `need`
+ * blocks (the next power of two, at most bt_max) in *stride; returns the
+ * bucket index. */
+int32_t cu_bt_bucket(int32_t need, int32_t bt_max, int32_t *stride);
+
+/* ---- one pass (backend_pass.cu) ------------------------------------------------ */
+
+/* Pack the batch description, upload it and enqueue (or replay) the pass
+ * with NL logit rows; the first chunk of logits ends in cc->logits. */
+dsq_status cu_launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL);
+/* Logits of n more rows (xn rows r0..r0+n) into cc->logits: the chunks of
+ * the head after the first, which the pass computed. */
+dsq_status cu_head_rows(dsq_ctx *c, int32_t r0, int32_t n);
+
+#endif /* DSQ_CUDA_BACKEND_H */

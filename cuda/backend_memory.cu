@@ -1,0 +1,314 @@
+/*
+ * backend_memory.cu - a CUDA context's memory plan, made once at
+ * dsq_ctx_new(): nothing is allocated after it.
+ *
+ * Device (on the model's device):
+ *   KV cache      one allocation; per layer k, v [rows][KV][D] fp16 or int8,
+ *                 + fp32 scales [rows][KV] for INT8 (cuda/attention.h);
+ *                 rows = max_seqs * max_context (static) or n_blocks *
+ *                 block_size (paged); zeroed
+ *   scratch       one allocation carved into the activations of
+ *                 max_batch_tokens rows (cu_ctx in backend.h), the logits
+ *                 chunk, the batch metadata and the flash-decoding workspace
+ *   cuBLASLt      handle + 32 MB workspace (cuda/gemm.cu)
+ *   dsq_step      token history ring [max_seqs][hist_r], sampling rows and
+ *                 results [max_bseqs]
+ * Pinned host: two metadata buffers (alternating passes), the logits
+ * staging chunk, sampling rows / results.
+ * Host: the decode-graph table [max_bseqs][2][block-table buckets].
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+void cu_ctx_free(dsq_ctx *c)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    if (!cc)
+        return;
+    cu_device_guard g(cc->device);
+    if (cc->stream)
+        cudaStreamSynchronize(cc->stream);
+    for (int i = 0; i < 2; i++) {
+        if (cc->meta_sent[i])
+            cudaEventDestroy(cc->meta_sent[i]);
+        if (cc->meta_host[i])
+            cudaFreeHost(cc->meta_host[i]);
+    }
+    if (cc->logits_host)
+        cudaFreeHost(cc->logits_host);
+    if (cc->srow_host)
+        cudaFreeHost(cc->srow_host);
+    if (cc->sres_host)
+        cudaFreeHost(cc->sres_host);
+    if (cc->srow_sent)
+        cudaEventDestroy(cc->srow_sent);
+    cudaFree(cc->ring);
+    cudaFree(cc->srow_dev);
+    cudaFree(cc->sres_dev);
+    for (int i = 0; i < COPY_PIECES; i++)
+        if (cc->copied[i])
+            cudaEventDestroy(cc->copied[i]);
+    if (cc->graphs)
+        for (int32_t i = 0; i < 2 * cc->max_bseqs * cc->n_bt_buckets; i++)
+            if (cc->graphs[i])
+                cudaGraphExecDestroy(cc->graphs[i]);
+    free(cc->graphs);
+    free(cc->graph_failed);
+    free(cc->h_order);
+    free(cc->h_tokmap);
+    cudaFree(cc->scratch);
+    cudaFree(cc->kv_arena);
+    dsq_gemm_destroy(cc->gemm);
+    if (cc->stream)
+        cudaStreamDestroy(cc->stream);
+    cudaGetLastError(); /* teardown errors are not reported */
+    free(cc->kv);
+    free(cc);
+    c->be = NULL;
+}
+
+/* The next power of two, so that a pass uploads only the rows' used part
+ * while decode graphs, which bake the stride in, stay few (one per power of
+ * two). */
+int32_t cu_bt_bucket(int32_t need, int32_t bt_max, int32_t *stride)
+{
+    int32_t b = 0, st = 1;
+    while (st < need && st < bt_max) {
+        st <<= 1;
+        b++;
+    }
+    *stride = st < bt_max ? st : bt_max;
+    return b;
+}
+
+static dsq_status device_alloc(void **p, size_t bytes, const char *what)
+{
+    cudaError_t ce = cudaMalloc(p, bytes);
+    if (ce == cudaSuccess)
+        return DSQ_OK;
+    *p = NULL;
+    cudaGetLastError();
+    if (ce == cudaErrorMemoryAllocation)
+        return dsq_fail(DSQ_ERR_DEVICE_OOM, "cannot allocate %.1f MB of GPU memory for %s", (double)bytes / 1e6, what);
+    return dsq_cu_status(ce, what);
+}
+
+static dsq_status host_alloc(void **p, size_t bytes, const char *what)
+{
+    cudaError_t ce = cudaMallocHost(p, bytes);
+    if (ce == cudaSuccess)
+        return DSQ_OK;
+    *p = NULL;
+    cudaGetLastError();
+    return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "cannot allocate %.1f MB of pinned host memory for %s (%s)",
+                    (double)bytes / 1e6, what, cudaGetErrorString(ce));
+}
+
+static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
+{
+    const dsq_model *m = c->model;
+    const cu_model *cm = (const cu_model *)m->be;
+    const dsq_config *cf = &m->cfg;
+    const int64_t E = cf->n_embd, H = cf->n_heads, KV = cf->n_kv_heads, D = cf->head_dim, F = cf->n_ff,
+                  V = cf->n_vocab, L = cf->n_layers;
+    const int64_t QKV = (H + 2 * KV) * D;
+    const dsq_ctx_params *p = &c->p;
+
+    if (p->kv_dtype != DSQ_KV_F16 && p->kv_dtype != DSQ_KV_INT8)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "the CUDA backend stores the KV cache as F16 or INT8; "
+                        "kv_dtype %d (F32) is CPU-only", p->kv_dtype);
+    if (D != 128 && D != 64)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "CUDA attention supports head_dim 128 or 64, not %lld", (long long)D);
+    if (H % KV != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "CUDA attention needs n_heads %% n_kv_heads == 0 (%lld, %lld)",
+                        (long long)H, (long long)KV);
+
+    CU_TRY(cudaStreamCreateWithFlags(&cc->stream, cudaStreamNonBlocking), "stream creation");
+    CU_TRY(dsq_attn_init(), "attention kernel setup");
+    DSQ_TRY(dsq_gemm_create((size_t)32 << 20, &cc->gemm));
+
+    /* H200, 1.5B shapes (us per call, GEMV vs cuBLASLt): qkv/o/down win up
+     * to 8 rows (qkv T=8 5.9 vs 12.5, down T=8 13.0 vs 16.7); gate/up up to
+     * 2 (T=2 16.3 vs 18.0, T=4 19.0 vs 18.3); lm_head up to 2 (T=1 104.5 vs
+     * 110.1, T=4 128 vs 112) */
+    cc->gemv_max_small = 8;
+    cc->gemv_max_gu = 2;
+    cc->gemv_max_head = 2;
+    const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: one limit for all; 0 = cuBLASLt only */
+    if (env && *env) {
+        int v = atoi(env);
+        v = v < 0 ? 0 : v > DSQ_GEMV_MAX_TOKENS ? DSQ_GEMV_MAX_TOKENS : v;
+        cc->gemv_max_small = cc->gemv_max_gu = cc->gemv_max_head = v;
+    }
+    cc->max_tokens = p->max_batch_tokens;
+    cc->max_bseqs = p->max_seqs < p->max_batch_tokens ? p->max_seqs : p->max_batch_tokens;
+    cc->bt_max = p->kv_layout == DSQ_KV_PAGED ? c->pages.max_blocks_per_seq : 1;
+    {
+        int32_t stride;
+        cc->n_bt_buckets = cu_bt_bucket(cc->bt_max, cc->bt_max, &stride) + 1;
+    }
+    cc->h_order = (int32_t *)malloc((size_t)cc->max_bseqs * sizeof(int32_t));
+    cc->h_tokmap = (int32_t *)malloc((size_t)cc->max_tokens * sizeof(int32_t));
+    if (!cc->h_order || !cc->h_tokmap)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for batch packing");
+    cc->logit_chunk = cc->max_tokens < 128 ? cc->max_tokens : 128;
+
+    /* KV cache: per layer k, v [rows][KV][D] (+ fp32 scales [rows][KV] for INT8) */
+    const int64_t rows = p->kv_layout == DSQ_KV_PAGED ? (int64_t)c->pages.n_blocks * c->pages.block_size
+                                                      : (int64_t)p->max_seqs * p->max_context;
+    const int64_t esz = p->kv_dtype == DSQ_KV_INT8 ? 1 : 2;
+    const int int8 = p->kv_dtype == DSQ_KV_INT8;
+    cc->kv_rows = rows;
+    c->kv_bytes_per_token = dsq_kv_bytes_per_token(cf, p->kv_dtype);
+    size_t off = 0;
+    size_t *lo = (size_t *)calloc((size_t)L * 4, sizeof(size_t));
+    cc->kv = (dsq_attn_kv *)calloc((size_t)L, sizeof(dsq_attn_kv));
+    if (!lo || !cc->kv) {
+        free(lo);
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the KV descriptors");
+    }
+    for (int64_t l = 0; l < L; l++) {
+        lo[l * 4 + 0] = cu_carve(&off, (size_t)(rows * KV * D * esz));
+        lo[l * 4 + 1] = cu_carve(&off, (size_t)(rows * KV * D * esz));
+        if (int8) {
+            lo[l * 4 + 2] = cu_carve(&off, (size_t)(rows * KV) * 4);
+            lo[l * 4 + 3] = cu_carve(&off, (size_t)(rows * KV) * 4);
+        }
+    }
+    dsq_status st = device_alloc(&cc->kv_arena, off, "the KV cache");
+    if (st != DSQ_OK) {
+        free(lo);
+        return st;
+    }
+    c->kv_bytes = (int64_t)off;
+    for (int64_t l = 0; l < L; l++) {
+        dsq_attn_kv *kv = &cc->kv[l];
+        char *b = (char *)cc->kv_arena;
+        kv->k = b + lo[l * 4 + 0];
+        kv->v = b + lo[l * 4 + 1];
+        kv->k_scale = int8 ? (float *)(b + lo[l * 4 + 2]) : NULL;
+        kv->v_scale = int8 ? (float *)(b + lo[l * 4 + 3]) : NULL;
+        kv->bt_stride = cc->bt_max; /* set per pass */
+        kv->block_size = p->kv_layout == DSQ_KV_PAGED ? c->pages.block_size : p->max_context;
+        kv->n_kv_heads = (int32_t)KV;
+        kv->head_dim = (int32_t)D;
+        kv->dtype = int8 ? DSQ_ATTN_KV_INT8 : DSQ_ATTN_KV_F16;
+    }
+    free(lo);
+    /* one strided copy per KV array covers every layer when the layers sit
+     * at a fixed distance (they do: equal sizes, equal alignment) */
+    cc->kv_layer_pitch = L > 1 ? (size_t)((char *)cc->kv[1].k - (char *)cc->kv[0].k) : 0;
+    for (int64_t l = 1; l < L && cc->kv_layer_pitch; l++) {
+        const dsq_attn_kv *a = &cc->kv[l - 1], *b2 = &cc->kv[l];
+        if ((size_t)((char *)b2->k - (char *)a->k) != cc->kv_layer_pitch ||
+            (size_t)((char *)b2->v - (char *)a->v) != cc->kv_layer_pitch ||
+            (int8 && ((size_t)((char *)b2->k_scale - (char *)a->k_scale) != cc->kv_layer_pitch ||
+                      (size_t)((char *)b2->v_scale - (char *)a->v_scale) != cc->kv_layer_pitch)))
+            cc->kv_layer_pitch = 0;
+    }
+    /* finite contents everywhere: attention tiles may load rows past a
+     * sequence's end (masked to weight 0, and 0 * NaN would still be NaN) */
+    /* on the context's (non-blocking) stream, so the first KV write is
+     * ordered after the zeroing */
+    CU_TRY(cudaMemsetAsync(cc->kv_arena, 0, (size_t)c->kv_bytes, cc->stream), "KV cache initialisation");
+
+    /* decode workspace: the largest any batch size needs */
+    cc->dec_splits_max = 1;
+    cc->dec_ws_bytes = 0;
+    for (int32_t n = 1; n <= cc->max_bseqs; n++) {
+        int32_t s = dsq_attn_decode_splits(n, (int32_t)KV, p->max_context, cm->n_sms);
+        size_t b = dsq_attn_decode_workspace_bytes(n, (int32_t)H, (int32_t)D, s);
+        if (s > cc->dec_splits_max)
+            cc->dec_splits_max = s;
+        if (b > cc->dec_ws_bytes)
+            cc->dec_ws_bytes = b;
+    }
+
+    /* batch metadata: tokens, pos, tok_seq [T]; cu_seqlens [S+1]; pos0, lens [S];
+     * logit rows [T]; cu_seqlens of the prompt-chunk part [S+1]; block
+     * tables [S][stride <= bt_max]; seq ids [S] (token history) */
+    const int64_t MT = cc->max_tokens, MS = cc->max_bseqs;
+    cc->meta_cap = (size_t)(4 * MT + 5 * MS + 2 + MS * cc->bt_max + 64);
+
+    off = 0;
+    size_t o_x = cu_carve(&off, (size_t)(MT * E) * 4);
+    size_t o_xn = cu_carve(&off, (size_t)(MT * E) * 2);
+    size_t o_qkv = cu_carve(&off, (size_t)(MT * QKV) * 4);
+    size_t o_qkvb = cu_carve(&off, (size_t)(MT * QKV) * 2);
+    size_t o_attn = cu_carve(&off, (size_t)(MT * H * D) * 2);
+    size_t o_gu = cu_carve(&off, (size_t)(MT * 2 * F) * 4);
+    size_t o_act = cu_carve(&off, (size_t)(MT * F) * 2);
+    size_t o_part = cu_carve(&off, (size_t)(MT * E) * 4);
+    size_t o_log = cu_carve(&off, (size_t)(cc->logit_chunk * V) * 4);
+    size_t o_meta = cu_carve(&off, cc->meta_cap * 4);
+    size_t o_ws = cu_carve(&off, cc->dec_ws_bytes);
+    DSQ_TRY(device_alloc(&cc->scratch, off, "activation scratch"));
+    char *b = (char *)cc->scratch;
+    cc->x = (float *)(b + o_x);
+    cc->xn = (dsq_bf16 *)(b + o_xn);
+    cc->qkv = (float *)(b + o_qkv);
+    cc->qkvb = (dsq_bf16 *)(b + o_qkvb);
+    cc->attn = (dsq_bf16 *)(b + o_attn);
+    cc->gu = (float *)(b + o_gu);
+    cc->act = (dsq_bf16 *)(b + o_act);
+    cc->part = (float *)(b + o_part);
+    cc->logits = (float *)(b + o_log);
+    cc->meta = (int32_t *)(b + o_meta);
+    cc->dec_ws = b + o_ws;
+    c->scratch_bytes = (int64_t)(off + dsq_gemm_device_bytes(cc->gemm));
+
+    for (int i = 0; i < 2; i++) {
+        DSQ_TRY(host_alloc((void **)&cc->meta_host[i], cc->meta_cap * 4, "batch metadata staging"));
+        CU_TRY(cudaEventCreateWithFlags(&cc->meta_sent[i], cudaEventDisableTiming), "event creation");
+    }
+    DSQ_TRY(host_alloc((void **)&cc->logits_host, (size_t)(cc->logit_chunk * V) * 4, "logits staging"));
+    for (int i = 0; i < COPY_PIECES; i++)
+        CU_TRY(cudaEventCreateWithFlags(&cc->copied[i], cudaEventDisableTiming), "event creation");
+
+    /* dsq_step: the device token history and the sampling rows / results */
+    cc->hist_r = p->max_context < DSQ_PENALTY_MAX_N ? p->max_context : DSQ_PENALTY_MAX_N;
+    {
+        size_t rb = (size_t)p->max_seqs * (size_t)cc->hist_r * 4;
+        DSQ_TRY(device_alloc((void **)&cc->ring, rb, "the token history"));
+        CU_TRY(cudaMemsetAsync(cc->ring, 0, rb, cc->stream), "token history initialisation");
+        DSQ_TRY(device_alloc((void **)&cc->srow_dev, (size_t)MS * sizeof(dsq_samp_row), "sampling parameters"));
+        DSQ_TRY(device_alloc((void **)&cc->sres_dev, (size_t)MS * sizeof(dsq_samp_result), "sampling results"));
+        DSQ_TRY(host_alloc((void **)&cc->srow_host, (size_t)MS * sizeof(dsq_samp_row), "sampling parameters"));
+        DSQ_TRY(host_alloc((void **)&cc->sres_host, (size_t)MS * sizeof(dsq_samp_result), "sampling results"));
+        CU_TRY(cudaEventCreateWithFlags(&cc->srow_sent, cudaEventDisableTiming), "event creation");
+        c->scratch_bytes += (int64_t)(rb + (size_t)MS * (sizeof(dsq_samp_row) + sizeof(dsq_samp_result)));
+    }
+
+    /* knobs read once per context: docs/performance.md, "Environment knobs" */
+    env = getenv("DSQ_CUDA_MIXED"); /* 0 = mixed passes all through the prefill kernel */
+    cc->mixed_split = !(env && env[0] == '0');
+    env = getenv("DSQ_CUDA_RESIDUAL"); /* "after": residual add after each product, not fused */
+    cc->resid_after = env && strcmp(env, "after") == 0;
+    env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
+    if (!(env && env[0] == '0')) {
+        size_t ng = (size_t)cc->max_bseqs * 2 * (size_t)cc->n_bt_buckets;
+        cc->graphs = (cudaGraphExec_t *)calloc(ng, sizeof(cudaGraphExec_t));
+        cc->graph_failed = (uint8_t *)calloc(ng, 1);
+        if (!cc->graphs || !cc->graph_failed)
+            return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the decode graph table");
+    }
+    return DSQ_OK;
+}
+
+dsq_status cu_ctx_init(dsq_ctx *c)
+{
+    const cu_model *cm = (const cu_model *)c->model->be;
+    cu_ctx *cc = (cu_ctx *)calloc(1, sizeof *cc);
+    if (!cc)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the CUDA context state");
+    cc->device = cm->device;
+    c->be = cc;
+    cu_device_guard g(cc->device);
+    dsq_status st = g.st != DSQ_OK ? g.st : ctx_setup(c, cc);
+    if (st != DSQ_OK)
+        cu_ctx_free(c);
+    return st;
+}
+

@@ -1,0 +1,317 @@
+/*
+ * backend_pass.cu - one forward pass of the CUDA backend: the batch
+ * description packed into pinned memory and uploaded at once, then the
+ * layers, each walking the model description's recipe (cfg->arch->recipe)
+ * on the context's stream; decode steps replay a CUDA graph per shape.
+ *
+ * Activations (T rows): the residual stream x stays fp32 for the whole
+ * pass; product inputs are bf16 (xn, attn, act); products write fp32 (qkv,
+ * gu, logits) with bias / residual add fused into the epilogue, or, with
+ * cu_ctx.resid_after, the residual added after the product (the seam a
+ * tensor-parallel split needs: its partial sums are reduced before the add).
+ * Products go through dsq_cu_linear (cuda/linear.cu), which picks GEMV or
+ * cuBLASLt by rows and the kernel by the weight's format.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* One pass's shape and the device addresses of its metadata (fixed for a
+ * given shape, which is what lets a decode step be replayed from a graph). */
+typedef struct cu_pass {
+    int32_t T, S, NL, max_q, decode, splits;
+    int32_t nd;        /* mixed pass: the first nd sequences (rows 0..nd-1) bring one
+                          token each and use the decode kernel; the rest the prefill
+                          kernel (max_q over those).  0 otherwise. */
+    int32_t bt_stride, bt_key;
+    const int32_t *tok, *pos, *tseq, *cu, *pos0, *len, *lrow, *bt, *sid;
+    const int32_t *cu_pre; /* [S-nd+1] cu_seqlens of the prefill part, from 0 */
+} cu_pass;
+
+/* The product environment of this context for a product class. */
+static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
+{
+    dsq_cu_linear_env e;
+    e.gemm = cc->gemm;
+    e.gu_scratch = cc->gu;
+    e.gemv_max = gemv_max;
+    e.stream = cc->stream;
+    return e;
+}
+
+/* x += in W^T (+ b): fused into the product's epilogue, or (resid_after,
+ * or a bias to add) the product into cc->part and then the add. */
+static dsq_status linear_resid(cu_ctx *cc, const cu_op_data *d, const dsq_bf16 *in, int32_t T)
+{
+    const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_small);
+    if (!cc->resid_after && !d->bias)
+        return dsq_cu_linear(&d->w, in, NULL, T, DSQ_EPI_ADD, cc->x, &env);
+    DSQ_TRY(dsq_cu_linear(&d->w, in, d->bias, T, d->bias ? DSQ_EPI_BIAS : DSQ_EPI_STORE, cc->part, &env));
+    return dsq_cu_add(cc->x, cc->part, (int64_t)T * d->w.rows, cc->stream);
+}
+
+/* Attention of the pass over layer l's cache: q from cc->qkvb, out cc->attn. */
+static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int32_t l)
+{
+    const int32_t H = cf->n_heads, KV = cf->n_kv_heads, D = cf->head_dim;
+    const int32_t QKV = (H + 2 * KV) * D;
+    const dsq_bf16 *q = cc->qkvb;
+    cudaStream_t s = cc->stream;
+    dsq_attn_kv kv = cc->kv[l];
+    kv.block_table = p->bt;
+    kv.bt_stride = p->bt_stride;
+    if (p->decode) {
+        CU_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws,
+                               cc->dec_ws_bytes, s),
+               "decode attention");
+        return DSQ_OK;
+    }
+    /* mixed: one-token rows in front through the decode kernel (split over
+     * the context), prompt chunks through the prefill kernel; the products
+     * ran once over all rows */
+    const int32_t nd = p->nd;
+    if (nd > 0)
+        CU_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, nd, H, p->splits, cc->dec_ws,
+                               cc->dec_ws_bytes, s),
+               "decode attention");
+    dsq_attn_kv kc = kv;
+    kc.block_table = p->bt + (size_t)nd * p->bt_stride;
+    CU_TRY(dsq_attn_prefill(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,
+                            p->cu_pre, p->pos0 + nd, p->S - nd, p->max_q, H, s),
+           "prefill attention");
+    return DSQ_OK;
+}
+
+/* One recipe op of layer l over the pass's T rows. */
+static dsq_status run_op(dsq_ctx *c, const cu_pass *p, const dsq_op *op, const cu_op_data *d, int32_t l)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const cu_model *cm = (const cu_model *)c->model->be;
+    const dsq_config *cf = &c->model->cfg;
+    const int32_t E = cf->n_embd, H = cf->n_heads, KV = cf->n_kv_heads, D = cf->head_dim;
+    const int32_t QKV = (H + 2 * KV) * D, T = p->T;
+    cudaStream_t s = cc->stream;
+    switch (op->kind) {
+    case DSQ_OP_NORM:
+        return dsq_cu_rmsnorm(cc->x, NULL, T, E, d->norm, cf->rms_eps, cc->xn, s);
+    case DSQ_OP_QKV_ROPE: {
+        const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_small);
+        DSQ_TRY(dsq_cu_linear(&d->w, cc->xn, d->bias, T, DSQ_EPI_BIAS, cc->qkv, &env));
+        DSQ_TRY(dsq_cu_rope(cc->qkv, QKV, p->pos, T, H + KV, H + 2 * KV, D, cm->inv_freq, cc->qkvb, s));
+        dsq_attn_kv kv = cc->kv[l];
+        kv.block_table = p->bt;
+        kv.bt_stride = p->bt_stride;
+        CU_TRY(dsq_attn_kv_write(&kv, cc->qkvb + (size_t)H * D, QKV, cc->qkvb + (size_t)(H + KV) * D, QKV, p->tseq,
+                                 p->pos, T, s),
+               "KV cache write");
+        return DSQ_OK;
+    }
+    case DSQ_OP_ATTEND:
+        return attend(cc, cf, p, l);
+    case DSQ_OP_LINEAR_RESID:
+        return linear_resid(cc, d, op->in == DSQ_IN_ACT ? cc->act : cc->attn, T);
+    case DSQ_OP_GATED_FFN: {
+        const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_gu);
+        return dsq_cu_linear(&d->w, cc->xn, NULL, T, DSQ_EPI_SILU_MUL, cc->act, &env);
+    }
+    }
+    return dsq_fail(DSQ_ERR_INTERNAL, "CUDA pass: recipe op %d unknown", (int)op->kind);
+}
+
+dsq_status cu_head_rows(dsq_ctx *c, int32_t r0, int32_t n)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const cu_model *cm = (const cu_model *)c->model->be;
+    const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_head);
+    return dsq_cu_linear(&cm->lm_head, cc->xn + (size_t)r0 * c->model->cfg.n_embd, NULL, n, DSQ_EPI_STORE,
+                         cc->logits, &env);
+}
+
+/* Everything from the embedding to the first chunk of logits (into
+ * cc->logits), on the context's stream; no host synchronisation.  Each layer
+ * walks the model description's recipe. */
+static dsq_status enqueue_pass(dsq_ctx *c, const cu_pass *p)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const dsq_model *m = c->model;
+    const cu_model *cm = (const cu_model *)m->be;
+    const dsq_config *cf = &m->cfg;
+    const dsq_arch *a = cf->arch;
+    const int32_t E = cf->n_embd, T = p->T;
+    cudaStream_t s = cc->stream;
+
+    DSQ_TRY(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
+    DSQ_TRY(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
+    for (int32_t l = 0; l < cf->n_layers; l++)
+        for (int32_t i = 0; i < a->n_ops; i++)
+            DSQ_TRY(run_op(c, p, &a->recipe[i], &cm->layers[l].op[i], l));
+    if (p->NL == 0)
+        return DSQ_OK;
+    /* head: final norm of the wanted rows only, then the first chunk of lm_head */
+    DSQ_TRY(dsq_cu_rmsnorm(cc->x, p->lrow, p->NL, E, cm->out_norm, cf->rms_eps, cc->xn, s));
+    return cu_head_rows(c, 0, p->NL < cc->logit_chunk ? p->NL : cc->logit_chunk);
+}
+
+/* Decode steps (one token per sequence, all logits in one chunk) replay a
+ * CUDA graph captured on first use of that batch size: a step is then one
+ * launch instead of ~300.  A capture that fails (e.g. a library call that
+ * refuses capture) marks the shape and the step runs eagerly. */
+static dsq_status run_pass(dsq_ctx *c, const cu_pass *p)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    /* (a pass with more logit rows than one chunk captures its first chunk;
+     * cu_forward / cu_step compute the rest after the graph) */
+    if (!cc->graphs || !p->decode)
+        return enqueue_pass(c, p);
+    const int32_t key = ((p->S - 1) * 2 + (p->NL > 0)) * cc->n_bt_buckets + p->bt_key;
+    if (!cc->graphs[key] && !cc->graph_failed[key]) {
+        cudaGraph_t g = NULL;
+        cudaGraphExec_t ge = NULL;
+        cudaError_t bc = cudaStreamBeginCapture(cc->stream, cudaStreamCaptureModeThreadLocal);
+        if (bc != cudaSuccess) { /* no graph for this shape: run it eagerly from now on */
+            cudaGetLastError();
+            cc->graph_failed[key] = 1;
+            dsq_log(DSQ_LOG_WARN, "CUDA graph capture could not start (%s); %d-sequence decode steps run eagerly",
+                    cudaGetErrorString(bc), p->S);
+            return enqueue_pass(c, p);
+        }
+        dsq_status st = enqueue_pass(c, p);
+        cudaError_t ce = cudaStreamEndCapture(cc->stream, &g);
+        if (st == DSQ_OK && ce == cudaSuccess && g)
+            ce = cudaGraphInstantiate(&ge, g, 0);
+        if (g)
+            cudaGraphDestroy(g);
+        if (st == DSQ_OK && ce == cudaSuccess && ge) {
+            cc->graphs[key] = ge;
+        } else {
+            cudaGetLastError();
+            cc->graph_failed[key] = 1;
+            dsq_log(DSQ_LOG_WARN, "CUDA graph capture of a %d-sequence decode step failed (%s); running it eagerly",
+                    p->S, st != DSQ_OK ? dsq_last_error_message() : cudaGetErrorString(ce));
+        }
+    }
+    if (cc->graphs[key])
+        return dsq_cu_status(cudaGraphLaunch(cc->graphs[key], cc->stream), "graph launch");
+    return enqueue_pass(c, p);
+}
+
+dsq_status cu_launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const dsq_model *m = c->model;
+    const cu_model *cm = (const cu_model *)m->be;
+    const dsq_config *cf = &m->cfg;
+    const int32_t KV = cf->n_kv_heads;
+    const int32_t T = bt->n_tokens, S = bt->n_seqs;
+    cudaStream_t s = cc->stream;
+
+    if (T < 1 || T > cc->max_tokens || S < 1 || S > cc->max_bseqs || NL < 0 || NL > T)
+        return dsq_fail(DSQ_ERR_INTERNAL, "CUDA forward: batch of %d tokens / %d sequences / %d logit rows "
+                        "outside this context's limits (%d tokens, %d sequences)", T, S, NL, cc->max_tokens, cc->max_bseqs);
+
+    /* ---- pack the batch description into pinned memory, one upload ---- */
+    const int slot = cc->meta_slot;
+    cc->meta_slot ^= 1;
+    CU_TRY(cudaEventSynchronize(cc->meta_sent[slot]), "waiting for the metadata buffer");
+    int32_t *h = cc->meta_host[slot];
+    const int paged = c->p.kv_layout == DSQ_KV_PAGED;
+    cu_pass p;
+    memset(&p, 0, sizeof p);
+    p.T = T;
+    p.S = S;
+    p.NL = NL;
+    /* Order: as given, except that a pass mixing one-token sequences with
+     * prompt chunks puts the one-token ones first (the decode kernel takes
+     * rows 0..nd-1).  need: blocks of the longest sequence after the pass. */
+    int32_t nd = 0, need = 1;
+    for (int32_t i = 0; i < S; i++) {
+        int32_t n = bt->seq_start[i + 1] - bt->seq_start[i];
+        nd += n == 1;
+        if (paged) {
+            int32_t nb = c->pages.n_seq_blocks[bt->seq_ids[i]];
+            need = nb > need ? nb : need;
+        }
+    }
+    p.decode = nd == S;
+    const int mixed = nd > 0 && nd < S && cc->mixed_split;
+    int32_t *ord = cc->h_order;
+    if (mixed) {
+        int32_t j = 0;
+        for (int32_t i = 0; i < S; i++)
+            if (bt->seq_start[i + 1] - bt->seq_start[i] == 1)
+                ord[j++] = i;
+        for (int32_t i = 0; i < S; i++)
+            if (bt->seq_start[i + 1] - bt->seq_start[i] != 1)
+                ord[j++] = i;
+        p.nd = nd;
+    } else {
+        for (int32_t i = 0; i < S; i++)
+            ord[i] = i;
+    }
+    p.bt_key = cu_bt_bucket(need, cc->bt_max, &p.bt_stride);
+    const size_t o_tok = 0, o_pos = (size_t)T, o_tseq = 2 * (size_t)T, o_cu = 3 * (size_t)T,
+                 o_pos0 = o_cu + S + 1, o_len = o_pos0 + S, o_lrow = o_len + S, o_cupre = o_lrow + T,
+                 o_bt = o_cupre + S + 1;
+    const size_t o_sid = o_bt + (size_t)S * p.bt_stride;
+    const size_t n_meta = o_sid + (size_t)S;
+    int32_t row = 0;
+    for (int32_t j = 0; j < S; j++) {
+        const int32_t i = ord[j], a = bt->seq_start[i], n = bt->seq_start[i + 1] - a;
+        h[o_cu + j] = row;
+        h[o_pos0 + j] = bt->seq_pos0[i];
+        h[o_len + j] = bt->seq_pos0[i] + n;
+        h[o_sid + j] = bt->seq_ids[i]; /* the history scatter's row of this sequence */
+        if (j >= p.nd) {
+            h[o_cupre + j - p.nd] = row - p.nd;
+            if (n > p.max_q)
+                p.max_q = n;
+        }
+        for (int32_t t = a; t < a + n; t++, row++) {
+            h[o_tok + row] = bt->tokens[t];
+            h[o_pos + row] = bt->pos[t];
+            h[o_tseq + row] = j;
+            cc->h_tokmap[t] = row;
+        }
+        /* only the blocks this sequence uses: the kernels never look past
+         * a sequence's length */
+        if (paged)
+            memcpy(h + o_bt + (size_t)j * p.bt_stride, c->pages.rows[bt->seq_ids[i]],
+                   (size_t)c->pages.n_seq_blocks[bt->seq_ids[i]] * 4);
+        else
+            h[o_bt + j] = bt->seq_ids[i];
+    }
+    h[o_cu + S] = row;
+    h[o_cupre + S - p.nd] = row - p.nd;
+    for (int32_t k = 0; k < NL; k++)
+        h[o_lrow + k] = cc->h_tokmap[bt->logit_rows[k]];
+    /* A decode graph bakes in its number of logit rows but is keyed only by
+     * (batch size, any logits, block-table width): with graphs on, a decode
+     * pass wanting some rows computes all S (the extra rows, row 0 again,
+     * are never read), so a graph captured for fewer rows is never replayed
+     * for more. */
+    if (cc->graphs && p.decode && NL > 0 && NL < S) {
+        for (int32_t k = NL; k < S; k++)
+            h[o_lrow + k] = 0;
+        p.NL = S;
+    }
+    CU_TRY(cudaMemcpyAsync(cc->meta, h, n_meta * 4, cudaMemcpyHostToDevice, s), "batch metadata upload");
+    CU_TRY(cudaEventRecord(cc->meta_sent[slot], s), "event record");
+    p.tok = cc->meta + o_tok;
+    p.pos = cc->meta + o_pos;
+    p.tseq = cc->meta + o_tseq;
+    p.cu = cc->meta + o_cu;
+    p.pos0 = cc->meta + o_pos0;
+    p.len = cc->meta + o_len;
+    p.lrow = cc->meta + o_lrow;
+    p.cu_pre = cc->meta + o_cupre;
+    p.bt = cc->meta + o_bt;
+    p.sid = cc->meta + o_sid;
+    p.splits = p.decode ? dsq_attn_decode_splits(S, KV, c->p.max_context, cm->n_sms)
+               : p.nd > 0 ? dsq_attn_decode_splits(p.nd, KV, c->p.max_context, cm->n_sms) : 0;
+    if (p.splits > cc->dec_splits_max)
+        p.splits = cc->dec_splits_max;
+
+    return run_pass(c, &p);
+}
+
