@@ -5,11 +5,11 @@
 #   bash scripts/gpu_check.sh            # from the repository root, .deps/ present
 #
 # Logs go to $OUT (or /tmp/gpu_check): build.log kernels.log e2e.log (also
-# run with CUDA graphs off) fullsize.log memcheck.log ctest.log
-# fullsize_results.json summary.txt.
+# run with CUDA graphs off) threads.log fullsize.log shape7b.log memcheck.log
+# ctest.log fullsize_results.json shape_results.json summary.txt.
 # A summary table is printed last.  Each step has a time limit so the whole
 # run fits one 10-minute call; SKIP_* variables leave steps out
-# (SKIP_FULLSIZE=1, SKIP_MEMCHECK=1, SKIP_CTEST=1).
+# (SKIP_FULLSIZE=1, SKIP_SHAPE7B=1, SKIP_MEMCHECK=1, SKIP_CTEST=1).
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 B=${BUILD_DIR:-/tmp/b}
@@ -46,12 +46,18 @@ if [ "${SKIP_FULLSIZE:-0}" != 1 ]; then
     step fullsize 300 fullsize.log python3 tests/fixtures/fullsize_check.py \
         --lib "$B/libdsqwen.so" --config tests/data/model/config.json --out "$OUT"
 fi
+step threads 120 threads.log "$B/tests/test_cuda_threads"
+if [ "${SKIP_SHAPE7B:-0}" != 1 ]; then
+    # random weights of the DeepSeek-R1-Distill-Qwen-7B shape vs transformers
+    step shape7b 420 shape7b.log python3 tests/fixtures/shape_check.py \
+        --lib "$B/libdsqwen.so" --config tests/data/configs/r1-distill-qwen-7b.json --out "$OUT"
+fi
 if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
     step memcheck 150 memcheck.log compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_cuda_e2e"
     step racecheck 150 racecheck.log env DSQ_ATTN_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_cuda_attention"
 fi
 if [ "${SKIP_CTEST:-0}" != 1 ]; then
-    step ctest 200 ctest.log bash -c "cd $B && ctest --output-on-failure -j8 --timeout 120 -E 'test_cuda_(kernels|e2e)'"
+    step ctest 200 ctest.log bash -c "cd $B && ctest --output-on-failure -j8 --timeout 120 -E 'test_cuda_(kernels|e2e|threads)'"
 fi
 
 {

@@ -265,6 +265,33 @@ static void check_matmul(dsq_dtype dt, int32_t T, int64_t N, int64_t K, int with
     }
 }
 
+/* The product dispatches on the weight's format: the quantized formats are
+ * reserved seams (their kernels land separately) and answer
+ * DSQ_ERR_UNSUPPORTED naming the format, without touching the output; a
+ * dense weight with another layout is refused too. */
+static void test_linear_formats(void **state)
+{
+    (void)state;
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[2] = {42.0f, 43.0f}, wbuf[4 * 8];
+    const int8_t q[16] = {0};
+    const float sc[2] = {1.0f, 1.0f};
+    const dsq_wformat quant[] = {DSQ_WF_Q8_ROW, DSQ_WF_Q4_AWQ, DSQ_WF_Q4_GPTQ};
+    for (size_t i = 0; i < sizeof quant / sizeof quant[0]; i++) {
+        dsq_weight w = {.format = quant[i], .rows = 2, .cols = 8, .data = q, .scales = sc, .group_size = 8};
+        assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w, NULL, 0, 2, 0, wbuf), DSQ_ERR_UNSUPPORTED);
+        assert_non_null(strstr(dsq_last_error_message(), dsq_wformat_name(quant[i])));
+        assert_true(y[0] == 42.0f && y[1] == 43.0f);
+    }
+    float wf[16];
+    for (int i = 0; i < 16; i++)
+        wf[i] = (float)(i % 3);
+    dsq_weight w = {.format = DSQ_WF_F32, .rows = 2, .cols = 8, .data = wf, .layout = DSQ_WL_GATE_UP};
+    assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w, NULL, 0, 2, 0, wbuf), DSQ_ERR_UNSUPPORTED);
+    w.layout = DSQ_WL_ROWS;
+    assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w, NULL, 0, 2, 0, wbuf), DSQ_OK);
+    assert_true(y[0] == dsq_cpu_dot(x, wf, 8) && y[1] == dsq_cpu_dot(x, wf + 8, 8));
+}
+
 static void test_matmul(void **state)
 {
     (void)state;
@@ -904,6 +931,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_exhaustive), cmocka_unit_test(test_row_convert),
         cmocka_unit_test(test_dot),            cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_linear_formats),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu_mul),       cmocka_unit_test(test_kv_roundtrip),
         cmocka_unit_test(test_attention),      cmocka_unit_test(test_threadpool),

@@ -11,6 +11,10 @@
  *  - Sequences removed and added while others continue keep their logits.
  *  - KV pool exhaustion returns DSQ_ERR_KV_FULL and the others continue.
  *  - GPU against the CPU backend on the same model.
+ *  - Checkpoints without q/k/v biases (tiny_nobias, tiny_nobias_tied:
+ *    head_dim 64, 2 and 4 query heads per KV head): zeros, as the CPU.
+ *  - The residual add after each product instead of in its epilogue
+ *    (DSQ_CUDA_RESIDUAL=after, the tensor-parallel seam): same bounds.
  *  - Refusals: F32 KV (DSQ_ERR_UNSUPPORTED), a device index that does not
  *    exist (DSQ_ERR_NO_DEVICE).
  * Exits 77 (skipped) when there is no CUDA device or no CUDA build.
@@ -184,6 +188,25 @@ static void test_golden_static_f16(void **s) { (void)s; run_golden("tiny", DSQ_K
 static void test_golden_static_int8(void **s) { (void)s; run_golden("tiny", DSQ_KV_STATIC, DSQ_KV_INT8); run_golden("tiny_tied", DSQ_KV_STATIC, DSQ_KV_INT8); }
 static void test_golden_paged_f16(void **s) { (void)s; run_golden("tiny", DSQ_KV_PAGED, DSQ_KV_F16); run_golden("tiny_tied", DSQ_KV_PAGED, DSQ_KV_F16); }
 static void test_golden_paged_int8(void **s) { (void)s; run_golden("tiny", DSQ_KV_PAGED, DSQ_KV_INT8); run_golden("tiny_tied", DSQ_KV_PAGED, DSQ_KV_INT8); }
+
+static void test_golden_no_bias(void **s)
+{
+    (void)s;
+    run_golden("tiny_nobias", DSQ_KV_STATIC, DSQ_KV_F16);
+    run_golden("tiny_nobias", DSQ_KV_PAGED, DSQ_KV_INT8);
+    run_golden("tiny_nobias_tied", DSQ_KV_PAGED, DSQ_KV_F16);
+    run_golden("tiny_nobias_tied", DSQ_KV_STATIC, DSQ_KV_INT8);
+}
+
+/* The knob is read when a context is created (cuda/backend_memory.cu). */
+static void test_residual_after(void **s)
+{
+    (void)s;
+    assert_int_equal(setenv("DSQ_CUDA_RESIDUAL", "after", 1), 0);
+    run_golden("tiny", DSQ_KV_STATIC, DSQ_KV_F16);
+    run_golden("tiny_tied", DSQ_KV_PAGED, DSQ_KV_INT8);
+    unsetenv("DSQ_CUDA_RESIDUAL");
+}
 
 /* ---- batched decode == each sequence alone ---------------------------------------------- */
 
@@ -475,6 +498,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_static_f16), cmocka_unit_test(test_golden_static_int8),
         cmocka_unit_test(test_golden_paged_f16),  cmocka_unit_test(test_golden_paged_int8),
+        cmocka_unit_test(test_golden_no_bias),    cmocka_unit_test(test_residual_after),
         cmocka_unit_test(test_batched_decode),    cmocka_unit_test(test_remove_add),
         cmocka_unit_test(test_kv_full),           cmocka_unit_test(test_vs_cpu),
         cmocka_unit_test(test_refusals),

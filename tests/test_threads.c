@@ -17,9 +17,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "testutil.h"
-
 enum { N_PROMPT = 24, N_STEPS = 6, N_THR = 2 };
+
+#include "testutil.h"
+#include "two_contexts.h"
 
 static dsq_model *g_model;
 static int32_t g_vocab;
@@ -59,89 +60,27 @@ static int teardown(void **state)
 
 /* ---- two contexts of one model, two threads ------------------------------- */
 
-typedef struct ctx_job {
-    int variant;   /* which context configuration */
-    float *logits; /* [N_PROMPT + N_STEPS][vocab] out */
-    dsq_status st;
-    char msg[256];
-} ctx_job;
-
-/* Prefill a fixed prompt (all rows of logits), then greedy decode steps;
- * the variants differ in KV layout/dtype and worker count so that two
- * threads run different code at once. */
-static void run_ctx(ctx_job *j)
+/* The variants differ in KV layout/dtype and worker count so that two
+ * threads run different code at once; variant 0 splits the prompt into
+ * chunks. */
+static void tc_params(int v, dsq_ctx_params *cp)
 {
-    static const int32_t kinds[2][4] = {
+    static const int32_t kinds[TC_THREADS][4] = {
         /* layout, dtype, n_threads, max_batch_tokens */
         {DSQ_KV_STATIC, DSQ_KV_F32, 2, 16},
         {DSQ_KV_PAGED, DSQ_KV_F16, 2, 32},
     };
-    const int32_t *k = kinds[j->variant];
-    dsq_ctx_params cp = dsq_ctx_default_params();
-    cp.max_context = 64;
-    cp.kv_layout = k[0];
-    cp.kv_dtype = k[1];
-    cp.n_threads = k[2];
-    cp.max_batch_tokens = k[3]; /* prompt split into chunks for variant 0 */
-    dsq_ctx *c = NULL;
-    j->st = dsq_ctx_new(g_model, &cp, &c);
-    if (j->st != DSQ_OK) {
-        snprintf(j->msg, sizeof j->msg, "ctx_new: %s", dsq_last_error_message());
-        return;
-    }
-    int32_t prompt[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++)
-        prompt[i] = (int32_t)((i * 37 + 11 + j->variant) % g_vocab);
-    float *lg = j->logits;
-    j->st = dsq_prefill(c, 0, prompt, N_PROMPT, DSQ_LOGITS_ALL, lg);
-    for (int s = 0; s < N_STEPS && j->st == DSQ_OK; s++) {
-        const float *last = lg + (size_t)(N_PROMPT - 1 + s) * g_vocab;
-        int32_t seq = 0, tok = (int32_t)dsq_argmax(last, (size_t)g_vocab);
-        j->st = dsq_decode_step(c, 1, &seq, &tok, lg + (size_t)(N_PROMPT + s) * g_vocab);
-    }
-    if (j->st != DSQ_OK)
-        snprintf(j->msg, sizeof j->msg, "%s / %s", dsq_status_string(j->st), dsq_ctx_last_error(c));
-    dsq_ctx_free(c);
-}
-
-static void *ctx_thread(void *p)
-{
-    run_ctx(p);
-    return NULL;
+    cp->max_context = 64;
+    cp->kv_layout = kinds[v][0];
+    cp->kv_dtype = kinds[v][1];
+    cp->n_threads = kinds[v][2];
+    cp->max_batch_tokens = kinds[v][3];
 }
 
 static void test_two_contexts_two_threads(void **state)
 {
     (void)state;
-    const size_t n = (size_t)(N_PROMPT + N_STEPS) * g_vocab;
-    ctx_job ref[N_THR], job[N_THR];
-    /* references: each configuration alone */
-    for (int i = 0; i < N_THR; i++) {
-        ref[i] = (ctx_job){.variant = i, .logits = calloc(n, sizeof(float))};
-        run_ctx(&ref[i]);
-        if (ref[i].st != DSQ_OK)
-            printf("reference %d: %s\n", i, ref[i].msg);
-        assert_int_equal(ref[i].st, DSQ_OK);
-    }
-    for (int round = 0; round < 3; round++) {
-        pthread_t th[N_THR];
-        for (int i = 0; i < N_THR; i++) {
-            job[i] = (ctx_job){.variant = i, .logits = malloc(n * sizeof(float))};
-            memset(job[i].logits, 0xff, n * sizeof(float)); /* NaN poison */
-            assert_int_equal(pthread_create(&th[i], NULL, ctx_thread, &job[i]), 0);
-        }
-        for (int i = 0; i < N_THR; i++)
-            pthread_join(th[i], NULL);
-        for (int i = 0; i < N_THR; i++) {
-            if (job[i].st != DSQ_OK)
-                printf("round %d thread %d: %s\n", round, i, job[i].msg);
-            assert_int_equal(job[i].st, DSQ_OK);
-            assert_memory_equal(job[i].logits, ref[i].logits, n * sizeof(float));
-            free(job[i].logits);
-        }
-    }
-    for (int i = 0; i < N_THR; i++)
-        free(ref[i].logits);
+    tc_check(g_model, g_vocab);
 }
 
 /* ---- concurrent loads; per-thread last error ------------------------------------- */

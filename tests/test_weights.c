@@ -417,6 +417,19 @@ static void test_absent_bias_binds(void **state)
     assert_int_equal(bk->shape[0], K * D);
     assert_non_null(w.layers[0].t[DSQ_LW_K_BIAS].data);
     assert_non_null(w.layers[1].t[DSQ_LW_Q_BIAS].data);
+    /* after a device upload the views forget their data (the mapping is
+     * closed then); shapes stay */
+    dsq_weights copy = w;
+    dsq_layer_weights lcopy[L];
+    memcpy(lcopy, w.layers, sizeof lcopy);
+    copy.layers = lcopy;
+    dsq_weights_forget_data(&copy, L);
+    for (int i = 0; i < DSQ_GW_COUNT; i++)
+        assert_null(copy.g[i].data);
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < DSQ_LW_COUNT; i++)
+            assert_null(copy.layers[l].t[i].data);
+    assert_int_equal(copy.layers[0].t[DSQ_LW_Q].shape[0], H * D);
     int64_t params, bytes;
     totals(&tl, NULL, &params, &bytes);
     assert_int_equal(w.n_params, params); /* the dropped bias was never written */
