@@ -3,7 +3,7 @@
  * Linking libcublasLt.so directly would make the dynamic loader refuse to
  * load libdsqwen.so at all where the CUDA libraries are absent; opened here
  * on demand, their absence only means "no CUDA backend" (see
- * dsq_cuda_problem() in backend.cu).  The sonames tried follow the major
+ * dsq_cuda_device_problem() in backend_out.cu).  The sonames tried follow the major
  * version of the toolkit we were compiled with, because the descriptor
  * layouts in cublasLt.h are only guaranteed within one major version. */
 #include <dlfcn.h>
