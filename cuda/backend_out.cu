@@ -243,9 +243,21 @@ static dsq_status cu_copy_kv_rows(dsq_ctx *c, int32_t n, const dsq_kv_copy *copi
     return g.st != DSQ_OK ? g.st : copy_kv_rows_impl(c, n, copies);
 }
 
+/* dsq_ctx_synchronize: wait for the context's stream. */
+static dsq_status cu_synchronize(dsq_ctx *c)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    cu_device_guard g(cc->device);
+    if (g.st != DSQ_OK)
+        return g.st;
+    return dsq_cu_status(cudaStreamSynchronize(cc->stream), "waiting for the context's stream");
+}
+
+static void *cu_stream(const dsq_ctx *c) { return (void *)((const cu_ctx *)c->be)->stream; }
+
 extern "C" const dsq_backend_ops dsq_cuda_backend = {
     /* positional, in struct dsq_backend_ops order: ..., seq_removed,
-     * copy_kv_rows, step, hist_sync */
+     * copy_kv_rows, step, hist_sync, synchronize, stream */
     "cuda", DSQ_BACKEND_CUDA, cu_model_load, cu_model_free, cu_ctx_init, cu_ctx_free, cu_forward, NULL,
-    cu_copy_kv_rows, cu_step, cu_hist_sync,
+    cu_copy_kv_rows, cu_step, cu_hist_sync, cu_synchronize, cu_stream,
 };

@@ -401,6 +401,28 @@ typedef struct dsq_ctx_info {
  *  DSQ_ERR_STRUCT_SIZE.  Same thread rule as the context. */
 DSQ_API dsq_status dsq_ctx_get_info(const dsq_ctx *ctx, dsq_ctx_info *info);
 
+/** Wait until all work queued on the context has finished: on CUDA, the
+ *  context's stream (e.g. device logits written by dsq_step(), or a step
+ *  that sampled nothing and so returned before the GPU ran); a device fault
+ *  that surfaces is returned here.  On the CPU backend every call is
+ *  already synchronous and this returns DSQ_OK at once.  The caller's
+ *  current CUDA device is left as it was.
+ *
+ *  Returns DSQ_OK, DSQ_ERR_INVALID_ARG (NULL ctx), DSQ_ERR_DEVICE.  Same
+ *  thread rule as the context. */
+DSQ_API dsq_status dsq_ctx_synchronize(dsq_ctx *ctx);
+
+/** The context's CUDA stream, as a `cudaStream_t` cast to void *, for CUDA
+ *  callers that read device logits on it (enqueue their kernels on it, or
+ *  make their stream wait on it with an event) instead of synchronizing.
+ *  The library owns the stream; it is valid until dsq_ctx_free().  Do not
+ *  destroy it or capture it into a graph while a library call runs.
+ *
+ *  Returns DSQ_OK, DSQ_ERR_INVALID_ARG (NULL ctx or stream),
+ *  DSQ_ERR_UNSUPPORTED (the context is not on the CUDA backend; *stream is
+ *  set to NULL).  Thread-safe; no CUDA call is made. */
+DSQ_API dsq_status dsq_ctx_cuda_stream(const dsq_ctx *ctx, void **stream);
+
 /* ------------------------------------------------------------------------ */
 /* Inference                                                                */
 /* ------------------------------------------------------------------------ */

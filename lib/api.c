@@ -531,6 +531,30 @@ dsq_status dsq_ctx_get_info(const dsq_ctx *c, dsq_ctx_info *info)
     return DSQ_OK;
 }
 
+dsq_status dsq_ctx_synchronize(dsq_ctx *c)
+{
+    dsq_clear_error();
+    if (!c)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_synchronize: NULL context");
+    if (!c->model->ops->synchronize)
+        return DSQ_OK;
+    return ctx_status(c, c->model->ops->synchronize(c));
+}
+
+dsq_status dsq_ctx_cuda_stream(const dsq_ctx *c, void **stream)
+{
+    dsq_clear_error();
+    if (stream)
+        *stream = NULL;
+    if (!c || !stream)
+        return ctx_status(c, dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_ctx_cuda_stream: NULL argument"));
+    if (!c->model->ops->stream)
+        return ctx_status(c, dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_ctx_cuda_stream: the context is on the %s backend,"
+                                                           " which has no CUDA stream", c->model->ops->name));
+    *stream = c->model->ops->stream(c);
+    return DSQ_OK;
+}
+
 /* ---- inference ---------------------------------------------------------------- */
 
 static dsq_status check_tokens(const dsq_ctx *c, const int32_t *tokens, int32_t n)

@@ -468,6 +468,11 @@ struct dsq_backend_ops {
     /* Optional: c->hist of `seq` changed other than by appending (truncate,
      * fork); refresh any device copy. */
     void (*hist_sync)(dsq_ctx *c, int32_t seq);
+    /* Optional (NULL: calls are synchronous): wait for the context's queued
+     * work; a device fault that surfaces is returned. */
+    dsq_status (*synchronize)(dsq_ctx *c);
+    /* Optional (NULL: no stream): the context's CUDA stream. */
+    void *(*stream)(const dsq_ctx *c);
 };
 
 /* ---- sequence batches beyond dsq_prefill / dsq_decode_step (lib/api.c) ---- */

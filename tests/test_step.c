@@ -331,6 +331,25 @@ static dsq_samp_row row_of(ref_cfg c, int n, uint64_t seed, int32_t pos)
     return r;
 }
 
+/* dsq_ctx_synchronize / dsq_ctx_cuda_stream on the CPU backend: synchronous,
+ * no stream (UNSUPPORTED, *stream cleared), NULLs refused. */
+static void test_sync_and_stream_cpu(void **state)
+{
+    (void)state;
+    dsq_ctx *c = new_ctx(1, DSQ_KV_STATIC);
+    assert_int_equal(dsq_ctx_synchronize(c), DSQ_OK);
+    assert_int_equal(dsq_ctx_synchronize(NULL), DSQ_ERR_INVALID_ARG);
+    void *s = (void *)&s;
+    assert_int_equal(dsq_ctx_cuda_stream(c, &s), DSQ_ERR_UNSUPPORTED);
+    assert_null(s);
+    assert_non_null(strstr(dsq_ctx_last_error(c), "cpu backend"));
+    assert_int_equal(dsq_ctx_cuda_stream(c, NULL), DSQ_ERR_INVALID_ARG);
+    s = (void *)&s;
+    assert_int_equal(dsq_ctx_cuda_stream(NULL, &s), DSQ_ERR_INVALID_ARG);
+    assert_null(s);
+    dsq_ctx_free(c);
+}
+
 static void test_cpu_row_distribution(void **state)
 {
     (void)state;
@@ -501,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_greedy_logprobs),
         cmocka_unit_test(test_mixed_step),
         cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_sync_and_stream_cpu),
         cmocka_unit_test(test_cpu_row_distribution),
         cmocka_unit_test(test_cpu_row_penalties_padding),
         cmocka_unit_test(test_api_penalty_history),

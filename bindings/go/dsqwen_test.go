@@ -354,4 +354,11 @@ func TestStepForkTruncate(t *testing.T) {
 	if e, ok := ctx.Fork(0, 1).(*Error); !ok || e.Status != StatusSeq {
 		t.Fatalf("fork onto an active sequence: %v", e)
 	}
+	// the tests run on the CPU backend: synchronous, no CUDA stream
+	if err := ctx.Synchronize(); err != nil {
+		t.Fatalf("Synchronize: %v", err)
+	}
+	if s, err := ctx.CUDAStream(); s != nil || err != nil {
+		t.Fatalf("CUDAStream on the CPU backend: %v %v", s, err)
+	}
 }

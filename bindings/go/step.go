@@ -82,6 +82,26 @@ func (c *Context) StepSample(seq int32, tokens []int32, sp SampleParams) (id int
 	return int32(b.out.token), float32(b.out.logprob), true, nil
 }
 
+// Synchronize waits for the context's queued GPU work (a no-op on the CPU
+// backend).
+func (c *Context) Synchronize() error {
+	return call(func() C.dsq_status { return C.dsq_ctx_synchronize(c.p) })
+}
+
+// CUDAStream is the context's cudaStream_t, or nil on the CPU backend.  The
+// library owns it; it lives as long as the context.
+func (c *Context) CUDAStream() (unsafe.Pointer, error) {
+	var s unsafe.Pointer
+	err := call(func() C.dsq_status {
+		st := C.dsq_ctx_cuda_stream(c.p, &s)
+		if st == C.DSQ_ERR_UNSUPPORTED {
+			return C.DSQ_OK // the CPU backend: no stream, not an error
+		}
+		return st
+	})
+	return s, err
+}
+
 // Fork starts (empty) sequence dst as a copy of sequence src.
 func (c *Context) Fork(src, dst int32) error {
 	return call(func() C.dsq_status { return C.dsq_seq_fork(c.p, C.int32_t(src), C.int32_t(dst)) })

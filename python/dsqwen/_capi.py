@@ -204,6 +204,8 @@ _SIGNATURES = {
     "dsq_ctx_free": (None, [_vp]),
     "dsq_ctx_last_error": (C.c_char_p, [_vp]),
     "dsq_ctx_get_info": (_st, [_vp, _P(CtxInfo)]),
+    "dsq_ctx_synchronize": (_st, [_vp]),
+    "dsq_ctx_cuda_stream": (_st, [_vp, _P(_vp)]),
     "dsq_prefill": (_st, [_vp, _i32, _P(_i32), _i32, _u32, _P(_f32)]),
     "dsq_decode_step": (_st, [_vp, _i32, _P(_i32), _P(_i32), _P(_f32)]),
     "dsq_seq_remove": (_st, [_vp, _i32]),
@@ -246,8 +248,9 @@ _SIGNATURES = {
 # Added in 0.1.x: a libdsqwen.so.0 without them (DSQWEN_LIBRARY pointing at an
 # older build) still loads; has_step() says whether they are there, and the
 # calls that need them raise NotImplementedError.
-_OPTIONAL = {"dsq_seq_truncate", "dsq_seq_fork", "dsq_sample_params_init",
-             "dsq_step_params_init", "dsq_step"}
+_STEP_FUNCS = {"dsq_seq_truncate", "dsq_seq_fork", "dsq_sample_params_init",
+               "dsq_step_params_init", "dsq_step"}
+_OPTIONAL = _STEP_FUNCS | {"dsq_ctx_synchronize", "dsq_ctx_cuda_stream"}
 
 # The major version this module was written against (DSQ_VERSION_MAJOR).
 _ABI_MAJOR = 0
@@ -330,7 +333,12 @@ def has_step():
     """True if the loaded library has dsq_step, dsq_seq_fork and
     dsq_seq_truncate (Context.step/fork/truncate; Model.generate then
     samples inside the library, on the GPU with the CUDA backend)."""
-    return all(hasattr(_L(), n) for n in _OPTIONAL)
+    return all(hasattr(_L(), n) for n in _STEP_FUNCS)
+
+
+def _need(name):
+    if not hasattr(_L(), name):
+        raise NotImplementedError("%s is not in %s (an older libdsqwen)" % (name, library_path()))
 
 
 def _need_step(what):
@@ -687,6 +695,24 @@ class Context(_Handle):
         info = CtxInfo(struct_size=C.sizeof(CtxInfo))
         _check(_L().dsq_ctx_get_info(self.handle, C.byref(info)), "dsq_ctx_get_info")
         return info
+
+    def synchronize(self):
+        """Wait for the context's queued GPU work (dsq_ctx_synchronize): a
+        no-op on the CPU backend."""
+        _need("dsq_ctx_synchronize")
+        _check(_L().dsq_ctx_synchronize(self.handle), "dsq_ctx_synchronize")
+
+    @property
+    def cuda_stream(self):
+        """The context's cudaStream_t as an int (for CuPy/PyTorch external
+        streams), or None on the CPU backend (dsq_ctx_cuda_stream)."""
+        _need("dsq_ctx_cuda_stream")
+        h = C.c_void_p()
+        st = _L().dsq_ctx_cuda_stream(self.handle, C.byref(h))
+        if st == Status.ERR_UNSUPPORTED:
+            return None
+        _check(st, "dsq_ctx_cuda_stream")
+        return h.value
 
     def prefill(self, tokens, seq=0, logits="last", numpy=False):
         """Append tokens to sequence seq.  logits: "last" returns a ctypes

@@ -92,6 +92,11 @@ def test_step_errors(ctx, dsqwen):
         ctx.model.sample_params(no_such_field=1)
 
 
+def test_synchronize_and_stream_on_the_cpu(ctx):
+    ctx.synchronize()  # calls on the CPU backend are synchronous: returns at once
+    assert ctx.cuda_stream is None
+
+
 def test_generate_samples_in_the_library(model, golden, dsqwen):
     prompt = golden["prompt"]
     lib = list(model.generate_ids(prompt, max_tokens=8, temperature=0))

@@ -243,6 +243,8 @@ extern "C" {
     pub fn dsq_ctx_free(ctx: *mut dsq_ctx);
     pub fn dsq_ctx_last_error(ctx: *const dsq_ctx) -> *const c_char;
     pub fn dsq_ctx_get_info(ctx: *const dsq_ctx, info: *mut dsq_ctx_info) -> dsq_status;
+    pub fn dsq_ctx_synchronize(ctx: *mut dsq_ctx) -> dsq_status;
+    pub fn dsq_ctx_cuda_stream(ctx: *const dsq_ctx, stream: *mut *mut c_void) -> dsq_status;
 
     pub fn dsq_prefill(ctx: *mut dsq_ctx, seq: i32, tokens: *const i32, n_tokens: i32,
                        flags: u32, logits: *mut f32) -> dsq_status;

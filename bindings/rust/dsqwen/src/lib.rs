@@ -385,6 +385,23 @@ impl Context<'_> {
         check(unsafe { ffi::dsq_seq_truncate(self.raw.as_ptr(), seq, new_len) })
     }
 
+    /// Wait for the context's queued GPU work (a no-op on the CPU backend).
+    pub fn synchronize(&mut self) -> Result<()> {
+        check(unsafe { ffi::dsq_ctx_synchronize(self.raw.as_ptr()) })
+    }
+
+    /// The context's `cudaStream_t`, or `None` on the CPU backend.  The
+    /// library owns it; it lives as long as the context.
+    pub fn cuda_stream(&self) -> Result<Option<*mut std::ffi::c_void>> {
+        let mut s: *mut std::ffi::c_void = std::ptr::null_mut();
+        let st = unsafe { ffi::dsq_ctx_cuda_stream(self.raw.as_ptr(), &mut s) };
+        if st == ffi::DSQ_ERR_UNSUPPORTED {
+            return Ok(None);
+        }
+        check(st)?;
+        Ok(Some(s))
+    }
+
     /// Start (empty) sequence `dst` as a copy of sequence `src`.
     pub fn fork(&mut self, src: i32, dst: i32) -> Result<()> {
         check(unsafe { ffi::dsq_seq_fork(self.raw.as_ptr(), src, dst) })

@@ -231,4 +231,7 @@ fn step_fork_truncate() {
     assert!((again.1 - lp).abs() < 1e-5);
     let e = ctx.fork(0, 1).err().unwrap(); // dst active
     assert_eq!(e.status, dsqwen::ffi::DSQ_ERR_SEQ);
+    // CPU backend: synchronous, no CUDA stream
+    ctx.synchronize().unwrap();
+    assert_eq!(ctx.cuda_stream().unwrap(), None);
 }
