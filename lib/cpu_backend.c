@@ -509,6 +509,36 @@ static dsq_status check_batch(const dsq_ctx *c, const dsq_batch *b, const float 
     return DSQ_OK;
 }
 
+/* One recipe op of layer J->layer over all tokens of the batch. */
+static void run_op(fwd_job *J, const dsq_op *op)
+{
+    cpu_ctx *cc = J->cc;
+    const dsq_config *cfg = J->cfg;
+    const int32_t E = cfg->n_embd, T = J->b->n_tokens;
+    const int nt = cc->n_threads;
+    J->op = op;
+    switch (op->kind) {
+    case DSQ_OP_NORM:
+        for (int32_t t = 0; t < T; t++)
+            dsq_cpu_rmsnorm(cc->xn + (size_t)t * E, cc->x + (size_t)t * E, &J->L->t[op->w[0]], E, cfg->rms_eps);
+        break;
+    case DSQ_OP_QKV_ROPE:
+        dsq_cpu_pool_run(cc->pool, cfg->n_heads + 2 * cfg->n_kv_heads, task_qkv, J);
+        break;
+    case DSQ_OP_ATTEND:
+        dsq_cpu_pool_run(cc->pool, (int64_t)T * cfg->n_kv_heads, task_attn, J);
+        break;
+    case DSQ_OP_LINEAR_RESID:
+        J->chunk = pick_chunk(E, nt);
+        dsq_cpu_pool_run(cc->pool, n_chunks(E, J->chunk), task_linear_resid, J);
+        break;
+    case DSQ_OP_GATED_FFN:
+        J->chunk = pick_chunk(cfg->n_ff, nt);
+        dsq_cpu_pool_run(cc->pool, n_chunks(cfg->n_ff, J->chunk), task_gate_up, J);
+        break;
+    }
+}
+
 static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
 {
     if (!c || !c->be || !b)
@@ -536,30 +566,8 @@ static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
         J.layer = l;
         J.L = &m->w.layers[l];
         J.LW = cm->lw[l];
-        for (int32_t i = 0; i < arch->n_ops; i++) {
-            const dsq_op *op = J.op = &arch->recipe[i];
-            switch (op->kind) {
-            case DSQ_OP_NORM:
-                for (int32_t t = 0; t < T; t++)
-                    dsq_cpu_rmsnorm(cc->xn + (size_t)t * E, cc->x + (size_t)t * E, &J.L->t[op->w[0]], E,
-                                    cfg->rms_eps);
-                break;
-            case DSQ_OP_QKV_ROPE:
-                dsq_cpu_pool_run(cc->pool, cfg->n_heads + 2 * cfg->n_kv_heads, task_qkv, &J);
-                break;
-            case DSQ_OP_ATTEND:
-                dsq_cpu_pool_run(cc->pool, (int64_t)T * cfg->n_kv_heads, task_attn, &J);
-                break;
-            case DSQ_OP_LINEAR_RESID:
-                J.chunk = pick_chunk(E, nt);
-                dsq_cpu_pool_run(cc->pool, n_chunks(E, J.chunk), task_linear_resid, &J);
-                break;
-            case DSQ_OP_GATED_FFN:
-                J.chunk = pick_chunk(cfg->n_ff, nt);
-                dsq_cpu_pool_run(cc->pool, n_chunks(cfg->n_ff, J.chunk), task_gate_up, &J);
-                break;
-            }
-        }
+        for (int32_t i = 0; i < arch->n_ops; i++)
+            run_op(&J, &arch->recipe[i]);
     }
     if (b->n_logits > 0) {
         for (int32_t j = 0; j < b->n_logits; j++)
