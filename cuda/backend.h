@@ -147,7 +147,7 @@ typedef struct cu_ctx {
     float *gu;             /* [max_tokens][2F] gate/up products (GEMM path) */
     dsq_bf16 *act;         /* [max_tokens][F] silu(gate)*up */
     float *part;           /* [max_tokens][E] a product before its residual add
-                              (resid_after) */
+                              (resid_after); aliases qkv when QKV >= E */
     float *logits;         /* [logit_chunk][V] */
     int32_t *meta;         /* [meta_cap] this pass's batch description */
     void *dec_ws;          /* flash-decoding partials */

@@ -240,7 +240,10 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     size_t o_attn = cu_carve(&off, (size_t)(MT * H * D) * 2);
     size_t o_gu = cu_carve(&off, (size_t)(MT * 2 * F) * 4);
     size_t o_act = cu_carve(&off, (size_t)(MT * F) * 2);
-    size_t o_part = cu_carve(&off, (size_t)(MT * E) * 4);
+    /* a product before its residual add (LINEAR_RESID, resid_after): the
+     * qkv rows are dead by then (attention read the roped bf16 copy), so
+     * they serve when wide enough */
+    size_t o_part = QKV >= E ? o_qkv : cu_carve(&off, (size_t)(MT * E) * 4);
     size_t o_log = cu_carve(&off, (size_t)(cc->logit_chunk * V) * 4);
     size_t o_meta = cu_carve(&off, cc->meta_cap * 4);
     size_t o_ws = cu_carve(&off, cc->dec_ws_bytes);

@@ -173,6 +173,8 @@ static dsq_status upload_f32(uploader *u, float *dst, const dsq_tensor *t, int64
     return DSQ_OK;
 }
 
+static const dsq_tensor no_tensor = { NULL, DSQ_DT_F32, 0, { 0 }, 0 };
+
 /* One layer's tensors into the places place_layer carved. */
 static dsq_status upload_layer(uploader *u, const dsq_config *c, const dsq_layer_weights *lw, cu_layer *dl,
                                int32_t l)
@@ -194,7 +196,9 @@ static dsq_status upload_layer(uploader *u, const dsq_config *c, const dsq_layer
             int64_t r0 = 0;
             for (int j = 0; j < 3; j++) {
                 DSQ_TRY(upload_bf16(u, w + (size_t)(r0 * E), (size_t)E, &lw->t[op->w[j]], rows[j], E, 1, op->w[j], l));
-                DSQ_TRY(upload_f32(u, d->bias + r0, &lw->t[op->b[j]], rows[j], 1, op->b[j], l));
+                /* no bias slot in the recipe, or none in the checkpoint: zeros */
+                const dsq_tensor *b = op->b[j] >= 0 ? &lw->t[op->b[j]] : &no_tensor;
+                DSQ_TRY(upload_f32(u, d->bias + r0, b, rows[j], 1, op->b[j], l));
                 r0 += rows[j];
             }
             break;

@@ -1,9 +1,11 @@
 /*
  * internal.h - types shared by the host code and the backends.  Not installed.
  *
- * Data flow: dsq_model_load() -> safetensors (mmap, validated) + config ->
- * dsq_weights (views into the mapping) -> backend->model_load (CUDA uploads,
- * CPU keeps the views).  dsq_prefill()/dsq_decode_step() -> api.c validates,
+ * Data flow: dsq_model_load() -> config (cfg.arch: the model description,
+ * lib/arch.h) + safetensors (mmap, validated) -> dsq_weights (views into
+ * the mapping, by role, as the description names them) ->
+ * backend->model_load (CUDA uploads per recipe op and the views forget their
+ * data; CPU keeps the views and builds dsq_weight descriptors, lib/weight.h).  dsq_prefill()/dsq_decode_step() -> api.c validates,
  * reserves KV room, builds a dsq_batch -> backend->forward.
  */
 #ifndef DSQ_INTERNAL_H
