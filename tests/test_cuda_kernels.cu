@@ -446,6 +446,70 @@ static void test_gemm(void **state)
     dsq_gemm_destroy(g);
 }
 
+/* ---- dsq_cu_linear: the dispatch every layer op goes through ----------------------------- */
+
+/* The reserved formats answer DSQ_ERR_UNSUPPORTED naming the format; BF16
+ * is exactly the GEMV below gemv_max rows and exactly cuBLASLt above (same
+ * bits as calling those launchers directly), SwiGLU included. */
+static void test_linear_dispatch(void **state)
+{
+    (void)state;
+    dsq_gemm *g = NULL;
+    DS(dsq_gemm_create((size_t)32 << 20, &g));
+    const int N = 96, K = 256, TM = 16;
+    float *xf, *wf;
+    uint16_t *xh = rand_bf16((size_t)TM * K, 1.0f, &xf), *wh = rand_bf16((size_t)N * K, 1.0f, &wf);
+    void *dx = dev_copy(xh, (size_t)TM * K * 2), *dw = dev_copy(wh, (size_t)N * K * 2);
+    float *dgu = (float *)dev_nan((size_t)TM * N * 4);
+    void *da = dev_nan((size_t)TM * N * 4), *db = dev_nan((size_t)TM * N * 4), *dc = dev_nan((size_t)TM * N * 4);
+    dsq_cu_linear_env env = {g, dgu, 8, 0};
+    dsq_weight w = {};
+    w.rows = N;
+    w.cols = K;
+    w.data = dw;
+    const dsq_wformat other[] = {DSQ_WF_F32, DSQ_WF_F16, DSQ_WF_Q8_ROW, DSQ_WF_Q4_AWQ, DSQ_WF_Q4_GPTQ};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        w.format = other[i];
+        assert_int_equal(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, 1, DSQ_EPI_STORE, da, &env),
+                         DSQ_ERR_UNSUPPORTED);
+        assert_non_null(strstr(dsq_last_error_message(), dsq_wformat_name(other[i])));
+    }
+    w.format = DSQ_WF_BF16;
+    assert_int_equal(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, 1, DSQ_EPI_SILU_MUL, da, &env), DSQ_ERR_INTERNAL);
+    float *ha = (float *)malloc((size_t)TM * N * 4), *hb = (float *)malloc((size_t)TM * N * 4);
+    for (int T = 1; T <= TM; T += TM - 1) {
+        /* plain rows */
+        DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_STORE, da, &env));
+        if (T <= env.gemv_max)
+            DS(dsq_cu_gemv((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE, db, 0));
+        else
+            DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE,
+                            (float *)db, 0));
+        to_host(ha, da, (size_t)T * N * 4);
+        to_host(hb, db, (size_t)T * N * 4);
+        assert_memory_equal(ha, hb, (size_t)T * N * 4);
+        /* gate/up pairs */
+        w.layout = DSQ_WL_GATE_UP;
+        DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_SILU_MUL, da, &env));
+        if (T <= env.gemv_max) {
+            DS(dsq_cu_gemv((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_SILU_MUL, db, 0));
+        } else {
+            DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE,
+                            (float *)dc, 0));
+            DS(dsq_cu_silu_mul((const float *)dc, T, N / 2, (dsq_bf16 *)db, 0));
+        }
+        to_host(ha, da, (size_t)T * (N / 2) * 2);
+        to_host(hb, db, (size_t)T * (N / 2) * 2);
+        assert_memory_equal(ha, hb, (size_t)T * (N / 2) * 2);
+        w.layout = DSQ_WL_ROWS;
+        printf("  dsq_cu_linear T=%d (%s): bit-identical to the direct launch\n", T,
+               T <= env.gemv_max ? "GEMV" : "cuBLASLt");
+    }
+    cudaFree(dx); cudaFree(dw); cudaFree(dgu); cudaFree(da); cudaFree(db); cudaFree(dc);
+    free(xh); free(xf); free(wh); free(wf); free(ha); free(hb);
+    dsq_gemm_destroy(g);
+}
+
 /* ---- timing: GEMV vs cuBLASLt on the model's products --------------------------------------- */
 
 /* us per call of one product, rotating through weight copies (pool) */
@@ -544,7 +608,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embed),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv),
-        cmocka_unit_test(test_gemm),    cmocka_unit_test(test_product_timing),
+        cmocka_unit_test(test_gemm),    cmocka_unit_test(test_linear_dispatch),
+        cmocka_unit_test(test_product_timing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
