@@ -268,10 +268,11 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
         CU_TRY(cudaMemcpy(cm->inv_freq, fq, (size_t)(D / 2) * 4, cudaMemcpyHostToDevice), "weight upload");
     }
     DSQ_TRY(dsq_load_progress(m, (int64_t)o_layers, (int64_t)cm->arena_bytes));
-    const size_t per_layer = L > 0 ? (cm->arena_bytes - o_layers) / (size_t)L : 0;
     for (int64_t l = 0; l < L; l++) {
         DSQ_TRY(upload_layer(u, c, &w->layers[l], &cm->layers[l], (int32_t)l));
-        DSQ_TRY(dsq_load_progress(m, (int64_t)(o_layers + (size_t)(l + 1) * per_layer), (int64_t)cm->arena_bytes));
+        /* layers are equal in size: the end of layer l, exactly the total at the last */
+        const size_t done = o_layers + (cm->arena_bytes - o_layers) * (size_t)(l + 1) / (size_t)L;
+        DSQ_TRY(dsq_load_progress(m, (int64_t)done, (int64_t)cm->arena_bytes));
     }
     return DSQ_OK;
 }
