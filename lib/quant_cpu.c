@@ -1,0 +1,341 @@
+/* quant_cpu.c - see quant_cpu.h: repacking, quantize at load, dequantize
+ * and the CPU products of the quantized layouts.
+ *
+ * The products dequantize a block of rows into fp32 scratch and run the
+ * dense kernel (dsq_cpu_matmul_rows) on it: one definition of the numerics
+ * (the dense path's fixed summation order on the exact dequantized weights),
+ * and the dense kernel's tiling for prefill.  The dequantization itself is
+ * branch-free 8-lane vector code (a uint32 of 8 codes broadcast, shifted
+ * per lane, masked, converted), so it vectorizes on any ISA. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "quant_cpu.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(DSQ_NO_TARGET_CLONES)
+#define DSQ_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DSQ_CLONES
+#endif
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+/* AWQ's pack order: nibble i of a word holds output column 8c + AWQ_ORDER[i]. */
+static const int AWQ_ORDER[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+int64_t dsq_q4_ldq(int64_t K) { return ((K + 31) / 32) * 16; }
+int64_t dsq_q4_groups(int64_t K) { return (K + DSQ_Q4_GROUP - 1) / DSQ_Q4_GROUP; }
+size_t dsq_q4_q_bytes(int64_t N, int64_t K) { return (size_t)N * (size_t)dsq_q4_ldq(K); }
+size_t dsq_q4_scales_bytes(int64_t N, int64_t K) { return (size_t)N * (size_t)dsq_q4_groups(K) * 2; }
+size_t dsq_q4_zeros_bytes(int64_t N, int64_t K) { return (size_t)N * (size_t)dsq_q4_groups(K); }
+
+static dsq_status check_packed(const char *fmt, const void *a, const void *b, const void *c,
+                               const void *d, const void *e, const void *f, int64_t N, int64_t K)
+{
+    if (!a || !b || !c || !d || !e || !f)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "%s repack: NULL array", fmt);
+    if (N < 8 || K < DSQ_Q4_GROUP || N % 8 != 0 || K % DSQ_Q4_GROUP != 0 || N > (1 << 24) ||
+        K > (1 << 24))
+        return dsq_fail(DSQ_ERR_SHAPE,
+                        "%s repack: %lld x %lld weight; 4-bit group-128 packing needs out "
+                        "features a multiple of 8 and in features a multiple of 128",
+                        fmt, (long long)N, (long long)K);
+    return DSQ_OK;
+}
+
+static inline void put_code(uint8_t *q, int64_t ldq, int64_t n, int64_t k, uint32_t v)
+{
+    q[n * ldq + k / 2] |= (uint8_t)(v << (4 * (k & 1)));
+}
+
+dsq_status dsq_q4_from_awq(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales,
+                           int64_t N, int64_t K, uint8_t *q, uint16_t *q_scales, uint8_t *q_zeros)
+{
+    dsq_status st = check_packed("AWQ", qweight, qzeros, scales, q, q_scales, q_zeros, N, K);
+    if (st != DSQ_OK)
+        return st;
+    const int64_t ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K), C = N / 8;
+    memset(q, 0, dsq_q4_q_bytes(N, K));
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t c = 0; c < C; c++) {
+            uint32_t word = (uint32_t)qweight[k * C + c];
+            for (int i = 0; i < 8; i++)
+                put_code(q, ldq, 8 * c + AWQ_ORDER[i], k, (word >> (4 * i)) & 15u);
+        }
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t c = 0; c < C; c++) {
+            uint32_t word = (uint32_t)qzeros[g * C + c];
+            for (int i = 0; i < 8; i++)
+                q_zeros[(8 * c + AWQ_ORDER[i]) * G + g] = (uint8_t)((word >> (4 * i)) & 15u);
+        }
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t n = 0; n < N; n++)
+            q_scales[n * G + g] = scales[g * N + n];
+    return DSQ_OK;
+}
+
+dsq_status dsq_q4_from_gptq(const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales,
+                            const int32_t *g_idx, int zero_offset, int64_t N, int64_t K,
+                            uint8_t *q, uint16_t *q_scales, uint8_t *q_zeros)
+{
+    dsq_status st = check_packed("GPTQ", qweight, qzeros, scales, q, q_scales, q_zeros, N, K);
+    if (st != DSQ_OK)
+        return st;
+    if (zero_offset != 0 && zero_offset != 1)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "GPTQ repack: zero offset %d (0 or 1)", zero_offset);
+    if (g_idx)
+        for (int64_t k = 0; k < K; k++)
+            if (g_idx[k] != k / DSQ_Q4_GROUP)
+                return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                                "GPTQ g_idx[%lld] = %d, not %lld: act-order or permuted groups "
+                                "are not supported",
+                                (long long)k, (int)g_idx[k], (long long)(k / DSQ_Q4_GROUP));
+    const int64_t ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K), C = N / 8;
+    memset(q, 0, dsq_q4_q_bytes(N, K));
+    for (int64_t r = 0; r < K / 8; r++)
+        for (int64_t n = 0; n < N; n++) {
+            uint32_t word = (uint32_t)qweight[r * N + n];
+            for (int j = 0; j < 8; j++)
+                put_code(q, ldq, n, 8 * r + j, (word >> (4 * j)) & 15u);
+        }
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t c = 0; c < C; c++) {
+            uint32_t word = (uint32_t)qzeros[g * C + c];
+            for (int j = 0; j < 8; j++)
+                q_zeros[(8 * c + j) * G + g] = (uint8_t)(((word >> (4 * j)) & 15u) + (uint32_t)zero_offset);
+        }
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t n = 0; n < N; n++)
+            q_scales[n * G + g] = scales[g * N + n];
+    return DSQ_OK;
+}
+
+/* ---- quantize at load ------------------------------------------------------------ */
+
+static dsq_status check_quant_args(const void *w, dsq_dtype dt, int64_t K, int64_t n0, int64_t n1,
+                                   const void *a, const void *b)
+{
+    if (!w || !a || !b)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "quantize: NULL array");
+    if (dt != DSQ_DT_BF16 && dt != DSQ_DT_F16 && dt != DSQ_DT_F32)
+        return dsq_fail(DSQ_ERR_DTYPE, "quantize: weights are %s; need BF16, F16 or F32",
+                        dsq_dtype_name(dt));
+    if (K < 1 || n0 < 0 || n1 < n0)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "quantize: rows [%lld, %lld) of K = %lld",
+                        (long long)n0, (long long)n1, (long long)K);
+    return DSQ_OK;
+}
+
+dsq_status dsq_q8_quantize_rows(const void *w, dsq_dtype dt, int64_t K, int64_t n0, int64_t n1,
+                                int8_t *q, float *scales)
+{
+    dsq_status st = check_quant_args(w, dt, K, n0, n1, q, scales);
+    if (st != DSQ_OK)
+        return st;
+    for (int64_t n = n0; n < n1; n++) {
+        int8_t *qr = q + n * K;
+        /* two passes over the row (amax, then codes) through a small stack
+         * buffer, so no scratch is needed */
+        float amax = 0.0f;
+        int finite = 1;
+        float buf[256];
+        for (int64_t k0 = 0; k0 < K; k0 += 256) {
+            int64_t m = K - k0 < 256 ? K - k0 : 256;
+            const char *src = (const char *)w + ((size_t)n * (size_t)K + (size_t)k0) * dsq_dtype_size(dt);
+            dsq_cpu_row_to_f32(buf, src, dt, m);
+            for (int64_t k = 0; k < m; k++) {
+                finite &= isfinite(buf[k]) != 0;
+                amax = fabsf(buf[k]) > amax ? fabsf(buf[k]) : amax;
+            }
+        }
+        if (!finite)
+            return dsq_fail(DSQ_ERR_FORMAT, "quantize: row %lld holds NaN or Inf", (long long)n);
+        float s = amax / 127.0f;
+        scales[n] = s;
+        for (int64_t k0 = 0; k0 < K; k0 += 256) {
+            int64_t m = K - k0 < 256 ? K - k0 : 256;
+            const char *src = (const char *)w + ((size_t)n * (size_t)K + (size_t)k0) * dsq_dtype_size(dt);
+            dsq_cpu_row_to_f32(buf, src, dt, m);
+            for (int64_t k = 0; k < m; k++) {
+                float r = s > 0.0f ? rintf(buf[k] / s) : 0.0f;
+                r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+                qr[k0 + k] = (int8_t)r;
+            }
+        }
+    }
+    return DSQ_OK;
+}
+
+/* f16 bits of the scale for a group range: nearest, raised one step if it
+ * came out below `sf` (positive, finite).  0xffff when out of f16 range. */
+static uint16_t q4_scale_bits(float sf)
+{
+    uint16_t h = dsq_f32_to_f16(sf);
+    if (dsq_f16_to_f32(h) < sf)
+        h++; /* positive halves: the next bit pattern is the next value up */
+    if ((h & 0x7c00u) == 0x7c00u)
+        return 0xffffu;
+    return h;
+}
+
+dsq_status dsq_q4_quantize_rows(const void *w, dsq_dtype dt, int64_t K, int64_t n0, int64_t n1,
+                                uint8_t *q, uint16_t *q_scales, uint8_t *q_zeros)
+{
+    dsq_status st = check_quant_args(w, dt, K, n0, n1, q, q_scales);
+    if (st != DSQ_OK)
+        return st;
+    if (!q_zeros)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "quantize: NULL array");
+    const int64_t ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K);
+    float buf[DSQ_Q4_GROUP];
+    for (int64_t n = n0; n < n1; n++) {
+        uint8_t *qr = q + n * ldq;
+        memset(qr, 0, (size_t)ldq);
+        for (int64_t g = 0; g < G; g++) {
+            int64_t k0 = g * DSQ_Q4_GROUP;
+            int64_t m = K - k0 < DSQ_Q4_GROUP ? K - k0 : DSQ_Q4_GROUP;
+            const char *src = (const char *)w + ((size_t)n * (size_t)K + (size_t)k0) * dsq_dtype_size(dt);
+            dsq_cpu_row_to_f32(buf, src, dt, m);
+            float lo = 0.0f, hi = 0.0f;
+            int finite = 1;
+            for (int64_t k = 0; k < m; k++) {
+                finite &= isfinite(buf[k]) != 0;
+                lo = buf[k] < lo ? buf[k] : lo;
+                hi = buf[k] > hi ? buf[k] : hi;
+            }
+            if (!finite)
+                return dsq_fail(DSQ_ERR_FORMAT, "quantize: row %lld holds NaN or Inf", (long long)n);
+            float sf = (hi - lo) / 15.0f;
+            uint16_t sh = sf > 0.0f ? q4_scale_bits(sf) : 0;
+            if (sh == 0xffffu || !isfinite(sf))
+                return dsq_fail(DSQ_ERR_FORMAT,
+                                "quantize: row %lld, group %lld spans [%g, %g]: its 4-bit scale "
+                                "is beyond the f16 range",
+                                (long long)n, (long long)g, (double)lo, (double)hi);
+            float s = dsq_f16_to_f32(sh);
+            uint8_t z = 0;
+            if (s > 0.0f) {
+                float zf = rintf(-lo / s);
+                z = (uint8_t)(zf > 15.0f ? 15.0f : zf < 0.0f ? 0.0f : zf);
+                for (int64_t k = 0; k < m; k++) {
+                    float c = rintf(buf[k] / s) + (float)z;
+                    c = c > 15.0f ? 15.0f : c < 0.0f ? 0.0f : c;
+                    put_code(q, ldq, n, k0 + k, (uint32_t)c);
+                }
+            } else {
+                sh = 0; /* all codes 0, zero 0: the group reads back as zeros */
+            }
+            q_scales[n * G + g] = sh;
+            q_zeros[n * G + g] = z;
+        }
+    }
+    return DSQ_OK;
+}
+
+/* ---- dequantize ------------------------------------------------------------------ */
+
+static inline void q8_row(const dsq_q8_mat *W, int64_t n, float *dst)
+{
+    const int8_t *qr = W->q + n * W->cols;
+    const float s = W->scales[n];
+    for (int64_t k = 0; k < W->cols; k++)
+        dst[k] = (float)qr[k] * s;
+}
+
+/* One Q4 row: 8 codes (one uint32) per step, (code - zero) as an exact
+ * integer, converted, times the group's scale. */
+static inline void q4_row(const dsq_q4_mat *W, int64_t n, float *dst)
+{
+    const int64_t K = W->cols, ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K);
+    const uint8_t *qr = W->q + n * ldq;
+    const v8u shifts = {0, 4, 8, 12, 16, 20, 24, 28};
+    for (int64_t g = 0; g < G; g++) {
+        const v8i zero = (v8i){0} + (int32_t)W->zeros[n * G + g];
+        const float s = dsq_f16_to_f32(W->scales[n * G + g]);
+        int64_t k0 = g * DSQ_Q4_GROUP;
+        int64_t k1 = k0 + DSQ_Q4_GROUP < K ? k0 + DSQ_Q4_GROUP : K;
+        for (int64_t k = k0; k < k1; k += 8) {
+            uint32_t word;
+            memcpy(&word, qr + k / 2, 4); /* within ldq: rows are padded to 32 codes */
+            v8u codes = (((v8u){0} + word) >> shifts) & 15u;
+            v8f f = __builtin_convertvector((v8i)codes - zero, v8f) * s;
+            if (k + 8 <= k1)
+                memcpy(dst + k, &f, sizeof f);
+            else
+                memcpy(dst + k, &f, (size_t)(k1 - k) * sizeof(float));
+        }
+    }
+}
+
+void dsq_q8_dequant_rows(const dsq_q8_mat *W, int64_t n0, int64_t n1, float *dst)
+{
+    for (int64_t n = n0; n < n1; n++)
+        q8_row(W, n, dst + (n - n0) * W->cols);
+}
+
+DSQ_CLONES void dsq_q4_dequant_rows(const dsq_q4_mat *W, int64_t n0, int64_t n1, float *dst)
+{
+    for (int64_t n = n0; n < n1; n++)
+        q4_row(W, n, dst + (n - n0) * W->cols);
+}
+
+/* ---- products ---------------------------------------------------------------------- */
+
+size_t dsq_quant_scratch_floats(int64_t K)
+{
+    /* DSQ_QUANT_ROWS dequantized rows + the dense kernel's own row buffer */
+    return (size_t)(DSQ_QUANT_ROWS + DSQ_CPU_MM_ROWS) * (size_t)K;
+}
+
+/* The dense product on rows [o, o+nb) held dequantized in deq [nb][K]. */
+static void dense_block(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
+                        const float *deq, int64_t nb, int64_t K, const dsq_tensor *bias, int64_t o,
+                        int accumulate, float *wbuf)
+{
+    dsq_tensor Wt = {.data = deq, .dtype = DSQ_DT_F32, .ndim = 2, .shape = {nb, K},
+                     .nbytes = (size_t)(nb * K) * sizeof(float)};
+    dsq_tensor bt;
+    if (bias) {
+        bt = *bias;
+        bt.data = (const char *)bias->data + (size_t)o * dsq_dtype_size(bias->dtype);
+        bt.shape[0] = nb;
+        bt.nbytes = (size_t)nb * dsq_dtype_size(bias->dtype);
+    }
+    dsq_cpu_matmul_rows(Y + o, ldy, X, ldx, T, &Wt, bias ? &bt : NULL, 0, nb, accumulate, wbuf);
+}
+
+DSQ_CLONES void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
+                                   const dsq_q8_mat *W, const dsq_tensor *bias, int64_t o0,
+                                   int64_t o1, int accumulate, float *scratch)
+{
+    const int64_t K = W->cols;
+    float *deq = scratch, *wbuf = scratch + (size_t)DSQ_QUANT_ROWS * (size_t)K;
+    for (int64_t o = o0; o < o1; o += DSQ_QUANT_ROWS) {
+        int64_t nb = o1 - o < DSQ_QUANT_ROWS ? o1 - o : DSQ_QUANT_ROWS;
+        for (int64_t r = 0; r < nb; r++)
+            q8_row(W, o + r, deq + r * K);
+        dense_block(Y, ldy, X, ldx, T, deq, nb, K, bias, o, accumulate, wbuf);
+    }
+}
+
+DSQ_CLONES void dsq_q4_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
+                                   const dsq_q4_mat *W, const dsq_tensor *bias, int64_t o0,
+                                   int64_t o1, int accumulate, float *scratch)
+{
+    const int64_t K = W->cols;
+    float *deq = scratch, *wbuf = scratch + (size_t)DSQ_QUANT_ROWS * (size_t)K;
+    for (int64_t o = o0; o < o1; o += DSQ_QUANT_ROWS) {
+        int64_t nb = o1 - o < DSQ_QUANT_ROWS ? o1 - o : DSQ_QUANT_ROWS;
+        for (int64_t r = 0; r < nb; r++)
+            q4_row(W, o + r, deq + r * K);
+        dense_block(Y, ldy, X, ldx, T, deq, nb, K, bias, o, accumulate, wbuf);
+    }
+}
