@@ -27,6 +27,10 @@
 
 #include "internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum dsq_quant_method {
     DSQ_QM_NONE = 0,  /* not quantized */
     DSQ_QM_AWQ = 1,   /* AutoAWQ GEMM packing (repacked at load) */
@@ -65,5 +69,9 @@ dsq_status dsq_quant_config_from_root(const cJSON *root, dsq_quant_config *out);
 
 /* "none", "awq", "gptq", "dsqwen". */
 const char *dsq_quant_method_name(dsq_quant_method m);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -45,6 +45,10 @@
 
 #include "internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DSQ_Q4_GROUP 128
 
 /* A Q8_ROW matrix (layout above); rows = N, cols = K. */
@@ -154,5 +158,9 @@ void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int3
 void dsq_q4_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
                         const dsq_q4_mat *W, const dsq_tensor *bias, int64_t o0, int64_t o1,
                         int accumulate, float *scratch);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
