@@ -289,6 +289,148 @@ DSQ_CLONES void dsq_q4_dequant_rows(const dsq_q4_mat *W, int64_t n0, int64_t n1,
 
 /* ---- products ---------------------------------------------------------------------- */
 
+/* One token (decode): the weights are dequantized straight into the
+ * dense kernel's "pair-split" order (see cpu_ops.c): per 16-chunk, the 8
+ * even-k weights and the 8 odd-k weights, each an 8-lane vector, added as
+ * acc += x_even * w_even; acc += x_odd * w_odd; then the pairwise lane sum
+ * and the K % 16 tail in order -- the operations of dsq_cpu_dot on the same
+ * fp32 weights, so the result is bit for bit the block path's.  The split
+ * costs nothing: a Q4 byte holds k = 2b in its low nibble and 2b+1 in its
+ * high one, a pair of Q8 bytes is one int16 (low byte even k). */
+
+
+#define QINLINE static inline __attribute__((always_inline))
+
+QINLINE v8f ld8f(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+QINLINE void x_split(const float *p, v8f *even, v8f *odd)
+{
+    v8f a = ld8f(p), b = ld8f(p + 8);
+    *even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+    *odd = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+}
+
+QINLINE float hsum8(v8f v)
+{
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+/* 16 codes of a Q4 row (8 bytes) -> even-k and odd-k weights: byte j of
+ * the two little-endian words is code 2j (low nibble) and 2j+1 (high). */
+QINLINE void q4_split16(const uint8_t *p, v8i zero, float s, v8f *we, v8f *wo)
+{
+    uint32_t w0, w1;
+    memcpy(&w0, p, 4);
+    memcpy(&w1, p + 4, 4);
+    const v8u words = {w0, w0, w0, w0, w1, w1, w1, w1};
+    const v8u sh = {0, 8, 16, 24, 0, 8, 16, 24};
+    *we = __builtin_convertvector((v8i)((words >> sh) & 15u) - zero, v8f) * s;
+    *wo = __builtin_convertvector((v8i)((words >> (sh + 4u)) & 15u) - zero, v8f) * s;
+}
+
+typedef int16_t v8s __attribute__((vector_size(16)));
+
+/* 16 int8 codes -> even-k and odd-k weights: read as 8 int16 pairs, the low
+ * byte (sign-extended) is the even code, the high byte the odd one. */
+QINLINE void q8_split16(const int8_t *p, float s, v8f *we, v8f *wo)
+{
+    v8s pairs;
+    memcpy(&pairs, p, sizeof pairs);
+    v8i v = __builtin_convertvector(pairs, v8i);
+    *we = __builtin_convertvector((v << 24) >> 24, v8f) * s;
+    *wo = __builtin_convertvector(v >> 8, v8f) * s;
+}
+
+QINLINE void store_out(float *y, float v, const dsq_tensor *bias, int64_t o, int accumulate)
+{
+    v = v + (bias ? dsq_tensor_get(bias, o) : 0.0f);
+    *y = accumulate ? *y + v : v;
+}
+
+/* out[r] = dot(x, W'[n_r]) for 4 Q4 rows. */
+QINLINE void q4_tile_1x4(const float *x, const dsq_q4_mat *W, const int64_t n[4], float out[4])
+{
+    const int64_t K = W->cols, ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K);
+    const int64_t K16 = K & ~(int64_t)15;
+    v8f a[4] = {{0}};
+    for (int64_t g = 0; g * DSQ_Q4_GROUP < K16; g++) {
+        v8i zero[4];
+        float s[4];
+        const uint8_t *qr[4];
+        for (int r = 0; r < 4; r++) {
+            zero[r] = (v8i){0} + (int32_t)W->zeros[n[r] * G + g];
+            s[r] = dsq_f16_to_f32(W->scales[n[r] * G + g]);
+            qr[r] = W->q + n[r] * ldq;
+        }
+        int64_t k1 = (g + 1) * DSQ_Q4_GROUP < K16 ? (g + 1) * DSQ_Q4_GROUP : K16;
+        for (int64_t k = g * DSQ_Q4_GROUP; k < k1; k += 16) {
+            v8f xe, xo;
+            x_split(x + k, &xe, &xo);
+            for (int r = 0; r < 4; r++) {
+                v8f we, wo;
+                q4_split16(qr[r] + k / 2, zero[r], s[r], &we, &wo);
+                a[r] += xe * we;
+                a[r] += xo * wo;
+            }
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        out[r] = hsum8(a[r]);
+        for (int64_t k = K16; k < K; k++) {
+            const int64_t gi = n[r] * G + k / DSQ_Q4_GROUP;
+            int code = (W->q[n[r] * ldq + k / 2] >> (4 * (k & 1))) & 15;
+            float w = (float)(code - (int)W->zeros[gi]) * dsq_f16_to_f32(W->scales[gi]);
+            out[r] += x[k] * w;
+        }
+    }
+}
+
+QINLINE void q8_tile_1x4(const float *x, const dsq_q8_mat *W, const int64_t n[4], float out[4])
+{
+    const int64_t K = W->cols, K16 = K & ~(int64_t)15;
+    v8f a[4] = {{0}};
+    const int8_t *qr[4];
+    float s[4];
+    for (int r = 0; r < 4; r++) {
+        qr[r] = W->q + n[r] * K;
+        s[r] = W->scales[n[r]];
+    }
+    for (int64_t k = 0; k < K16; k += 16) {
+        v8f xe, xo;
+        x_split(x + k, &xe, &xo);
+        for (int r = 0; r < 4; r++) {
+            v8f we, wo;
+            q8_split16(qr[r] + k, s[r], &we, &wo);
+            a[r] += xe * we;
+            a[r] += xo * wo;
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        out[r] = hsum8(a[r]);
+        for (int64_t k = K16; k < K; k++)
+            out[r] += x[k] * ((float)qr[r][k] * s[r]);
+    }
+}
+
+/* Rows [o0, o1) for one token, 4 at a time (an edge block repeats its last
+ * row and drops the extra results). */
+#define ONE_TOKEN(TILE, W)                                                          \
+    for (int64_t o = o0; o < o1; o += 4) {                                          \
+        int nr = o1 - o < 4 ? (int)(o1 - o) : 4;                                    \
+        int64_t n[4];                                                               \
+        for (int r = 0; r < 4; r++)                                                 \
+            n[r] = o + (r < nr ? r : nr - 1);                                       \
+        float out[4];                                                               \
+        TILE(X, W, n, out);                                                         \
+        for (int r = 0; r < nr; r++)                                                \
+            store_out(Y + o + r, out[r], bias, o + r, accumulate);                  \
+    }
+
 size_t dsq_quant_scratch_floats(int64_t K)
 {
     /* DSQ_QUANT_ROWS dequantized rows + the dense kernel's own row buffer */
@@ -316,6 +458,10 @@ DSQ_CLONES void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_
                                    const dsq_q8_mat *W, const dsq_tensor *bias, int64_t o0,
                                    int64_t o1, int accumulate, float *scratch)
 {
+    if (T == 1) {
+        ONE_TOKEN(q8_tile_1x4, W)
+        return;
+    }
     const int64_t K = W->cols;
     float *deq = scratch, *wbuf = scratch + (size_t)DSQ_QUANT_ROWS * (size_t)K;
     for (int64_t o = o0; o < o1; o += DSQ_QUANT_ROWS) {
@@ -330,6 +476,10 @@ DSQ_CLONES void dsq_q4_matmul_rows(float *Y, int64_t ldy, const float *X, int64_
                                    const dsq_q4_mat *W, const dsq_tensor *bias, int64_t o0,
                                    int64_t o1, int accumulate, float *scratch)
 {
+    if (T == 1) {
+        ONE_TOKEN(q4_tile_1x4, W)
+        return;
+    }
     const int64_t K = W->cols;
     float *deq = scratch, *wbuf = scratch + (size_t)DSQ_QUANT_ROWS * (size_t)K;
     for (int64_t o = o0; o < o1; o += DSQ_QUANT_ROWS) {
