@@ -342,7 +342,7 @@ QINLINE void q8_split16(const int8_t *p, float s, v8f *we, v8f *wo)
     v8s pairs;
     memcpy(&pairs, p, sizeof pairs);
     v8i v = __builtin_convertvector(pairs, v8i);
-    *we = __builtin_convertvector((v << 24) >> 24, v8f) * s;
+    *we = __builtin_convertvector((v8i)((v8u)v << 24) >> 24, v8f) * s; /* no signed left shift */
     *wo = __builtin_convertvector(v >> 8, v8f) * s;
 }
 

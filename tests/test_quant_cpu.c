@@ -236,7 +236,7 @@ static void test_quantize_refusals(void **state)
 static void test_repack_refusals(void **state)
 {
     (void)state;
-    int32_t qw[256 * 2] = {0}, qz[2] = {0}, gi[256];
+    int32_t qw[256 * 2] = {0}, qz[2 * 2] = {0}, gi[256]; /* N 16, K 256 */
     uint16_t sc[2 * 16] = {0};
     uint8_t q[16 * 128], z[32];
     uint16_t s[32];
