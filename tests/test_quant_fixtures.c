@@ -10,6 +10,10 @@
  * for bit: the dequantization is exact in fp32), and multiplied by x with the
  * CPU product (must be within 1e-4 of C.y relative to its largest value;
  * outputs poisoned with NaN first).
+ *
+ * The same file holds quantize-at-load results computed by numpy from the
+ * documented rules (rtn.*): dsq_q8_quantize_rows and dsq_q4_quantize_rows
+ * must give the same codes, scales and zero points bit for bit.
  */
 #include "testutil.h"
 
@@ -158,6 +162,36 @@ static void test_offset_matters(void **state)
     free(q), free(s), free(z), free(d);
 }
 
+/* Quantize at load vs numpy's reading of the documented rules. */
+static void test_quantize_matches_numpy(void **state)
+{
+    (void)state;
+    dsq_tensor w = get("rtn", "w", "BF16");
+    dsq_tensor q8 = get("rtn.q8", "q", "I8"), s8 = get("rtn.q8", "scales", "F32");
+    dsq_tensor q4 = get("rtn.q4", "q", "U8"), s4 = get("rtn.q4", "scales", "F16");
+    dsq_tensor z4 = get("rtn.q4", "zeros", "U8");
+    const int64_t N = w.shape[0], K = w.shape[1];
+    assert_true(q4.shape[1] == dsq_q4_ldq(K) && s4.shape[1] == dsq_q4_groups(K));
+    int8_t *q = malloc((size_t)(N * K));
+    float *s = malloc((size_t)N * 4);
+    assert_int_equal(dsq_q8_quantize_rows(w.data, DSQ_DT_BF16, K, 0, N, q, s), DSQ_OK);
+    assert_memory_equal(q, q8.data, (size_t)(N * K));
+    assert_memory_equal(s, s8.data, (size_t)N * 4);
+    uint8_t *qq = malloc(dsq_q4_q_bytes(N, K)), *zz = malloc(dsq_q4_zeros_bytes(N, K));
+    uint16_t *ss = malloc(dsq_q4_scales_bytes(N, K));
+    memset(qq, 0xa5, dsq_q4_q_bytes(N, K));
+    assert_int_equal(dsq_q4_quantize_rows(w.data, DSQ_DT_BF16, K, 0, N, qq, ss, zz), DSQ_OK);
+    for (size_t i = 0; i < dsq_q4_q_bytes(N, K); i++)
+        if (qq[i] != ((const uint8_t *)q4.data)[i])
+            fail_msg("q4 code byte %zu (row %zu): %02x, numpy %02x", i, i / (size_t)dsq_q4_ldq(K), qq[i],
+                     ((const uint8_t *)q4.data)[i]);
+    assert_memory_equal(ss, s4.data, dsq_q4_scales_bytes(N, K));
+    assert_memory_equal(zz, z4.data, dsq_q4_zeros_bytes(N, K));
+    printf("  quantize at load: %lld x %lld bf16 -> Q8_ROW and Q4_G128 equal numpy bit for bit\n",
+           (long long)N, (long long)K);
+    free(q), free(s), free(qq), free(zz), free(ss);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +199,7 @@ int main(void)
         cmocka_unit_test(test_gptq_v1),
         cmocka_unit_test(test_gptq_v2),
         cmocka_unit_test(test_offset_matters),
+        cmocka_unit_test(test_quantize_matches_numpy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
