@@ -300,35 +300,47 @@ struct q_args {
 };
 
 template <int T, int R, int EPI, bool Q4>
-static void launch_rows(bool vec, int nt, const q_args &a, cudaStream_t s)
+static void launch_vec(int nt, const q_args &a, cudaStream_t s)
 {
     const unsigned blocks = (unsigned)((a.N + R - 1) / R);
-    if (Q4) {
-        const uint8_t *q = static_cast<const uint8_t *>(a.q);
-        const uint16_t *sc = static_cast<const uint16_t *>(a.scales);
-        if (vec)
-            gemv_q4_vec<T, R, EPI><<<blocks, nt, 0, s>>>(a.x, q, sc, a.zeros, a.bias, a.N, a.K, a.y);
-        else
-            gemv_q4_scalar<T, R, EPI><<<blocks, nt, 0, s>>>(a.x, q, sc, a.zeros, a.bias, a.N, a.K, a.y);
-    } else {
-        const int8_t *q = static_cast<const int8_t *>(a.q);
-        const float *sc = static_cast<const float *>(a.scales);
-        if (vec)
-            gemv_q8_vec<T, R, EPI><<<blocks, nt, 0, s>>>(a.x, q, sc, a.bias, a.N, a.K, a.y);
-        else
-            gemv_q8_scalar<T, R, EPI><<<blocks, nt, 0, s>>>(a.x, q, sc, a.bias, a.N, a.K, a.y);
-    }
+    if (Q4)
+        gemv_q4_vec<T, R, EPI><<<blocks, nt, 0, s>>>(a.x, static_cast<const uint8_t *>(a.q),
+                                                     static_cast<const uint16_t *>(a.scales), a.zeros,
+                                                     a.bias, a.N, a.K, a.y);
+    else
+        gemv_q8_vec<T, R, EPI><<<blocks, nt, 0, s>>>(a.x, static_cast<const int8_t *>(a.q),
+                                                     static_cast<const float *>(a.scales), a.bias, a.N,
+                                                     a.K, a.y);
+}
+
+/* The scalar fallback (odd K, misaligned pointers: tests and exotic shapes,
+ * never the model's) always owns 2 rows per block: fewer instantiations,
+ * so this file compiles in reasonable time for four architectures. */
+template <int T, int EPI, bool Q4>
+static void launch_scalar(int nt, const q_args &a, cudaStream_t s)
+{
+    const unsigned blocks = (unsigned)((a.N + 1) / 2);
+    if (Q4)
+        gemv_q4_scalar<T, 2, EPI><<<blocks, nt, 0, s>>>(a.x, static_cast<const uint8_t *>(a.q),
+                                                        static_cast<const uint16_t *>(a.scales), a.zeros,
+                                                        a.bias, a.N, a.K, a.y);
+    else
+        gemv_q8_scalar<T, 2, EPI><<<blocks, nt, 0, s>>>(a.x, static_cast<const int8_t *>(a.q),
+                                                        static_cast<const float *>(a.scales), a.bias, a.N,
+                                                        a.K, a.y);
 }
 
 template <int T, int EPI, bool Q4>
 static void launch_t(bool vec, int nt, int r, const q_args &a, cudaStream_t s)
 {
-    if (r >= 8 && T <= 2)
-        launch_rows<T, (T <= 2 ? 8 : 4), EPI, Q4>(vec, nt, a, s);
+    if (!vec)
+        launch_scalar<T, EPI, Q4>(nt, a, s);
+    else if (r >= 8 && T <= 2)
+        launch_vec<T, (T <= 2 ? 8 : 4), EPI, Q4>(nt, a, s);
     else if (r >= 4)
-        launch_rows<T, 4, EPI, Q4>(vec, nt, a, s);
+        launch_vec<T, 4, EPI, Q4>(nt, a, s);
     else
-        launch_rows<T, 2, EPI, Q4>(vec, nt, a, s);
+        launch_vec<T, 2, EPI, Q4>(nt, a, s);
 }
 
 template <int EPI, bool Q4>
