@@ -8,7 +8,9 @@
  *   AutoGPTQ / GPTQModel / transformers GPTQConfig: {"quant_method": "gptq",
  *     "bits": 4, "group_size": 128, "desc_act": false, "sym": true,
  *     "checkpoint_format": "gptq", ...}; GPTQModel also writes "format",
- *     "lm_head" and "dynamic".  "gptq" (v1) stores zero - 1 in qzeros,
+ *     "method" (its name for quant_method), "pack_dtype", "lm_head" and
+ *     "dynamic"; transformers' AwqConfig "backend" ("autoawq" or "llm-awq",
+ *     which packs differently).  "gptq" (v1) stores zero - 1 in qzeros,
  *     "gptq_v2" the zero itself.
  * Fields that do not change the stored layout or the math (damp_percent,
  * true_sequential, static_groups, model_name_or_path, ...) are ignored. */
@@ -153,6 +155,12 @@ static dsq_status parse_awq(const cJSON *qc, dsq_quant_config *c)
     if (!c->zero_point)
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         QC ".zero_point = false is not supported (AWQ GEMM with zero points only)");
+    const char *be, *be_name;
+    if ((st = get_str(qc, "backend", NULL, &be, &be_name)) != DSQ_OK)
+        return st;
+    if (be && strcmp(be, "autoawq") != 0) /* llm-awq packs differently (GEMV_FAST) */
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        QC ".backend = \"%.32s\" is not supported (AutoAWQ packing only)", be);
     if (ver && !eq_nocase(ver, "gemm"))
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         QC ".version = \"%.32s\" is not supported (AWQ \"gemm\" packing only)", ver);
@@ -200,6 +208,12 @@ static dsq_status parse_gptq(const cJSON *qc, dsq_quant_config *c)
             return dsq_fail(DSQ_ERR_UNSUPPORTED,
                             QC ".dynamic (per-module overrides) is not supported");
     }
+    const char *pd, *pd_name;
+    if ((st = get_str(qc, "pack_dtype", NULL, &pd, &pd_name)) != DSQ_OK)
+        return st;
+    if (pd && strcmp(pd, "int32") != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        QC ".pack_dtype = \"%.32s\" is not supported (int32 words only)", pd);
     if (!fmt || strcmp(fmt, "gptq") == 0)
         c->gptq_zero_offset = 1;
     else if (strcmp(fmt, "gptq_v2") == 0)
@@ -267,12 +281,15 @@ dsq_status dsq_quant_config_from_root(const cJSON *root, dsq_quant_config *out)
     }
     if (!cJSON_IsObject(qc))
         return dsq_fail(DSQ_ERR_CONFIG, QC " must be an object");
-    const cJSON *m = item(qc, "quant_method");
+    const cJSON *m;
+    const char *m_name;
+    dsq_status st = pick(qc, "quant_method", "method", &m, &m_name);
+    if (st != DSQ_OK)
+        return st;
     if (!m)
         return dsq_fail(DSQ_ERR_CONFIG, QC ".quant_method is missing");
     if (!cJSON_IsString(m))
-        return dsq_fail(DSQ_ERR_CONFIG, QC ".quant_method must be a string");
-    dsq_status st;
+        return dsq_fail(DSQ_ERR_CONFIG, QC ".%s must be a string", m_name);
     if (strcmp(m->valuestring, "awq") == 0) {
         c.method = DSQ_QM_AWQ;
         st = parse_awq(qc, &c);
@@ -284,7 +301,7 @@ dsq_status dsq_quant_config_from_root(const cJSON *root, dsq_quant_config *out)
         st = parse_dsqwen(qc, &c);
     } else {
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                        QC ".quant_method = \"%.32s\" is not supported (awq, gptq or dsqwen)",
+                        QC ".%s = \"%.32s\" is not supported (awq, gptq or dsqwen)", m_name,
                         m->valuestring);
     }
     if (st == DSQ_OK)

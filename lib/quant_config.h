@@ -6,12 +6,14 @@
  *   quant_method "awq":    bits 4, group_size 128, zero_point true (default),
  *                          version "gemm" (default; any case).  AutoAWQ's own
  *                          quant_config.json names "w_bit" / "q_group_size"
- *                          are read too.
+ *                          are read too; "backend" absent or "autoawq".
  *   quant_method "gptq":   bits 4, group_size 128, desc_act false (default),
  *                          sym true or false (default true), checkpoint_format
  *                          (or GPTQModel's "format") "gptq" (v1: stored zero
  *                          = zero - 1; the default) or "gptq_v2" (zero as
- *                          is); "dynamic" absent/null/{}; "lm_head" bool.
+ *                          is); "dynamic" absent/null/{}; "lm_head" bool;
+ *                          "pack_dtype" absent or "int32".
+ *   GPTQModel's "method" is read as an alias of "quant_method".
  *   quant_method "dsqwen": version 1; bits 8 with group_size -1 (Q8_ROW) or
  *                          bits 4 with group_size 128 (Q4_G128, zero points).
  * No quantization_config (or null) means an unquantized checkpoint.

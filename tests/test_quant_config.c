@@ -106,6 +106,14 @@ static void test_gptq_accepted(void **state)
                               &c),
                      DSQ_OK);
     assert_int_equal(c.gptq_zero_offset, 0);
+    /* newer GPTQModel: "method", "pack_dtype" */
+    assert_int_equal(parse_qc("{\"method\": \"gptq\", \"quant_method\": \"gptq\", \"bits\": 4, "
+                              "\"group_size\": 128, \"pack_dtype\": \"int32\"}",
+                              &c),
+                     DSQ_OK);
+    assert_int_equal(c.method, DSQ_QM_GPTQ);
+    assert_int_equal(parse_qc("{\"method\": \"gptq\", \"bits\": 4, \"group_size\": 128}", &c), DSQ_OK);
+    assert_int_equal(c.method, DSQ_QM_GPTQ);
 }
 
 static void test_dsqwen_accepted(void **state)
@@ -139,7 +147,7 @@ static const struct bad_case {
     {"{}", DSQ_ERR_CONFIG, "quant_method is missing"},
     {"{\"bits\": 4}", DSQ_ERR_CONFIG, "quant_method"},
     {"{\"quant_method\": 4}", DSQ_ERR_CONFIG, "quant_method must be a string"},
-    {"{\"quant_method\": null}", DSQ_ERR_CONFIG, "quant_method must be a string"},
+    {"{\"quant_method\": null}", DSQ_ERR_CONFIG, "quant_method is missing"}, /* null = absent */
     {"{\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true}", DSQ_ERR_UNSUPPORTED, "bitsandbytes"},
     {"{\"quant_method\": \"fp8\"}", DSQ_ERR_UNSUPPORTED, "quant_method"},
     {"{\"quant_method\": \"AWQ\", \"bits\": 4, \"group_size\": 128}", DSQ_ERR_UNSUPPORTED, "quant_method"},
@@ -169,7 +177,14 @@ static const struct bad_case {
     {"{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"version\": 2}", DSQ_ERR_CONFIG, "version must be a string"},
     {"{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"modules_to_not_convert\": \"x\"}", DSQ_ERR_CONFIG, "modules_to_not_convert"},
     {"{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"modules_to_not_convert\": [1]}", DSQ_ERR_CONFIG, "modules_to_not_convert"},
+    {"{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"backend\": \"llm-awq\"}", DSQ_ERR_UNSUPPORTED, "backend = \"llm-awq\""},
+    {"{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"backend\": 1}", DSQ_ERR_CONFIG, "backend must be a string"},
     /* GPTQ */
+    {"{\"quant_method\": \"gptq\", \"method\": \"awq\", \"bits\": 4, \"group_size\": 128}", DSQ_ERR_CONFIG, "differ"},
+    {"{\"method\": \"qqq\", \"bits\": 4, \"group_size\": 128}", DSQ_ERR_UNSUPPORTED, "method = \"qqq\""},
+    {"{\"method\": 7}", DSQ_ERR_CONFIG, "method must be a string"},
+    {"{\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 128, \"pack_dtype\": \"int8\"}", DSQ_ERR_UNSUPPORTED, "pack_dtype = \"int8\""},
+    {"{\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 128, \"pack_dtype\": 32}", DSQ_ERR_CONFIG, "pack_dtype must be a string"},
     {"{\"quant_method\": \"gptq\", \"group_size\": 128}", DSQ_ERR_CONFIG, "bits is missing"},
     {"{\"quant_method\": \"gptq\", \"bits\": 4}", DSQ_ERR_CONFIG, "group_size is missing"},
     {"{\"quant_method\": \"gptq\", \"bits\": 8, \"group_size\": 128}", DSQ_ERR_UNSUPPORTED, "bits = 8"},
