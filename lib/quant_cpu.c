@@ -62,14 +62,19 @@ dsq_status dsq_q4_from_awq(const int32_t *qweight, const int32_t *qzeros, const 
     dsq_status st = check_packed("AWQ", qweight, qzeros, scales, q, q_scales, q_zeros, N, K);
     if (st != DSQ_OK)
         return st;
+    /* K % 128 == 0, so ldq = K / 2 and every byte of q is written: byte
+     * k/2 of row n from codes k, k+1 (two words of column block n/8).
+     * Blocks of 64 k keep the words read (64 x N/8) in cache while each
+     * row gets a contiguous run of 32 bytes. */
     const int64_t ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K), C = N / 8;
-    memset(q, 0, dsq_q4_q_bytes(N, K));
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t c = 0; c < C; c++) {
-            uint32_t word = (uint32_t)qweight[k * C + c];
-            for (int i = 0; i < 8; i++)
-                put_code(q, ldq, 8 * c + AWQ_ORDER[i], k, (word >> (4 * i)) & 15u);
-        }
+    for (int64_t k0 = 0; k0 < K; k0 += 64)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t k = k0; k < k0 + 64 && k < K; k += 2) {
+                uint32_t w0 = (uint32_t)qweight[k * C + c], w1 = (uint32_t)qweight[(k + 1) * C + c];
+                for (int i = 0; i < 8; i++)
+                    q[(8 * c + AWQ_ORDER[i]) * ldq + k / 2] =
+                        (uint8_t)(((w0 >> (4 * i)) & 15u) | (((w1 >> (4 * i)) & 15u) << 4));
+            }
     for (int64_t g = 0; g < G; g++)
         for (int64_t c = 0; c < C; c++) {
             uint32_t word = (uint32_t)qzeros[g * C + c];
@@ -98,14 +103,14 @@ dsq_status dsq_q4_from_gptq(const int32_t *qweight, const int32_t *qzeros, const
                                 "GPTQ g_idx[%lld] = %d, not %lld: act-order or permuted groups "
                                 "are not supported",
                                 (long long)k, (int)g_idx[k], (long long)(k / DSQ_Q4_GROUP));
+    /* A GPTQ word (r, n) holds codes 8r..8r+7 of row n at bits 4j: exactly
+     * word r of row n in Q4_G128 (ldq = K / 2 here), so the repack of the
+     * codes is a transpose of 32-bit words, blocked for the cache. */
     const int64_t ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K), C = N / 8;
-    memset(q, 0, dsq_q4_q_bytes(N, K));
-    for (int64_t r = 0; r < K / 8; r++)
-        for (int64_t n = 0; n < N; n++) {
-            uint32_t word = (uint32_t)qweight[r * N + n];
-            for (int j = 0; j < 8; j++)
-                put_code(q, ldq, n, 8 * r + j, (word >> (4 * j)) & 15u);
-        }
+    for (int64_t n0 = 0; n0 < N; n0 += 64)
+        for (int64_t r = 0; r < K / 8; r++)
+            for (int64_t n = n0; n < n0 + 64 && n < N; n++)
+                memcpy(q + n * ldq + 4 * r, &qweight[r * N + n], 4);
     for (int64_t g = 0; g < G; g++)
         for (int64_t c = 0; c < C; c++) {
             uint32_t word = (uint32_t)qzeros[g * C + c];
