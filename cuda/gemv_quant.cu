@@ -7,9 +7,9 @@
  * consecutive output rows for all T tokens, so W is streamed exactly once;
  * threads stride the row in 16-byte pieces (Q8: 16 codes, Q4: 32 codes,
  * a quarter of a group), loaded with streaming loads; x is read through L1.
- * Codes become floats without int->float conversions: a code c placed in
- * the low bits of the float 2^23 (0x4B000000) reads as 2^23 + c, and one
- * subtraction of 2^23 + zero (Q4) or 2^23 + 128 (Q8, sign bit flipped
+ * Codes become floats without int->float conversions (quant_decode.cuh): a
+ * code c placed in the low bits of the float 2^23 reads as 2^23 + c, and
+ * one subtraction of 2^23 + zero (Q4) or 2^23 + 128 (Q8, sign bit flipped
  * first) leaves (c - zero) exactly.  Q4 sums x * (c - zero) over a piece
  * and then adds scale * sum; Q8 multiplies the whole row's sum by its scale
  * in the epilogue.
@@ -21,6 +21,7 @@
 
 #include "common.cuh"
 #include "gemv_quant.h"
+#include "quant_decode.cuh"
 
 #define QG_MAX_THREADS 256
 
@@ -87,19 +88,6 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int i)
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-/* Signed byte j of a word whose sign bits were flipped (w ^ 0x80808080),
- * as a float: 2^23 + (b + 128) - (2^23 + 128), exact. */
-__device__ __forceinline__ float q8_code(uint32_t wx, int j)
-{
-    return __uint_as_float(__byte_perm(wx, 0x4B000000u, 0x7440u | (unsigned)j)) - 8388736.0f;
-}
-
-/* 4-bit code j of a word minus the zero: (2^23 + c) - (2^23 + zero), exact. */
-__device__ __forceinline__ float q4_code(uint32_t w, int j, float zbias)
-{
-    return __uint_as_float(0x4B000000u | ((w >> (4 * j)) & 15u)) - zbias;
-}
-
 /* ---- Q8_ROW -------------------------------------------------------------------- */
 
 /* 16-byte path: K % 16 == 0, x and q 16-byte aligned. */
@@ -132,12 +120,11 @@ gemv_q8_vec(const uint16_t *__restrict__ x, const int8_t *__restrict__ q,
             float cw[R][8];
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const uint32_t lo = u4_word(wv[r], 2 * h) ^ 0x80808080u;
-                const uint32_t hi = u4_word(wv[r], 2 * h + 1) ^ 0x80808080u;
+                const uint32_t lo = u4_word(wv[r], 2 * h), hi = u4_word(wv[r], 2 * h + 1);
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    cw[r][j] = q8_code(lo, j);
-                    cw[r][4 + j] = q8_code(hi, j);
+                    cw[r][j] = dsq_qd_s8(lo, j);
+                    cw[r][4 + j] = dsq_qd_s8(hi, j);
                 }
             }
 #pragma unroll
@@ -218,7 +205,7 @@ gemv_q4_vec(const uint16_t *__restrict__ x, const uint8_t *__restrict__ q,
         for (int r = 0; r < R; r++) {
             wv[r] = __ldcs(wr[r] + v);
             s[r] = __half2float(__ushort_as_half(__ldg(sr[r] + g)));
-            zb[r] = 8388608.0f + (float)__ldg(zr[r] + g);
+            zb[r] = dsq_qd_zbias(__ldg(zr[r] + g));
         }
         float part[T][R];
 #pragma unroll
@@ -234,7 +221,7 @@ gemv_q4_vec(const uint16_t *__restrict__ x, const uint8_t *__restrict__ q,
                 const uint32_t word = u4_word(wv[r], w);
 #pragma unroll
                 for (int j = 0; j < 8; j++)
-                    cw[r][j] = q4_code(word, j, zb[r]);
+                    cw[r][j] = dsq_qd_u4(word, j, zb[r]);
             }
 #pragma unroll
             for (int t = 0; t < T; t++) {
