@@ -1,12 +1,13 @@
 /* quant_cpu.c - see quant_cpu.h: repacking, quantize at load, dequantize
  * and the CPU products of the quantized layouts.
  *
- * The products dequantize a block of rows into fp32 scratch and run the
- * dense kernel (dsq_cpu_matmul_rows) on it: one definition of the numerics
- * (the dense path's fixed summation order on the exact dequantized weights),
- * and the dense kernel's tiling for prefill.  The dequantization itself is
- * branch-free 8-lane vector code (a uint32 of 8 codes broadcast, shifted
- * per lane, masked, converted), so it vectorizes on any ISA. */
+ * The products have one definition of their numerics: the dense path's
+ * fixed summation order (dsq_cpu_dot) on the exactly dequantized weights.
+ * Several tokens: a block of rows is dequantized into fp32 scratch and the
+ * dense kernel (dsq_cpu_matmul_rows) runs its tiles on it.  One token: the
+ * codes are dequantized in registers straight into the dense kernel's lane
+ * order.  The dequantization is branch-free 8-lane vector code (shifts,
+ * masks, converts), so it vectorizes on any ISA. */
 #include <math.h>
 #include <string.h>
 
@@ -51,6 +52,17 @@ static dsq_status check_packed(const char *fmt, const void *a, const void *b, co
     return DSQ_OK;
 }
 
+/* DSQ_ERR_FORMAT if any of the n f16 scales (stored [G][N]) is NaN or Inf. */
+static dsq_status check_scales(const char *fmt, const uint16_t *scales, int64_t G, int64_t N)
+{
+    for (int64_t i = 0; i < G * N; i++)
+        if ((scales[i] & 0x7c00u) == 0x7c00u)
+            return dsq_fail(DSQ_ERR_FORMAT, "%s repack: scale of group %lld, column %lld is %s", fmt,
+                            (long long)(i / N), (long long)(i % N),
+                            (scales[i] & 0x3ffu) ? "NaN" : "infinite");
+    return DSQ_OK;
+}
+
 static inline void put_code(uint8_t *q, int64_t ldq, int64_t n, int64_t k, uint32_t v)
 {
     q[n * ldq + k / 2] |= (uint8_t)(v << (4 * (k & 1)));
@@ -60,6 +72,8 @@ dsq_status dsq_q4_from_awq(const int32_t *qweight, const int32_t *qzeros, const 
                            int64_t N, int64_t K, uint8_t *q, uint16_t *q_scales, uint8_t *q_zeros)
 {
     dsq_status st = check_packed("AWQ", qweight, qzeros, scales, q, q_scales, q_zeros, N, K);
+    if (st == DSQ_OK)
+        st = check_scales("AWQ", scales, K / DSQ_Q4_GROUP, N);
     if (st != DSQ_OK)
         return st;
     /* K % 128 == 0, so ldq = K / 2 and every byte of q is written: byte
@@ -92,6 +106,8 @@ dsq_status dsq_q4_from_gptq(const int32_t *qweight, const int32_t *qzeros, const
                             uint8_t *q, uint16_t *q_scales, uint8_t *q_zeros)
 {
     dsq_status st = check_packed("GPTQ", qweight, qzeros, scales, q, q_scales, q_zeros, N, K);
+    if (st == DSQ_OK)
+        st = check_scales("GPTQ", scales, K / DSQ_Q4_GROUP, N);
     if (st != DSQ_OK)
         return st;
     if (zero_offset != 0 && zero_offset != 1)

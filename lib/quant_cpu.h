@@ -78,7 +78,8 @@ size_t dsq_q4_zeros_bytes(int64_t N, int64_t K);  /* N*G   */
  * Both write a whole Q4_G128 matrix (q [N][ldq], scales [N][G], zeros
  * [N][G], caller-allocated with the sizes above) from the tensors as stored
  * (int32 read as little-endian uint32 bit patterns; scales f16 bits).
- * DSQ_ERR_SHAPE when N or K do not fit the format, DSQ_ERR_INVALID_ARG on
+ * DSQ_ERR_SHAPE when N or K do not fit the format, DSQ_ERR_FORMAT for a NaN
+ * or infinite scale (naming group and column), DSQ_ERR_INVALID_ARG on
  * NULL. */
 
 /* AutoAWQ GEMM packing, group size 128:

@@ -253,6 +253,14 @@ static void test_repack_refusals(void **state)
     assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 64, q, s, z), DSQ_ERR_SHAPE);
     assert_int_equal(dsq_q4_from_awq(NULL, qz, sc, 16, 256, q, s, z), DSQ_ERR_INVALID_ARG);
     assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 2, 16, 256, q, s, z), DSQ_ERR_INVALID_ARG);
+    sc[17] = 0x7c00; /* +Inf scale: group 1, column 1 */
+    assert_int_equal(dsq_q4_from_awq(qw, qz, sc, 16, 256, q, s, z), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(dsq_last_error_message(), "group 1, column 1 is infinite"));
+    sc[17] = 0x7e01; /* NaN */
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 256, q, s, z), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(dsq_last_error_message(), "NaN"));
+    sc[17] = 0xfbff; /* -65504: finite, accepted */
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 256, q, s, z), DSQ_OK);
     gi[5] = 1; /* act-order-like grouping */
     assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 256, q, s, z), DSQ_ERR_UNSUPPORTED);
     assert_non_null(strstr(dsq_last_error_message(), "g_idx[5]"));
