@@ -3,8 +3,8 @@
  *
  * The products have one definition of their numerics: the dense path's
  * fixed summation order (dsq_cpu_dot) on the exactly dequantized weights.
- * Several tokens: a block of rows is dequantized into fp32 scratch and the
- * dense kernel (dsq_cpu_matmul_rows) runs its tiles on it.  One token: the
+ * Several tokens: a block of rows is dequantized into fp32 scratch and
+ * tiles like the dense kernel's run on it.  One token: the
  * codes are dequantized in registers straight into the dense kernel's lane
  * order.  The dequantization is branch-free 8-lane vector code (shifts,
  * masks, converts), so it vectorizes on any ISA. */
@@ -454,26 +454,123 @@ QINLINE void q8_tile_1x4(const float *x, const dsq_q8_mat *W, const int64_t n[4]
 
 size_t dsq_quant_scratch_floats(int64_t K)
 {
-    /* DSQ_QUANT_ROWS dequantized rows + the dense kernel's own row buffer */
-    return (size_t)(DSQ_QUANT_ROWS + DSQ_CPU_MM_ROWS) * (size_t)K;
+    return (size_t)DSQ_QUANT_ROWS * (size_t)K; /* DSQ_QUANT_ROWS dequantized rows */
 }
 
-/* The dense product on rows [o, o+nb) held dequantized in deq [nb][K]. */
-static void dense_block(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
-                        const float *deq, int64_t nb, int64_t K, const dsq_tensor *bias, int64_t o,
-                        int accumulate, float *wbuf)
+/* ---- several tokens -------------------------------------------------------------
+ * A block of DSQ_QUANT_ROWS rows is dequantized into scratch in the dense
+ * kernel's split layout (per 16-chunk: the 8 even-k weights, then the 8
+ * odd-k ones; the K % 16 tail in order) and tiles of 2 tokens x 4 rows run
+ * on it with exactly the operations of cpu_ops.c's tile_2x4 / tile_1x4, so
+ * every output is bit for bit dsq_cpu_dot(x, W'[o], K).  Tokens are taken
+ * in blocks whose activations fit in about half of a 1 MiB L2, as the dense
+ * kernel does; a row block is dequantized once per token block. */
+
+/* In place: natural order -> split layout. */
+QINLINE void split_row(float *w, int64_t K)
 {
-    dsq_tensor Wt = {.data = deq, .dtype = DSQ_DT_F32, .ndim = 2, .shape = {nb, K},
-                     .nbytes = (size_t)(nb * K) * sizeof(float)};
-    dsq_tensor bt;
-    if (bias) {
-        bt = *bias;
-        bt.data = (const char *)bias->data + (size_t)o * dsq_dtype_size(bias->dtype);
-        bt.shape[0] = nb;
-        bt.nbytes = (size_t)nb * dsq_dtype_size(bias->dtype);
+    for (int64_t k = 0; k + 16 <= K; k += 16) {
+        v8f e, o;
+        x_split(w + k, &e, &o);
+        memcpy(w + k, &e, sizeof e);
+        memcpy(w + k + 8, &o, sizeof o);
     }
-    dsq_cpu_matmul_rows(Y + o, ldy, X, ldx, T, &Wt, bias ? &bt : NULL, 0, nb, accumulate, wbuf);
 }
+
+/* out[t][r] = dot(x_t, w_r) for 2 tokens x 4 split rows. */
+QINLINE void qtile_2x4(const float *x0, const float *x1, const float *const w[4], int64_t K,
+                       float out[2][4])
+{
+    v8f a[2][4] = {{{0}}};
+    const int64_t K16 = K & ~(int64_t)15;
+    for (int64_t k = 0; k < K16; k += 16) {
+        v8f xe0, xo0, xe1, xo1;
+        x_split(x0 + k, &xe0, &xo0);
+        x_split(x1 + k, &xe1, &xo1);
+        for (int r = 0; r < 4; r++) {
+            v8f we = ld8f(w[r] + k), wo = ld8f(w[r] + k + 8);
+            a[0][r] += xe0 * we;
+            a[0][r] += xo0 * wo;
+            a[1][r] += xe1 * we;
+            a[1][r] += xo1 * wo;
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        out[0][r] = hsum8(a[0][r]);
+        out[1][r] = hsum8(a[1][r]);
+    }
+    for (int64_t k = K16; k < K; k++)
+        for (int r = 0; r < 4; r++) {
+            out[0][r] += x0[k] * w[r][k];
+            out[1][r] += x1[k] * w[r][k];
+        }
+}
+
+QINLINE void qtile_1x4(const float *x0, const float *const w[4], int64_t K, float out[4])
+{
+    v8f a[4] = {{0}};
+    const int64_t K16 = K & ~(int64_t)15;
+    for (int64_t k = 0; k < K16; k += 16) {
+        v8f xe, xo;
+        x_split(x0 + k, &xe, &xo);
+        for (int r = 0; r < 4; r++) {
+            a[r] += xe * ld8f(w[r] + k);
+            a[r] += xo * ld8f(w[r] + k + 8);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        out[r] = hsum8(a[r]);
+    for (int64_t k = K16; k < K; k++)
+        for (int r = 0; r < 4; r++)
+            out[r] += x0[k] * w[r][k];
+}
+
+/* Tokens [t0, t1) on the nb split rows in deq, outputs o .. o+nb-1. */
+QINLINE void rows_block(float *Y, int64_t ldy, const float *X, int64_t ldx, int64_t t0, int64_t t1,
+                        const float *deq, int64_t nb, int64_t K, const dsq_tensor *bias, int64_t o,
+                        int accumulate)
+{
+    for (int64_t r0 = 0; r0 < nb; r0 += 4) {
+        int nr = nb - r0 < 4 ? (int)(nb - r0) : 4;
+        const float *w[4];
+        for (int r = 0; r < 4; r++) /* edge: repeat the last row, drop its results */
+            w[r] = deq + (r0 + (r < nr ? r : nr - 1)) * K;
+        int64_t t = t0;
+        for (; t + 1 < t1; t += 2) {
+            float out[2][4];
+            qtile_2x4(X + t * ldx, X + (t + 1) * ldx, w, K, out);
+            for (int r = 0; r < nr; r++) {
+                store_out(Y + t * ldy + o + r0 + r, out[0][r], bias, o + r0 + r, accumulate);
+                store_out(Y + (t + 1) * ldy + o + r0 + r, out[1][r], bias, o + r0 + r, accumulate);
+            }
+        }
+        if (t < t1) {
+            float out[4];
+            qtile_1x4(X + t * ldx, w, K, out);
+            for (int r = 0; r < nr; r++)
+                store_out(Y + t * ldy + o + r0 + r, out[r], bias, o + r0 + r, accumulate);
+        }
+    }
+}
+
+/* The several-token product: ROW(W, n, dst) dequantizes row n. */
+#define MANY_TOKENS(ROW, W)                                                           \
+    do {                                                                              \
+        const int64_t K = (W)->cols;                                                  \
+        int64_t tblk = (int64_t)(512 * 1024) / (K * (int64_t)sizeof(float));          \
+        tblk = tblk < 2 ? 2 : tblk & ~(int64_t)1;                                     \
+        for (int64_t t0 = 0; t0 < T; t0 += tblk) {                                    \
+            int64_t t1 = T - t0 < tblk ? T : t0 + tblk;                               \
+            for (int64_t o = o0; o < o1; o += DSQ_QUANT_ROWS) {                       \
+                int64_t nb = o1 - o < DSQ_QUANT_ROWS ? o1 - o : DSQ_QUANT_ROWS;       \
+                for (int64_t r = 0; r < nb; r++) {                                    \
+                    ROW(W, o + r, scratch + r * K);                                   \
+                    split_row(scratch + r * K, K);                                    \
+                }                                                                     \
+                rows_block(Y, ldy, X, ldx, t0, t1, scratch, nb, K, bias, o, accumulate); \
+            }                                                                         \
+        }                                                                             \
+    } while (0)
 
 DSQ_CLONES void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
                                    const dsq_q8_mat *W, const dsq_tensor *bias, int64_t o0,
@@ -483,14 +580,7 @@ DSQ_CLONES void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_
         ONE_TOKEN(q8_tile_1x4, W)
         return;
     }
-    const int64_t K = W->cols;
-    float *deq = scratch, *wbuf = scratch + (size_t)DSQ_QUANT_ROWS * (size_t)K;
-    for (int64_t o = o0; o < o1; o += DSQ_QUANT_ROWS) {
-        int64_t nb = o1 - o < DSQ_QUANT_ROWS ? o1 - o : DSQ_QUANT_ROWS;
-        for (int64_t r = 0; r < nb; r++)
-            q8_row(W, o + r, deq + r * K);
-        dense_block(Y, ldy, X, ldx, T, deq, nb, K, bias, o, accumulate, wbuf);
-    }
+    MANY_TOKENS(q8_row, W);
 }
 
 DSQ_CLONES void dsq_q4_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
@@ -501,12 +591,5 @@ DSQ_CLONES void dsq_q4_matmul_rows(float *Y, int64_t ldy, const float *X, int64_
         ONE_TOKEN(q4_tile_1x4, W)
         return;
     }
-    const int64_t K = W->cols;
-    float *deq = scratch, *wbuf = scratch + (size_t)DSQ_QUANT_ROWS * (size_t)K;
-    for (int64_t o = o0; o < o1; o += DSQ_QUANT_ROWS) {
-        int64_t nb = o1 - o < DSQ_QUANT_ROWS ? o1 - o : DSQ_QUANT_ROWS;
-        for (int64_t r = 0; r < nb; r++)
-            q4_row(W, o + r, deq + r * K);
-        dense_block(Y, ldy, X, ldx, T, deq, nb, K, bias, o, accumulate, wbuf);
-    }
+    MANY_TOKENS(q4_row, W);
 }

@@ -141,16 +141,18 @@ void dsq_q8_dequant_rows(const dsq_q8_mat *W, int64_t n0, int64_t n1, float *dst
 void dsq_q4_dequant_rows(const dsq_q4_mat *W, int64_t n0, int64_t n1, float *dst);
 
 /* ---- products ------------------------------------------------------------------------
- * The dense matmul's contract (dsq_cpu_matmul_rows in cpu_ops.h) on the
+ * The dense matmul's contract (cpu_ops.h) on the
  * dequantized weights:
  *   Y[t*ldy + o] = (accumulate ? Y[t*ldy + o] : 0) + (dot(X[t], W'[o]) + bias[o])
  * for t < T, o in [o0, o1); X fp32 [T][ldx] (K used), bias [N] or NULL.
  * Every output is bit for bit dsq_cpu_dot(X[t], W'[o], K) + bias[o], with W'
- * the dequantized fp32 row -- the same numbers dsq_cpu_matmul_rows gives on
- * an F32 tensor holding W', whatever the batch, the row range or the thread.
- * Rows are dequantized DSQ_QUANT_ROWS at a time into scratch (never a whole
- * matrix) and each block serves every token, so the weights are read once
- * per call.  scratch: dsq_quant_scratch_floats(K) floats per thread. */
+ * the dequantized fp32 row -- the numbers the dense kernel gives on an F32
+ * matrix holding W', whatever the batch, the row range or the thread.  One
+ * token dequantizes in registers; several tokens dequantize DSQ_QUANT_ROWS
+ * rows at a time into scratch (never a whole matrix), each block serving
+ * every token, so the weights are read once per call.  Only dsq_cpu_dot is
+ * used from cpu_ops.h.  scratch: dsq_quant_scratch_floats(K) floats per
+ * thread (DSQ_QUANT_ROWS * K). */
 #define DSQ_QUANT_ROWS 8
 size_t dsq_quant_scratch_floats(int64_t K);
 void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,

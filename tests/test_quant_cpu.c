@@ -5,8 +5,9 @@
  *    constant, one-signed), non-finite and out-of-range weights refused;
  *  - dequantization against a scalar reading of the documented layout
  *    written here (nibble by nibble), bit for bit;
- *  - the products: bit for bit the dense kernel on the dequantized fp32
- *    weights, and within fp32 rounding of a double-precision reference;
+ *  - the products: bit for bit dsq_cpu_dot (the dense kernel's defined
+ *    operations) on the dequantized fp32 weights, and within fp32 rounding
+ *    of a double-precision reference;
  *    outputs poisoned with NaN first, rows outside [o0, o1) must stay NaN;
  *    bias and accumulate;
  *  - the repack functions' refusals (shapes, act-order g_idx).
@@ -310,14 +311,17 @@ static void check_product(int is_q4, int64_t N, int64_t K, int32_t T, int with_b
         for (int64_t i = 0; i < T * ldy; i++)
             Y[i] = Yd[i] = init;
     float *scratch = nan_floats(dsq_quant_scratch_floats(K));
-    float *wbuf = nan_floats((size_t)DSQ_CPU_MM_ROWS * (size_t)K);
     if (is_q4)
         dsq_q4_matmul_rows(Y, ldy, X, ldx, T, &W4, bp, o0, o1, accumulate, scratch);
     else
         dsq_q8_matmul_rows(Y, ldy, X, ldx, T, &W8, bp, o0, o1, accumulate, scratch);
-    dsq_tensor Wd = {.data = deq, .dtype = DSQ_DT_F32, .ndim = 2, .shape = {N, K},
-                     .nbytes = (size_t)(N * K) * 4};
-    dsq_cpu_matmul_rows(Yd, ldy, X, ldx, T, &Wd, bp, o0, o1, accumulate, wbuf);
+    /* the contract: dsq_cpu_dot on the dequantized row, + bias, (+ y) --
+     * the dense kernel's numbers on an F32 W' */
+    for (int32_t t = 0; t < T; t++)
+        for (int64_t o = o0; o < o1; o++) {
+            float v = dsq_cpu_dot(X + t * ldx, deq + o * K, K) + (with_bias ? dsq_bf16_to_f32(bb[o]) : 0.0f);
+            Yd[t * ldy + o] = accumulate ? Yd[t * ldy + o] + v : v;
+        }
     double worst = 0;
     for (int32_t t = 0; t < T; t++)
         for (int64_t o = 0; o < ldy; o++) {
@@ -329,7 +333,7 @@ static void check_product(int is_q4, int64_t N, int64_t K, int32_t T, int with_b
                 continue;
             }
             if (memcmp(&got, &Yd[t * ldy + o], 4) != 0)
-                fail_msg("%s %lldx%lld T=%d (%d,%lld): %a, dense on W' %a", is_q4 ? "q4" : "q8",
+                fail_msg("%s %lldx%lld T=%d (%d,%lld): %a, dot on W' %a", is_q4 ? "q4" : "q8",
                          (long long)N, (long long)K, T, t, (long long)o, (double)got,
                          (double)Yd[t * ldy + o]);
             double ref = 0, mag = 0;
@@ -349,14 +353,14 @@ static void check_product(int is_q4, int64_t N, int64_t K, int32_t T, int with_b
         }
     (void)worst;
     free(w), free(f), free(deq), free(q8), free(s8), free(q4), free(s4), free(z4);
-    free(X), free(bb), free(Y), free(Yd), free(scratch), free(wbuf);
+    free(X), free(bb), free(Y), free(Yd), free(scratch);
 }
 
 static void test_products(void **state)
 {
     (void)state;
     const int64_t NK[][2] = {{1, 1}, {7, 3}, {5, 17}, {19, 128}, {31, 257}, {12, 1000}, {40, 1536}, {9, 8960}};
-    const int32_t Ts[] = {1, 2, 3, 8, 9};
+    const int32_t Ts[] = {1, 2, 3, 8, 9, 31}; /* 31 at K = 8960: three token blocks */
     for (int q4 = 0; q4 < 2; q4++)
         for (size_t i = 0; i < sizeof NK / sizeof NK[0]; i++)
             for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)

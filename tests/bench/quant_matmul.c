@@ -20,6 +20,24 @@
 #include "internal.h"
 #include "quant_cpu.h"
 
+/* The bf16 baseline through whichever dense entry point this tree has
+ * (issue 9 replaces dsq_cpu_matmul_rows with dsq_cpu_linear on a
+ * dsq_weight), so the bench builds before and after that change. */
+#if __has_include("weight.h")
+#include "weight.h"
+static void dense(float *Y, const float *X, int T, const dsq_tensor *W, int64_t N, float *wbuf)
+{
+    dsq_weight dw;
+    if (dsq_weight_from_tensor(W, &dw) == DSQ_OK)
+        dsq_cpu_linear(Y, N, X, W->shape[1], T, &dw, NULL, 0, N, 0, wbuf);
+}
+#else
+static void dense(float *Y, const float *X, int T, const dsq_tensor *W, int64_t N, float *wbuf)
+{
+    dsq_cpu_matmul_rows(Y, N, X, W->shape[1], T, W, NULL, 0, N, 0, wbuf);
+}
+#endif
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -69,7 +87,7 @@ int main(int argc, char **argv)
             for (int r = 0; r < reps; r++) {
                 double t0 = now_ms();
                 if (f == 0)
-                    dsq_cpu_matmul_rows(Y, N, X, K, T, &W, NULL, 0, N, 0, scratch);
+                    dense(Y, X, T, &W, N, scratch);
                 else if (f == 1)
                     dsq_q8_matmul_rows(Y, N, X, K, T, &W8, NULL, 0, N, 0, scratch);
                 else
