@@ -1,0 +1,493 @@
+/* gemv_quant.cu - y = epilogue(x W^T) for 1..8 rows of x with 8-bit
+ * (Q8_ROW) or 4-bit (Q4_G128) weights, dequantized in registers; and the
+ * dequantization into bf16 rows for the large-batch (cuBLASLt) path.
+ * Layouts and numerics: gemv_quant.h and lib/quant_cpu.h.
+ *
+ * Work split as the bf16 GEMV (gemv.cu): a block of NT threads owns R
+ * consecutive output rows for all T tokens, so W is streamed exactly once;
+ * threads stride the row in 16-byte pieces (Q8: 16 codes, Q4: 32 codes,
+ * a quarter of a group), loaded with streaming loads; x is read through L1.
+ * Codes become floats without int->float conversions (quant_decode.cuh): a
+ * code c placed in the low bits of the float 2^23 reads as 2^23 + c, and
+ * one subtraction of 2^23 + zero (Q4) or 2^23 + 128 (Q8, sign bit flipped
+ * first) leaves (c - zero) exactly.  Q4 sums x * (c - zero) over a piece
+ * and then adds scale * sum; Q8 multiplies the whole row's sum by its scale
+ * in the epilogue.
+ *
+ * Compiled but not yet run on a GPU (written in a session without one):
+ * tests/test_cuda_quant.cu checks it against the CPU products, and block
+ * shapes are first guesses to be tuned against measurements. */
+#include <cuda_fp16.h>
+
+#include "common.cuh"
+#include "gemv_quant.h"
+#include "quant_decode.cuh"
+
+#define QG_MAX_THREADS 256
+
+/* ---- shared epilogue --------------------------------------------------------- */
+
+/* Reduce acc over the block and apply the epilogue; rowscale (Q8's per-row
+ * scale, or NULL) multiplies each row's sum before the bias. */
+template <int T, int R, int EPI>
+__device__ __forceinline__ void q_epilogue(float (&acc)[T][R], float *red, int row0, int N,
+                                           const float *__restrict__ rowscale,
+                                           const float *__restrict__ bias, void *y)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int NW = blockDim.x >> 5;
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = dsq_warp_sum(acc[t][r]);
+            if (lane == 0)
+                red[(t * R + r) * NW + warp] = v;
+        }
+    __syncthreads();
+    const int j = threadIdx.x;
+    if (EPI == DSQ_EPI_SILU_MUL) {
+        if (j < T * (R / 2)) {
+            const int t = j / (R / 2), p = j % (R / 2);
+            const int n = row0 + 2 * p;
+            if (n + 1 < N) {
+                float g = 0.0f, u = 0.0f;
+                for (int w = 0; w < NW; w++) {
+                    g += red[(t * R + 2 * p) * NW + w];
+                    u += red[(t * R + 2 * p + 1) * NW + w];
+                }
+                if (rowscale) {
+                    g *= rowscale[n];
+                    u *= rowscale[n + 1];
+                }
+                float s = g / (1.0f + expf(-g));
+                static_cast<uint16_t *>(y)[(size_t)t * (N / 2) + n / 2] = dsq_f2bf(s * u);
+            }
+        }
+    } else if (j < T * R) {
+        const int t = j / R, r = j % R;
+        const int n = row0 + r;
+        if (n < N) {
+            float v = 0.0f;
+            for (int w = 0; w < NW; w++)
+                v += red[j * NW + w];
+            if (rowscale)
+                v *= rowscale[n];
+            float *yo = static_cast<float *>(y) + (size_t)t * N + n;
+            if (EPI == DSQ_EPI_BIAS)
+                v += bias[n];
+            if (EPI == DSQ_EPI_ADD)
+                v += *yo;
+            *yo = v;
+        }
+    }
+}
+
+__device__ __forceinline__ uint32_t u4_word(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* ---- Q8_ROW -------------------------------------------------------------------- */
+
+/* 16-byte path: K % 16 == 0, x and q 16-byte aligned. */
+template <int T, int R, int EPI>
+__global__ void __launch_bounds__(QG_MAX_THREADS)
+gemv_q8_vec(const uint16_t *__restrict__ x, const int8_t *__restrict__ q,
+            const float *__restrict__ scales, const float *__restrict__ bias, int N, int K, void *y)
+{
+    __shared__ float red[T * R * (QG_MAX_THREADS / 32)];
+    const int row0 = blockIdx.x * R;
+    const int P = K / 16, K8 = K / 8;
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* rows past N repeat the last one; never stored */
+        wr[r] = reinterpret_cast<const uint4 *>(q + (size_t)min(row0 + r, N - 1) * K);
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+    float acc[T][R];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[t][r] = 0.0f;
+    for (int v = threadIdx.x; v < P; v += blockDim.x) {
+        uint4 wv[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            wv[r] = __ldcs(wr[r] + v);
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* codes 8h .. 8h+7 of the piece */
+            float cw[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t lo = u4_word(wv[r], 2 * h), hi = u4_word(wv[r], 2 * h + 1);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    cw[r][j] = dsq_qd_s8(lo, j);
+                    cw[r][4 + j] = dsq_qd_s8(hi, j);
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                float xf[8];
+                dsq_unpack8(__ldg(xv + (size_t)t * K8 + 2 * v + h), xf);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        acc[t][r] = fmaf(xf[e], cw[r][e], acc[t][r]);
+            }
+        }
+    }
+    q_epilogue<T, R, EPI>(acc, red, row0, N, scales, bias, y);
+}
+
+/* Scalar path for any K and alignment. */
+template <int T, int R, int EPI>
+__global__ void __launch_bounds__(QG_MAX_THREADS)
+gemv_q8_scalar(const uint16_t *__restrict__ x, const int8_t *__restrict__ q,
+               const float *__restrict__ scales, const float *__restrict__ bias, int N, int K, void *y)
+{
+    __shared__ float red[T * R * (QG_MAX_THREADS / 32)];
+    const int row0 = blockIdx.x * R;
+    float acc[T][R];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[t][r] = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float wf = (float)q[(size_t)min(row0 + r, N - 1) * K + k];
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                acc[t][r] = fmaf(__uint_as_float((uint32_t)x[(size_t)t * K + k] << 16), wf, acc[t][r]);
+        }
+    }
+    q_epilogue<T, R, EPI>(acc, red, row0, N, scales, bias, y);
+}
+
+/* ---- Q4_G128 ------------------------------------------------------------------- */
+
+/* 16-byte path: K % 32 == 0 (so ldq = K / 2), x and q 16-byte aligned. */
+template <int T, int R, int EPI>
+__global__ void __launch_bounds__(QG_MAX_THREADS)
+gemv_q4_vec(const uint16_t *__restrict__ x, const uint8_t *__restrict__ q,
+            const uint16_t *__restrict__ scales, const uint8_t *__restrict__ zeros,
+            const float *__restrict__ bias, int N, int K, void *y)
+{
+    __shared__ float red[T * R * (QG_MAX_THREADS / 32)];
+    const int row0 = blockIdx.x * R;
+    const int P = K / 32, K8 = K / 8, G = (K + 127) / 128;
+    const uint4 *wr[R];
+    const uint16_t *sr[R];
+    const uint8_t *zr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const size_t n = (size_t)min(row0 + r, N - 1);
+        wr[r] = reinterpret_cast<const uint4 *>(q + n * (size_t)(K / 2));
+        sr[r] = scales + n * G;
+        zr[r] = zeros + n * G;
+    }
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+    float acc[T][R];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[t][r] = 0.0f;
+    for (int v = threadIdx.x; v < P; v += blockDim.x) {
+        const int g = v >> 2; /* 4 pieces of 32 codes per group of 128 */
+        uint4 wv[R];
+        float s[R], zb[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            wv[r] = __ldcs(wr[r] + v);
+            s[r] = __half2float(__ushort_as_half(__ldg(sr[r] + g)));
+            zb[r] = dsq_qd_zbias(__ldg(zr[r] + g));
+        }
+        float part[T][R];
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                part[t][r] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; w++) { /* codes 8w .. 8w+7 of the piece */
+            float cw[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t word = u4_word(wv[r], w);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    cw[r][j] = dsq_qd_u4(word, j, zb[r]);
+            }
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                float xf[8];
+                dsq_unpack8(__ldg(xv + (size_t)t * K8 + 4 * v + w), xf);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        part[t][r] = fmaf(xf[e], cw[r][e], part[t][r]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[t][r] = fmaf(s[r], part[t][r], acc[t][r]);
+    }
+    q_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
+}
+
+/* Scalar path for any K and alignment: each weight dequantized exactly. */
+template <int T, int R, int EPI>
+__global__ void __launch_bounds__(QG_MAX_THREADS)
+gemv_q4_scalar(const uint16_t *__restrict__ x, const uint8_t *__restrict__ q,
+               const uint16_t *__restrict__ scales, const uint8_t *__restrict__ zeros,
+               const float *__restrict__ bias, int N, int K, void *y)
+{
+    __shared__ float red[T * R * (QG_MAX_THREADS / 32)];
+    const int row0 = blockIdx.x * R;
+    const size_t ldq = (size_t)((K + 31) / 32) * 16, G = (size_t)(K + 127) / 128;
+    float acc[T][R];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[t][r] = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const size_t n = (size_t)min(row0 + r, N - 1);
+            const int code = (q[n * ldq + k / 2] >> (4 * (k & 1))) & 15;
+            const size_t gi = n * G + (size_t)(k / 128);
+            const float wf = (float)(code - (int)zeros[gi]) * __half2float(__ushort_as_half(scales[gi]));
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                acc[t][r] = fmaf(__uint_as_float((uint32_t)x[(size_t)t * K + k] << 16), wf, acc[t][r]);
+        }
+    }
+    q_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
+}
+
+/* ---- launch ------------------------------------------------------------------------ */
+
+struct q_args {
+    const uint16_t *x;
+    const void *q;
+    const void *scales;
+    const uint8_t *zeros;
+    const float *bias;
+    int N, K;
+    void *y;
+};
+
+template <int T, int R, int EPI, bool Q4>
+static void launch_vec(int nt, const q_args &a, cudaStream_t s)
+{
+    const unsigned blocks = (unsigned)((a.N + R - 1) / R);
+    if (Q4)
+        gemv_q4_vec<T, R, EPI><<<blocks, nt, 0, s>>>(a.x, static_cast<const uint8_t *>(a.q),
+                                                     static_cast<const uint16_t *>(a.scales), a.zeros,
+                                                     a.bias, a.N, a.K, a.y);
+    else
+        gemv_q8_vec<T, R, EPI><<<blocks, nt, 0, s>>>(a.x, static_cast<const int8_t *>(a.q),
+                                                     static_cast<const float *>(a.scales), a.bias, a.N,
+                                                     a.K, a.y);
+}
+
+/* The scalar fallback (odd K, misaligned pointers: tests and exotic shapes,
+ * never the model's) always owns 2 rows per block: fewer instantiations,
+ * so this file compiles in reasonable time for four architectures. */
+template <int T, int EPI, bool Q4>
+static void launch_scalar(int nt, const q_args &a, cudaStream_t s)
+{
+    const unsigned blocks = (unsigned)((a.N + 1) / 2);
+    if (Q4)
+        gemv_q4_scalar<T, 2, EPI><<<blocks, nt, 0, s>>>(a.x, static_cast<const uint8_t *>(a.q),
+                                                        static_cast<const uint16_t *>(a.scales), a.zeros,
+                                                        a.bias, a.N, a.K, a.y);
+    else
+        gemv_q8_scalar<T, 2, EPI><<<blocks, nt, 0, s>>>(a.x, static_cast<const int8_t *>(a.q),
+                                                        static_cast<const float *>(a.scales), a.bias, a.N,
+                                                        a.K, a.y);
+}
+
+template <int T, int EPI, bool Q4>
+static void launch_t(bool vec, int nt, int r, const q_args &a, cudaStream_t s)
+{
+    if (!vec)
+        launch_scalar<T, EPI, Q4>(nt, a, s);
+    else if (r >= 8 && T <= 2)
+        launch_vec<T, (T <= 2 ? 8 : 4), EPI, Q4>(nt, a, s);
+    else if (r >= 4)
+        launch_vec<T, 4, EPI, Q4>(nt, a, s);
+    else
+        launch_vec<T, 2, EPI, Q4>(nt, a, s);
+}
+
+template <int EPI, bool Q4>
+static void dispatch_tokens(int T, bool vec, int nt, int r, const q_args &a, cudaStream_t s)
+{
+    switch (T) {
+    case 1: launch_t<1, EPI, Q4>(vec, nt, r, a, s); break;
+    case 2: launch_t<2, EPI, Q4>(vec, nt, r, a, s); break;
+    case 3: launch_t<3, EPI, Q4>(vec, nt, r, a, s); break;
+    case 4: launch_t<4, EPI, Q4>(vec, nt, r, a, s); break;
+    case 5: launch_t<5, EPI, Q4>(vec, nt, r, a, s); break;
+    case 6: launch_t<6, EPI, Q4>(vec, nt, r, a, s); break;
+    case 7: launch_t<7, EPI, Q4>(vec, nt, r, a, s); break;
+    default: launch_t<8, EPI, Q4>(vec, nt, r, a, s); break;
+    }
+}
+
+/* Default block shape from the number of 16-byte pieces per row: enough
+ * threads that each streams a few pieces, never many idle ones (a Q4 row of
+ * 1536 is only 48 pieces).  Untuned: no GPU in the session that wrote it. */
+static void default_cfg(int T, int pieces, int *nt, int *r)
+{
+    /* rows per block: 8 for 1-2 tokens, fewer as the per-thread
+     * accumulators (T x R, twice for Q4) grow: T = 8, R = 4 takes 255
+     * registers in the Q4 kernel */
+    const int rows = T <= 2 ? 8 : T <= 4 ? 4 : 2;
+    if (pieces <= 64) {
+        *nt = 32;
+        *r = rows;
+    } else if (pieces <= 160) {
+        *nt = 64;
+        *r = rows;
+    } else {
+        *nt = T <= 2 ? 256 : 128;
+        *r = T <= 2 ? 2 : rows;
+    }
+}
+
+static dsq_status run(const char *what, bool q4, const q_args &a, int T, dsq_epilogue epi, int nt,
+                      int r, cudaStream_t stream)
+{
+    if (T < 1 || T > DSQ_GEMV_MAX_TOKENS)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d rows; the kernel takes 1..%d", what, T, DSQ_GEMV_MAX_TOKENS);
+    if (a.N < 1 || a.K < 1)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: empty matrix %d x %d", what, a.N, a.K);
+    if (!a.x || !a.q || !a.scales || (q4 && !a.zeros) || !a.y)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: NULL pointer", what);
+    if (epi == DSQ_EPI_SILU_MUL && a.N % 2 != 0)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: silu*mul needs an even row count (got %d)", what, a.N);
+    if (epi == DSQ_EPI_BIAS && !a.bias)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: bias epilogue without a bias", what);
+    const int per_piece = q4 ? 32 : 16;
+    const bool vec = a.K % per_piece == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.q & 15) == 0;
+    if (nt <= 0 || r <= 0)
+        default_cfg(T, vec ? a.K / per_piece : a.K / 8, &nt, &r);
+    if (nt != 32 && nt != 64 && nt != 128 && nt != 256)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: block of %d threads (32, 64, 128 or 256)", what, nt);
+    switch (epi) {
+#define QCASE(E)                                                                   \
+    case E:                                                                        \
+        if (q4)                                                                    \
+            dispatch_tokens<E, true>(T, vec, nt, r, a, stream);                    \
+        else                                                                       \
+            dispatch_tokens<E, false>(T, vec, nt, r, a, stream);                   \
+        break;
+        QCASE(DSQ_EPI_STORE)
+        QCASE(DSQ_EPI_BIAS)
+        QCASE(DSQ_EPI_ADD)
+        QCASE(DSQ_EPI_SILU_MUL)
+#undef QCASE
+    default: return dsq_fail(DSQ_ERR_INTERNAL, "%s: unknown epilogue %d", what, (int)epi);
+    }
+    return DSQ_CU_LAUNCHED(what);
+}
+
+extern "C" dsq_status dsq_cu_gemv_q8_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
+                                         const float *bias, int32_t T, int32_t N, int32_t K,
+                                         dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
+{
+    q_args a = {x, q, scales, nullptr, bias, N, K, y};
+    return run("gemv_q8", false, a, T, epi, nt, r, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                                         const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
+                                         int32_t K, dsq_epilogue epi, void *y, int nt, int r,
+                                         cudaStream_t stream)
+{
+    q_args a = {x, q, scales, zeros, bias, N, K, y};
+    return run("gemv_q4", true, a, T, epi, nt, r, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_q8(const dsq_bf16 *x, const int8_t *q, const float *scales,
+                                     const float *bias, int32_t T, int32_t N, int32_t K,
+                                     dsq_epilogue epi, void *y, cudaStream_t stream)
+{
+    return dsq_cu_gemv_q8_cfg(x, q, scales, bias, T, N, K, epi, y, 0, 0, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                                     const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
+                                     int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream)
+{
+    return dsq_cu_gemv_q4_cfg(x, q, scales, zeros, bias, T, N, K, epi, y, 0, 0, stream);
+}
+
+/* ---- dequantize to bf16 rows ------------------------------------------------------ */
+
+/* One thread per output weight of rows [n0, n0 + rows); grid-stride. */
+__global__ void dequant_q8_kernel(const int8_t *__restrict__ q, const float *__restrict__ scales, int K,
+                                  int n0, size_t total, uint16_t *__restrict__ out)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = n0 + i / K, k = i % K;
+        out[i] = dsq_f2bf((float)q[n * K + k] * scales[n]);
+    }
+}
+
+__global__ void dequant_q4_kernel(const uint8_t *__restrict__ q, const uint16_t *__restrict__ scales,
+                                  const uint8_t *__restrict__ zeros, int K, int n0, size_t total,
+                                  uint16_t *__restrict__ out)
+{
+    const size_t ldq = (size_t)((K + 31) / 32) * 16, G = (size_t)(K + 127) / 128;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = n0 + i / K, k = i % K;
+        const int code = (q[n * ldq + k / 2] >> (4 * (k & 1))) & 15;
+        const size_t gi = n * G + k / 128;
+        out[i] = dsq_f2bf((float)(code - (int)zeros[gi]) * __half2float(__ushort_as_half(scales[gi])));
+    }
+}
+
+static unsigned grid_for(size_t total)
+{
+    size_t b = (total + 255) / 256;
+    return (unsigned)(b < 65535 ? (b ? b : 1) : 65535);
+}
+
+extern "C" dsq_status dsq_cu_dequant_q8_bf16(const int8_t *q, const float *scales, int32_t K, int32_t n0,
+                                             int32_t n1, dsq_bf16 *out, cudaStream_t stream)
+{
+    if (!q || !scales || !out || K < 1 || n0 < 0 || n1 < n0)
+        return dsq_fail(DSQ_ERR_INTERNAL, "dequant_q8_bf16: bad arguments (K %d, rows %d..%d)", K, n0, n1);
+    const size_t total = (size_t)(n1 - n0) * (size_t)K;
+    if (total == 0)
+        return DSQ_OK;
+    dequant_q8_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, K, n0, total, out);
+    return DSQ_CU_LAUNCHED("dequant_q8_bf16");
+}
+
+extern "C" dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                                             int32_t K, int32_t n0, int32_t n1, dsq_bf16 *out,
+                                             cudaStream_t stream)
+{
+    if (!q || !scales || !zeros || !out || K < 1 || n0 < 0 || n1 < n0)
+        return dsq_fail(DSQ_ERR_INTERNAL, "dequant_q4_bf16: bad arguments (K %d, rows %d..%d)", K, n0, n1);
+    const size_t total = (size_t)(n1 - n0) * (size_t)K;
+    if (total == 0)
+        return DSQ_OK;
+    dequant_q4_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, zeros, K, n0, total, out);
+    return DSQ_CU_LAUNCHED("dequant_q4_bf16");
+}

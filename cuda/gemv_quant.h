@@ -1,0 +1,75 @@
+/*
+ * gemv_quant.h - C-callable launchers of the quantized-weight products
+ * (cuda/gemv_quant.cu).  Conventions as cuda/kernels.h: enqueue only (no
+ * allocation, no sync, graph-capturable), DSQ_OK or a dsq_fail() status
+ * naming the kernel.
+ *
+ * Weight layouts are exactly the host ones of lib/quant_cpu.h, uploaded as
+ * they are (W logically [N out][K in]):
+ *   Q8_ROW   q int8 [N][K] (row stride K), scales fp32 [N]
+ *            W[n][k] = (float)q * scales[n]
+ *   Q4_G128  q uint8 [N][ldq], ldq = round_up(K, 32) / 2 (code of k: low
+ *            nibble of byte k/2 for even k, high for odd k), scales f16 bits
+ *            [N][ceil(K/128)], zeros uint8 [N][ceil(K/128)]
+ *            W[n][k] = (float)(code - zero) * scale
+ * Activations x are bf16 [T][K] (what the dense GEMV takes), y follows the
+ * dsq_epilogue of kernels.h (fp32 [T][N], or bf16 [T][N/2] for SILU_MUL
+ * with gate/up rows interleaved in pairs).
+ *
+ * Numerics: fp32 accumulation; Q4 sums x*(code - zero) over each 32-code
+ * piece (inside one group) and adds scale * piece_sum; Q8 sums x*q over the
+ * row and multiplies by the row scale once.  The dequantized codes are exact,
+ * so the only difference from the CPU product (lib/quant_cpu.c) is the
+ * order of fp32 additions: tests/test_cuda_quant.cu checks them against it
+ * within a few fp32 roundings of sum|x*w|.
+ */
+#ifndef DSQ_CUDA_GEMV_QUANT_H
+#define DSQ_CUDA_GEMV_QUANT_H
+
+#include <stdint.h>
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y = epilogue(x W^T) for T in 1..DSQ_GEMV_MAX_TOKENS with Q8_ROW W.
+ * 16-byte loads of q (16 codes) when K % 16 == 0 and x, q are 16-byte
+ * aligned; a scalar path covers the rest.  N even for SILU_MUL; bias fp32
+ * [N] for BIAS. */
+dsq_status dsq_cu_gemv_q8(const dsq_bf16 *x, const int8_t *q, const float *scales,
+                          const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
+                          void *y, cudaStream_t stream);
+
+/* The same with Q4_G128 W: 16-byte loads (32 codes, one group's quarter)
+ * when K % 32 == 0 and x, q are 16-byte aligned; scalar path otherwise. */
+dsq_status dsq_cu_gemv_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                          const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
+                          int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream);
+
+/* Explicit block shape, for tuning and tests: nt threads per block (32, 64,
+ * 128 or 256), r rows per block (2, 4, or 8 for T <= 2) on the 16-byte path
+ * (the scalar path always takes 2); 0, 0 = default. */
+dsq_status dsq_cu_gemv_q8_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
+                              const float *bias, int32_t T, int32_t N, int32_t K,
+                              dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);
+dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                              const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
+                              int32_t K, dsq_epilogue epi, void *y, int nt, int r,
+                              cudaStream_t stream);
+
+/* Large batches: rows [n0, n1) of W dequantized into bf16 out [n1-n0][K]
+ * (row stride K), each weight the exact fp32 value rounded to nearest even,
+ * for the cuBLASLt path (dsq_gemm_run) on a scratch tile of rows. */
+dsq_status dsq_cu_dequant_q8_bf16(const int8_t *q, const float *scales, int32_t K, int32_t n0,
+                                  int32_t n1, dsq_bf16 *out, cudaStream_t stream);
+dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                                  int32_t K, int32_t n0, int32_t n1, dsq_bf16 *out,
+                                  cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSQ_CUDA_GEMV_QUANT_H */

@@ -1,0 +1,328 @@
+/*
+ * test_cuda_quant.cu - the quantized-weight GPU kernels (cuda/gemv_quant.cu)
+ * against the CPU products of lib/quant_cpu.c, which are the reference.
+ *
+ * Weights are quantized on the host (dsq_q8_quantize_rows /
+ * dsq_q4_quantize_rows) from random bf16 matrices of odd sizes, uploaded
+ * as they are; activations are random bf16, given to the CPU as their exact
+ * fp32 values.  Every output buffer is filled with NaN first.  Tolerance:
+ * both sides sum exact products x * w' in fp32 in different orders, so the
+ * difference is bounded by a few K x 2^-24 x sum|x w'|; SILU_MUL outputs are
+ * bf16 (half an ulp, 2^-9 relative, on top).  Sizes cover the 16-byte paths
+ * (K % 32 == 0 for Q4, K % 16 == 0 for Q8), the scalar paths (other K, a
+ * misaligned x) and partial last groups, T = 1..8, every epilogue and the
+ * explicit block shapes.  The bf16 dequantization kernels must equal
+ * bf16(CPU dequantization) bit for bit.  Exits 77 (skipped) without a GPU.
+ *
+ * Written in a session without a GPU: compiled, not yet run.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "testutil.h"
+}
+#include "gemv_quant.h"
+#include "internal.h"
+#include "quant_cpu.h"
+
+static uint64_t g_rng;
+
+static uint64_t rng_next(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+static float frand(float a) { return a * (2.0f * (float)((rng_next() >> 40) * (1.0 / 16777216.0)) - 1.0f); }
+
+#define CU(call) assert_int_equal((int)(call), (int)cudaSuccess)
+#define DS(call) assert_int_equal((int)(call), (int)DSQ_OK)
+
+static void *dev_copy(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes ? bytes : 16));
+    if (bytes)
+        CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void *dev_nan(size_t bytes)
+{
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes ? bytes : 16));
+    CU(cudaMemset(d, 0xff, bytes ? bytes : 16));
+    return d;
+}
+
+static void to_host(void *h, const void *d, size_t bytes)
+{
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* One quantized matrix on host and device. */
+typedef struct qmat {
+    int is_q4;
+    int64_t N, K;
+    dsq_q8_mat h8;
+    dsq_q4_mat h4;
+    float *deq;        /* [N][K] exact dequantized weights */
+    void *dq, *ds, *dz; /* device copies */
+} qmat;
+
+static qmat make_qmat(int is_q4, int64_t N, int64_t K)
+{
+    qmat m;
+    memset(&m, 0, sizeof m);
+    m.is_q4 = is_q4, m.N = N, m.K = K;
+    uint16_t *w = (uint16_t *)malloc((size_t)(N * K) * 2);
+    for (int64_t i = 0; i < N * K; i++)
+        w[i] = dsq_f32_to_bf16(frand((i / K) % 7 == 2 ? 0.02f : 0.5f));
+    m.deq = (float *)malloc((size_t)(N * K) * 4);
+    if (is_q4) {
+        uint8_t *q = (uint8_t *)malloc(dsq_q4_q_bytes(N, K));
+        uint16_t *s = (uint16_t *)malloc(dsq_q4_scales_bytes(N, K));
+        uint8_t *z = (uint8_t *)malloc(dsq_q4_zeros_bytes(N, K));
+        DS(dsq_q4_quantize_rows(w, DSQ_DT_BF16, K, 0, N, q, s, z));
+        m.h4 = (dsq_q4_mat){q, s, z, N, K};
+        dsq_q4_dequant_rows(&m.h4, 0, N, m.deq);
+        m.dq = dev_copy(q, dsq_q4_q_bytes(N, K));
+        m.ds = dev_copy(s, dsq_q4_scales_bytes(N, K));
+        m.dz = dev_copy(z, dsq_q4_zeros_bytes(N, K));
+    } else {
+        int8_t *q = (int8_t *)malloc((size_t)(N * K));
+        float *s = (float *)malloc((size_t)N * 4);
+        DS(dsq_q8_quantize_rows(w, DSQ_DT_BF16, K, 0, N, q, s));
+        m.h8 = (dsq_q8_mat){q, s, N, K};
+        dsq_q8_dequant_rows(&m.h8, 0, N, m.deq);
+        m.dq = dev_copy(q, (size_t)(N * K));
+        m.ds = dev_copy(s, (size_t)N * 4);
+    }
+    free(w);
+    return m;
+}
+
+static void free_qmat(qmat *m)
+{
+    free((void *)m->h8.q), free((void *)m->h8.scales);
+    free((void *)m->h4.q), free((void *)m->h4.scales), free((void *)m->h4.zeros);
+    free(m->deq);
+    cudaFree(m->dq), cudaFree(m->ds), cudaFree(m->dz);
+}
+
+/* CPU reference: y[t][n] = x W'^T (fp32, the library's CPU product) and
+ * mag[t][n] = sum |x w'| in double, for the tolerance. */
+static void cpu_ref(const qmat *m, const float *xf, int T, float *y, double *mag)
+{
+    float *scratch = (float *)malloc(dsq_quant_scratch_floats(m->K) * 4);
+    if (m->is_q4)
+        dsq_q4_matmul_rows(y, m->N, xf, m->K, T, &m->h4, NULL, 0, m->N, 0, scratch);
+    else
+        dsq_q8_matmul_rows(y, m->N, xf, m->K, T, &m->h8, NULL, 0, m->N, 0, scratch);
+    for (int t = 0; t < T; t++)
+        for (int64_t n = 0; n < m->N; n++) {
+            double s = 0;
+            for (int64_t k = 0; k < m->K; k++)
+                s += fabs((double)xf[t * m->K + k] * m->deq[n * m->K + k]);
+            mag[t * m->N + n] = s;
+        }
+    free(scratch);
+}
+
+static dsq_status launch(const qmat *m, const uint16_t *dx, const float *dbias, int T, dsq_epilogue epi,
+                         void *dy, int nt, int r)
+{
+    if (m->is_q4)
+        return dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz,
+                                  dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, nt, r, 0);
+    return dsq_cu_gemv_q8_cfg(dx, (const int8_t *)m->dq, (const float *)m->ds, dbias, T, (int32_t)m->N,
+                              (int32_t)m->K, epi, dy, nt, r, 0);
+}
+
+static void check_case(const qmat *m, int T, dsq_epilogue epi, int nt, int r, int misalign, double *worst)
+{
+    const int64_t N = m->N, K = m->K;
+    uint16_t *x = (uint16_t *)malloc((size_t)(T * K + 8) * 2);
+    float *xf = (float *)malloc((size_t)(T * K) * 4);
+    for (int64_t i = 0; i < T * K; i++) {
+        x[i + misalign] = dsq_f32_to_bf16(frand(1.0f));
+        xf[i] = dsq_bf16_to_f32(x[i + misalign]);
+    }
+    float *bias = (float *)malloc((size_t)N * 4), *init = (float *)malloc((size_t)(T * N) * 4);
+    for (int64_t n = 0; n < N; n++)
+        bias[n] = frand(0.5f);
+    for (int64_t i = 0; i < T * N; i++)
+        init[i] = frand(1.0f);
+    float *y = (float *)malloc((size_t)(T * N) * 4);
+    double *mag = (double *)malloc((size_t)(T * N) * 8);
+    cpu_ref(m, xf, T, y, mag);
+
+    uint16_t *dxb = (uint16_t *)dev_copy(x, (size_t)(T * K + 8) * 2);
+    float *dbias = (float *)dev_copy(bias, (size_t)N * 4);
+    const size_t ybytes = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
+    void *dy = epi == DSQ_EPI_ADD ? dev_copy(init, ybytes) : dev_nan(ybytes);
+    DS(launch(m, dxb + misalign, epi == DSQ_EPI_BIAS ? dbias : NULL, T, epi, dy, nt, r));
+    void *got = malloc(ybytes);
+    to_host(got, dy, ybytes);
+    const double fp = 4.0 * (double)K * 0x1p-24;
+    if (epi == DSQ_EPI_SILU_MUL) {
+        for (int t = 0; t < T; t++)
+            for (int64_t i = 0; i < N / 2; i++) {
+                double g = y[t * N + 2 * i], u = y[t * N + 2 * i + 1];
+                double tg = fp * mag[t * N + 2 * i] + 1e-30, tu = fp * mag[t * N + 2 * i + 1] + 1e-30;
+                double sg = g / (1 + exp(-g)), ref = sg * u;
+                double tol = fabs(ref) * 0x1p-8 + 1.2 * tg * fabs(u) + fabs(sg) * tu + 1e-30;
+                double v = dsq_bf16_to_f32(((uint16_t *)got)[t * (N / 2) + i]);
+                double e = isnan(v) ? INFINITY : fabs(v - ref) / tol;
+                *worst = e > *worst ? e : *worst;
+                if (!(e <= 1.0))
+                    fail_msg("%s %lldx%lld T=%d silu_mul (%d,%lld): %g vs %g (tol %g)", m->is_q4 ? "q4" : "q8",
+                             (long long)N, (long long)K, T, t, (long long)i, v, ref, tol);
+            }
+    } else {
+        for (int t = 0; t < T; t++)
+            for (int64_t n = 0; n < N; n++) {
+                double ref = y[t * N + n];
+                if (epi == DSQ_EPI_BIAS)
+                    ref += bias[n];
+                if (epi == DSQ_EPI_ADD)
+                    ref += init[t * N + n];
+                double tol = fp * mag[t * N + n] + 4e-7 * fabs(ref) + 1e-30;
+                double v = ((float *)got)[t * N + n];
+                double e = isnan(v) ? INFINITY : fabs(v - ref) / tol;
+                *worst = e > *worst ? e : *worst;
+                if (!(e <= 1.0))
+                    fail_msg("%s %lldx%lld T=%d epi %d nt %d r %d (%d,%lld): %g vs CPU %g (tol %g)",
+                             m->is_q4 ? "q4" : "q8", (long long)N, (long long)K, T, (int)epi, nt, r, t,
+                             (long long)n, v, ref, tol);
+            }
+    }
+    free(x), free(xf), free(bias), free(init), free(y), free(mag), free(got);
+    cudaFree(dxb), cudaFree(dbias), cudaFree(dy);
+}
+
+static const int64_t SIZES[][2] = {{1, 32}, {7, 96}, {33, 160}, {31, 1536}, {65, 1000},
+                                   {18, 8960}, {129, 1536}, {9, 17}, {20, 250}};
+
+static void run_gemv_tests(int is_q4)
+{
+    double worst = 0;
+    for (size_t si = 0; si < sizeof SIZES / sizeof SIZES[0]; si++) {
+        qmat m = make_qmat(is_q4, SIZES[si][0], SIZES[si][1]);
+        for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++) {
+            check_case(&m, T, DSQ_EPI_STORE, 0, 0, 0, &worst);
+            if (T == 1 || T == 3 || T == 8) {
+                check_case(&m, T, DSQ_EPI_BIAS, 0, 0, 0, &worst);
+                check_case(&m, T, DSQ_EPI_ADD, 0, 0, 0, &worst);
+                if (m.N % 2 == 0)
+                    check_case(&m, T, DSQ_EPI_SILU_MUL, 0, 0, 0, &worst);
+                check_case(&m, T, DSQ_EPI_STORE, 0, 0, 1, &worst); /* misaligned x: scalar path */
+            }
+        }
+        const int nts[] = {32, 64, 128, 256}, rs[] = {2, 4, 8};
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 3; b++) {
+                check_case(&m, 1, DSQ_EPI_STORE, nts[a], rs[b], 0, &worst);
+                check_case(&m, 5, DSQ_EPI_STORE, nts[a], rs[b], 0, &worst);
+            }
+        free_qmat(&m);
+    }
+    printf("  %s: worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8", worst);
+}
+
+static void test_gemv_q8(void **state)
+{
+    (void)state;
+    run_gemv_tests(0);
+}
+
+static void test_gemv_q4(void **state)
+{
+    (void)state;
+    run_gemv_tests(1);
+}
+
+static void test_dequant_bf16(void **state)
+{
+    (void)state;
+    for (int is_q4 = 0; is_q4 < 2; is_q4++)
+        for (size_t si = 0; si < sizeof SIZES / sizeof SIZES[0]; si++) {
+            qmat m = make_qmat(is_q4, SIZES[si][0], SIZES[si][1]);
+            const int32_t n0 = m.N > 3 ? 2 : 0, n1 = (int32_t)m.N;
+            const size_t n = (size_t)(n1 - n0) * (size_t)m.K;
+            uint16_t *dout = (uint16_t *)dev_nan(n * 2);
+            if (is_q4)
+                DS(dsq_cu_dequant_q4_bf16((const uint8_t *)m.dq, (const uint16_t *)m.ds, (const uint8_t *)m.dz,
+                                          (int32_t)m.K, n0, n1, dout, 0));
+            else
+                DS(dsq_cu_dequant_q8_bf16((const int8_t *)m.dq, (const float *)m.ds, (int32_t)m.K, n0, n1, dout, 0));
+            uint16_t *got = (uint16_t *)malloc(n * 2);
+            to_host(got, dout, n * 2);
+            for (size_t i = 0; i < n; i++) {
+                uint16_t want = dsq_f32_to_bf16(m.deq[(size_t)n0 * m.K + i]);
+                if (got[i] != want)
+                    fail_msg("%s dequant %zu: %04x, bf16(cpu) %04x", is_q4 ? "q4" : "q8", i, got[i], want);
+            }
+            free(got);
+            cudaFree(dout);
+            free_qmat(&m);
+        }
+}
+
+static void test_bad_args(void **state)
+{
+    (void)state;
+    qmat m = make_qmat(1, 8, 128);
+    uint16_t *dx = (uint16_t *)dev_nan(8 * 128 * 2);
+    float *dy = (float *)dev_nan(8 * 8 * 4);
+    assert_int_equal(dsq_cu_gemv_q4(dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds, (const uint8_t *)m.dz, NULL,
+                                    0, 8, 128, DSQ_EPI_STORE, dy, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemv_q4(dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds, (const uint8_t *)m.dz, NULL,
+                                    9, 8, 128, DSQ_EPI_STORE, dy, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemv_q4(dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds, NULL, NULL, 1, 8, 128,
+                                    DSQ_EPI_STORE, dy, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemv_q4(dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds, (const uint8_t *)m.dz, NULL,
+                                    1, 8, 128, DSQ_EPI_BIAS, dy, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemv_q8_cfg(dx, (const int8_t *)m.dq, (const float *)m.ds, NULL, 1, 8, 128,
+                                        DSQ_EPI_STORE, dy, 96, 2, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemv_q8(dx, (const int8_t *)m.dq, (const float *)m.ds, NULL, 1, 7, 128,
+                                    DSQ_EPI_SILU_MUL, dy, 0),
+                     DSQ_ERR_INTERNAL);
+    cudaFree(dx), cudaFree(dy);
+    free_qmat(&m);
+}
+
+int main(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+        printf("SKIP: no CUDA device\n");
+        return DSQ_TEST_SKIP;
+    }
+    const char *seed = getenv("DSQ_TEST_SEED");
+    g_rng = seed && *seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) * 2654435761u + 1;
+    if (!g_rng)
+        g_rng = 1;
+    printf("random seed %llu (set DSQ_TEST_SEED to repeat)\n", (unsigned long long)g_rng);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemv_q8),
+        cmocka_unit_test(test_gemv_q4),
+        cmocka_unit_test(test_dequant_bf16),
+        cmocka_unit_test(test_bad_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

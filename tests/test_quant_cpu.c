@@ -1,0 +1,380 @@
+/*
+ * test_quant_cpu.c - lib/quant_cpu.c on random odd sizes:
+ *  - quantize at load (Q8_ROW, Q4_G128) from BF16/F16/F32: codes in range,
+ *    |w - w'| within half a step of each row/group, the edge groups (zero,
+ *    constant, one-signed), non-finite and out-of-range weights refused;
+ *  - dequantization against a scalar reading of the documented layout
+ *    written here (nibble by nibble), bit for bit;
+ *  - the products: bit for bit dsq_cpu_dot (the dense kernel's defined
+ *    operations) on the dequantized fp32 weights, and within fp32 rounding
+ *    of a double-precision reference;
+ *    outputs poisoned with NaN first, rows outside [o0, o1) must stay NaN;
+ *    bias and accumulate;
+ *  - the repack functions' refusals (shapes, act-order g_idx).
+ * The AWQ/GPTQ repacks themselves are checked against numpy in
+ * test_quant_fixtures.c.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "internal.h"
+#include "quant_cpu.h"
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+/* uniform in [-a, a) */
+static float frand(float a) { return a * (2.0f * (float)((rng_next() >> 40) * (1.0 / 16777216.0)) - 1.0f); }
+
+/* Random weights of dtype dt, [N][K], and their exact fp32 values. */
+static void *rand_weights(dsq_dtype dt, int64_t N, int64_t K, float a, float **f32)
+{
+    size_t n = (size_t)(N * K);
+    void *w = malloc(n * dsq_dtype_size(dt) + 4);
+    float *f = malloc(n * sizeof(float) + 4);
+    assert_non_null(w);
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) {
+        float v = frand(a);
+        /* some rows with a different scale, so groups differ */
+        if ((i / (size_t)K) % 5 == 3)
+            v *= 0.01f;
+        if (dt == DSQ_DT_BF16) {
+            ((uint16_t *)w)[i] = dsq_f32_to_bf16(v);
+            f[i] = dsq_bf16_to_f32(((uint16_t *)w)[i]);
+        } else if (dt == DSQ_DT_F16) {
+            ((uint16_t *)w)[i] = dsq_f32_to_f16(v);
+            f[i] = dsq_f16_to_f32(((uint16_t *)w)[i]);
+        } else {
+            ((float *)w)[i] = v;
+            f[i] = v;
+        }
+    }
+    *f32 = f;
+    return w;
+}
+
+static float *nan_floats(size_t n)
+{
+    float *p = malloc(n * sizeof(float) + 4);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = NAN;
+    return p;
+}
+
+/* W'[n][k] read from the documented Q4 layout, one nibble at a time. */
+static float q4_ref(const dsq_q4_mat *W, int64_t n, int64_t k)
+{
+    int64_t ldq = (W->cols + 31) / 32 * 16, G = (W->cols + 127) / 128;
+    uint8_t byte = W->q[n * ldq + k / 2];
+    int code = k % 2 == 0 ? (byte & 15) : (byte >> 4);
+    int zero = W->zeros[n * G + k / 128];
+    return (float)(code - zero) * dsq_f16_to_f32(W->scales[n * G + k / 128]);
+}
+
+static const dsq_dtype DTS[] = {DSQ_DT_BF16, DSQ_DT_F16, DSQ_DT_F32};
+static const int64_t SIZES[][2] = {{1, 1}, {3, 7}, {5, 128}, {7, 129}, {13, 255}, {9, 300},
+                                   {33, 1536}, {17, 1001}, {8, 8960}};
+
+static void test_q8_quantize(void **state)
+{
+    (void)state;
+    for (size_t di = 0; di < 3; di++)
+        for (size_t si = 0; si < sizeof SIZES / sizeof SIZES[0]; si++) {
+            const int64_t N = SIZES[si][0], K = SIZES[si][1];
+            float *f;
+            void *w = rand_weights(DTS[di], N, K, 0.5f, &f);
+            if (N > 2) /* a zero row */
+                for (int64_t k = 0; k < K; k++) {
+                    f[2 * K + k] = 0.0f;
+                    memset((char *)w + (size_t)(2 * K + k) * dsq_dtype_size(DTS[di]), 0,
+                           dsq_dtype_size(DTS[di]));
+                }
+            int8_t *q = malloc((size_t)(N * K));
+            float *s = nan_floats((size_t)N);
+            /* two row ranges, as two threads would */
+            assert_int_equal(dsq_q8_quantize_rows(w, DTS[di], K, 0, N / 2, q, s), DSQ_OK);
+            assert_int_equal(dsq_q8_quantize_rows(w, DTS[di], K, N / 2, N, q, s), DSQ_OK);
+            dsq_q8_mat W = {q, s, N, K};
+            float *d = nan_floats((size_t)(N * K));
+            dsq_q8_dequant_rows(&W, 0, N, d);
+            for (int64_t n = 0; n < N; n++) {
+                float amax = 0;
+                for (int64_t k = 0; k < K; k++)
+                    amax = fmaxf(amax, fabsf(f[n * K + k]));
+                assert_true(s[n] == amax / 127.0f);
+                for (int64_t k = 0; k < K; k++) {
+                    int64_t i = n * K + k;
+                    assert_true(q[i] >= -127 && q[i] <= 127);
+                    assert_true(d[i] == (float)q[i] * s[n]);
+                    double err = fabs((double)d[i] - f[i]);
+                    /* half a step, plus the rounding of w / scale */
+                    if (!(err <= 0.5 * s[n] + fabs(f[i]) * 0x1p-22 + 1e-30))
+                        fail_msg("q8 %lldx%lld row %lld k %lld: |%g - %g| > scale/2 = %g", (long long)N,
+                                 (long long)K, (long long)n, (long long)k, (double)d[i], (double)f[i],
+                                 0.5 * s[n]);
+                }
+            }
+            if (N > 2)
+                assert_true(s[2] == 0.0f && d[2 * K] == 0.0f);
+            free(w), free(f), free(q), free(s), free(d);
+        }
+}
+
+static void check_q4_roundtrip(const float *f, const dsq_q4_mat *W)
+{
+    const int64_t N = W->rows, K = W->cols, G = dsq_q4_groups(K), ldq = dsq_q4_ldq(K);
+    float *d = nan_floats((size_t)(N * K));
+    dsq_q4_dequant_rows(W, 0, N, d);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t b = (K + 1) / 2; b < ldq; b++) /* padding */
+            assert_int_equal(W->q[n * ldq + b], 0);
+        if (K % 2)
+            assert_int_equal(W->q[n * ldq + K / 2] >> 4, 0);
+        for (int64_t g = 0; g < G; g++) {
+            float s = dsq_f16_to_f32(W->scales[n * G + g]);
+            assert_true(s >= 0.0f && isfinite(s));
+            assert_true(W->zeros[n * G + g] <= 15);
+            for (int64_t k = g * 128; k < K && k < (g + 1) * 128; k++) {
+                int64_t i = n * K + k;
+                float ref = q4_ref(W, n, k);
+                if (memcmp(&ref, &d[i], 4) != 0)
+                    fail_msg("q4 dequant %lld,%lld: %a, layout says %a", (long long)n, (long long)k,
+                             (double)d[i], (double)ref);
+                double err = fabs((double)d[i] - f[i]);
+                if (!(err <= 0.5 * s + fabs(f[i]) * 0x1p-22))
+                    fail_msg("q4 %lldx%lld (%lld,%lld): |%g - %g| > s/2 = %g", (long long)N, (long long)K,
+                             (long long)n, (long long)k, (double)d[i], (double)f[i], 0.5 * s);
+            }
+        }
+    }
+    free(d);
+}
+
+static void test_q4_quantize(void **state)
+{
+    (void)state;
+    for (size_t di = 0; di < 3; di++)
+        for (size_t si = 0; si < sizeof SIZES / sizeof SIZES[0]; si++) {
+            const int64_t N = SIZES[si][0], K = SIZES[si][1];
+            float *f;
+            void *w = rand_weights(DTS[di], N, K, 0.5f, &f);
+            const size_t es = dsq_dtype_size(DTS[di]);
+            /* edge groups in row 1 when there is one: zero first group,
+             * constant positive second, all-negative third */
+            if (N > 1)
+                for (int64_t k = 0; k < K; k++) {
+                    float v = k < 128 ? 0.0f : k < 256 ? 0.25f : -fabsf(f[K + k]);
+                    uint16_t h = DTS[di] == DSQ_DT_BF16 ? dsq_f32_to_bf16(v) : dsq_f32_to_f16(v);
+                    if (DTS[di] == DSQ_DT_F32)
+                        memcpy((char *)w + (size_t)(K + k) * es, &v, 4);
+                    else
+                        memcpy((char *)w + (size_t)(K + k) * es, &h, 2);
+                    f[K + k] = v;
+                }
+            uint8_t *q = malloc(dsq_q4_q_bytes(N, K));
+            uint16_t *s = malloc(dsq_q4_scales_bytes(N, K));
+            uint8_t *z = malloc(dsq_q4_zeros_bytes(N, K));
+            memset(q, 0xee, dsq_q4_q_bytes(N, K)); /* padding must be cleared */
+            assert_int_equal(dsq_q4_quantize_rows(w, DTS[di], K, 0, N - N / 3, q, s, z), DSQ_OK);
+            assert_int_equal(dsq_q4_quantize_rows(w, DTS[di], K, N - N / 3, N, q, s, z), DSQ_OK);
+            dsq_q4_mat W = {q, s, z, N, K};
+            check_q4_roundtrip(f, &W);
+            if (N > 1) {
+                int64_t G = dsq_q4_groups(K);
+                assert_int_equal(s[G], 0); /* all-zero group */
+                assert_int_equal(z[G], 0);
+                if (K >= 256) { /* constant 0.25: zero point 0, every code 15 */
+                    assert_int_equal(z[G + 1], 0);
+                    assert_int_equal(q[dsq_q4_ldq(K) + 100], 0xff);
+                }
+            }
+            free(w), free(f), free(q), free(s), free(z);
+        }
+}
+
+static void test_quantize_refusals(void **state)
+{
+    (void)state;
+    float w[300];
+    for (int i = 0; i < 300; i++)
+        w[i] = 0.01f * (float)i;
+    int8_t q8[300];
+    float s8[2];
+    uint8_t q4[2 * 160];
+    uint16_t s4[6];
+    uint8_t z4[6];
+    w[250] = NAN;
+    assert_int_equal(dsq_q8_quantize_rows(w, DSQ_DT_F32, 150, 0, 2, q8, s8), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(dsq_last_error_message(), "row 1"));
+    assert_int_equal(dsq_q4_quantize_rows(w, DSQ_DT_F32, 150, 0, 2, q4, s4, z4), DSQ_ERR_FORMAT);
+    w[250] = INFINITY;
+    assert_int_equal(dsq_q4_quantize_rows(w, DSQ_DT_F32, 150, 0, 2, q4, s4, z4), DSQ_ERR_FORMAT);
+    w[250] = 2.0e6f; /* range / 15 beyond f16 */
+    assert_int_equal(dsq_q4_quantize_rows(w, DSQ_DT_F32, 150, 0, 2, q4, s4, z4), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(dsq_last_error_message(), "f16"));
+    assert_int_equal(dsq_q8_quantize_rows(w, DSQ_DT_F32, 150, 0, 2, q8, s8), DSQ_OK); /* fine in Q8 */
+    assert_int_equal(dsq_q8_quantize_rows(w, DSQ_DT_OTHER, 150, 0, 2, q8, s8), DSQ_ERR_DTYPE);
+    assert_int_equal(dsq_q8_quantize_rows(NULL, DSQ_DT_F32, 150, 0, 2, q8, s8), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_q4_quantize_rows(w, DSQ_DT_F32, 150, 0, 2, q4, s4, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_q4_quantize_rows(w, DSQ_DT_F32, 0, 0, 2, q4, s4, z4), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_q4_quantize_rows(w, DSQ_DT_F32, 150, 2, 1, q4, s4, z4), DSQ_ERR_INVALID_ARG);
+}
+
+static void test_repack_refusals(void **state)
+{
+    (void)state;
+    int32_t qw[256 * 2] = {0}, qz[2 * 2] = {0}, gi[256]; /* N 16, K 256 */
+    uint16_t sc[2 * 16] = {0};
+    uint8_t q[16 * 128], z[32];
+    uint16_t s[32];
+    for (int k = 0; k < 256; k++)
+        gi[k] = k / 128;
+    /* N 16, K 256 fits */
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 256, q, s, z), DSQ_OK);
+    assert_int_equal(z[0], 1); /* v1: stored 0 means zero 1 */
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 0, 16, 256, q, s, z), DSQ_OK);
+    assert_int_equal(z[0], 0);
+    assert_int_equal(dsq_q4_from_awq(qw, qz, sc, 16, 256, q, s, z), DSQ_OK);
+    assert_int_equal(dsq_q4_from_awq(qw, qz, sc, 12, 256, q, s, z), DSQ_ERR_SHAPE);
+    assert_int_equal(dsq_q4_from_awq(qw, qz, sc, 16, 200, q, s, z), DSQ_ERR_SHAPE);
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 64, q, s, z), DSQ_ERR_SHAPE);
+    assert_int_equal(dsq_q4_from_awq(NULL, qz, sc, 16, 256, q, s, z), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 2, 16, 256, q, s, z), DSQ_ERR_INVALID_ARG);
+    sc[17] = 0x7c00; /* +Inf scale: group 1, column 1 */
+    assert_int_equal(dsq_q4_from_awq(qw, qz, sc, 16, 256, q, s, z), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(dsq_last_error_message(), "group 1, column 1 is infinite"));
+    sc[17] = 0x7e01; /* NaN */
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 256, q, s, z), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(dsq_last_error_message(), "NaN"));
+    sc[17] = 0xfbff; /* -65504: finite, accepted */
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 256, q, s, z), DSQ_OK);
+    gi[5] = 1; /* act-order-like grouping */
+    assert_int_equal(dsq_q4_from_gptq(qw, qz, sc, gi, 1, 16, 256, q, s, z), DSQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dsq_last_error_message(), "g_idx[5]"));
+}
+
+/* The products against the dense kernel on W' (bit for bit) and a double
+ * reference (tolerance), for Q8 and Q4, with row sub-ranges. */
+static void check_product(int is_q4, int64_t N, int64_t K, int32_t T, int with_bias, int accumulate)
+{
+    float *f;
+    void *w = rand_weights(DSQ_DT_BF16, N, K, 0.5f, &f);
+    dsq_q8_mat W8 = {0};
+    dsq_q4_mat W4 = {0};
+    int8_t *q8 = NULL;
+    float *s8 = NULL;
+    uint8_t *q4 = NULL, *z4 = NULL;
+    uint16_t *s4 = NULL;
+    float *deq = malloc((size_t)(N * K) * sizeof(float));
+    if (is_q4) {
+        q4 = malloc(dsq_q4_q_bytes(N, K));
+        s4 = malloc(dsq_q4_scales_bytes(N, K));
+        z4 = malloc(dsq_q4_zeros_bytes(N, K));
+        assert_int_equal(dsq_q4_quantize_rows(w, DSQ_DT_BF16, K, 0, N, q4, s4, z4), DSQ_OK);
+        W4 = (dsq_q4_mat){q4, s4, z4, N, K};
+        dsq_q4_dequant_rows(&W4, 0, N, deq);
+    } else {
+        q8 = malloc((size_t)(N * K));
+        s8 = malloc((size_t)N * sizeof(float));
+        assert_int_equal(dsq_q8_quantize_rows(w, DSQ_DT_BF16, K, 0, N, q8, s8), DSQ_OK);
+        W8 = (dsq_q8_mat){q8, s8, N, K};
+        dsq_q8_dequant_rows(&W8, 0, N, deq);
+    }
+    const int64_t ldx = K + 3, ldy = N + 5;
+    float *X = malloc((size_t)(T * ldx) * sizeof(float));
+    for (int64_t i = 0; i < T * ldx; i++)
+        X[i] = frand(1.0f);
+    uint16_t *bb = malloc((size_t)N * 2);
+    for (int64_t n = 0; n < N; n++)
+        bb[n] = dsq_f32_to_bf16(frand(0.5f));
+    dsq_tensor bias = {.data = bb, .dtype = DSQ_DT_BF16, .ndim = 1, .shape = {N}, .nbytes = (size_t)N * 2};
+    const dsq_tensor *bp = with_bias ? &bias : NULL;
+    /* rows [o0, o1) only; the rest must stay poisoned */
+    const int64_t o0 = N > 4 ? 3 : 0, o1 = N > 9 ? N - 2 : N;
+    float *Y = nan_floats((size_t)(T * ldy)), *Yd = nan_floats((size_t)(T * ldy));
+    float init = 0.75f;
+    if (accumulate)
+        for (int64_t i = 0; i < T * ldy; i++)
+            Y[i] = Yd[i] = init;
+    float *scratch = nan_floats(dsq_quant_scratch_floats(K));
+    if (is_q4)
+        dsq_q4_matmul_rows(Y, ldy, X, ldx, T, &W4, bp, o0, o1, accumulate, scratch);
+    else
+        dsq_q8_matmul_rows(Y, ldy, X, ldx, T, &W8, bp, o0, o1, accumulate, scratch);
+    /* the contract: dsq_cpu_dot on the dequantized row, + bias, (+ y) --
+     * the dense kernel's numbers on an F32 W' */
+    for (int32_t t = 0; t < T; t++)
+        for (int64_t o = o0; o < o1; o++) {
+            float v = dsq_cpu_dot(X + t * ldx, deq + o * K, K) + (with_bias ? dsq_bf16_to_f32(bb[o]) : 0.0f);
+            Yd[t * ldy + o] = accumulate ? Yd[t * ldy + o] + v : v;
+        }
+    double worst = 0;
+    for (int32_t t = 0; t < T; t++)
+        for (int64_t o = 0; o < ldy; o++) {
+            float got = Y[t * ldy + o];
+            if (o < o0 || o >= o1) {
+                if (accumulate ? got != init : !isnan(got))
+                    fail_msg("row %lld outside [%lld,%lld) was written", (long long)o, (long long)o0,
+                             (long long)o1);
+                continue;
+            }
+            if (memcmp(&got, &Yd[t * ldy + o], 4) != 0)
+                fail_msg("%s %lldx%lld T=%d (%d,%lld): %a, dot on W' %a", is_q4 ? "q4" : "q8",
+                         (long long)N, (long long)K, T, t, (long long)o, (double)got,
+                         (double)Yd[t * ldy + o]);
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                ref += (double)X[t * ldx + k] * deq[o * K + k];
+                mag += fabs((double)X[t * ldx + k] * deq[o * K + k]);
+            }
+            double b = with_bias ? dsq_bf16_to_f32(bb[o]) : 0.0;
+            ref += b + (accumulate ? init : 0.0);
+            mag += fabs(b) + (accumulate ? init : 0.0);
+            double tol = 2.0 * (double)K * 0x1p-24 * mag + 1e-30;
+            double r = fabs(got - ref) / tol;
+            worst = r > worst ? r : worst;
+            if (!(r <= 1.0))
+                fail_msg("%s (%d,%lld): %g vs double %g (tol %g)", is_q4 ? "q4" : "q8", t, (long long)o,
+                         (double)got, ref, tol);
+        }
+    (void)worst;
+    free(w), free(f), free(deq), free(q8), free(s8), free(q4), free(s4), free(z4);
+    free(X), free(bb), free(Y), free(Yd), free(scratch);
+}
+
+static void test_products(void **state)
+{
+    (void)state;
+    const int64_t NK[][2] = {{1, 1}, {7, 3}, {5, 17}, {19, 128}, {31, 257}, {12, 1000}, {40, 1536}, {9, 8960}};
+    const int32_t Ts[] = {1, 2, 3, 8, 9, 31}; /* 31 at K = 8960: three token blocks */
+    for (int q4 = 0; q4 < 2; q4++)
+        for (size_t i = 0; i < sizeof NK / sizeof NK[0]; i++)
+            for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
+                check_product(q4, NK[i][0], NK[i][1], Ts[t], (int)((i + t) % 2), (int)(t == 2));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_q8_quantize),
+        cmocka_unit_test(test_q4_quantize),
+        cmocka_unit_test(test_quantize_refusals),
+        cmocka_unit_test(test_repack_refusals),
+        cmocka_unit_test(test_products),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
