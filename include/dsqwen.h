@@ -220,7 +220,57 @@ typedef struct dsq_model_params {
     dsq_progress_fn progress; /* NULL (default): no progress reports; see
                                  dsq_progress_fn                         */
     void *progress_user;    /* passed to `progress` unchanged; default NULL  */
+    /* Added in 0.2.0: weight quantization (see docs/quantization.md). */
+    int32_t quantize;       /* dsq_quantize; DSQ_QUANTIZE_NONE (default):
+                               compute with the weights as the checkpoint
+                               stores them (bf16/f16/f32, or its own AWQ,
+                               GPTQ or dsqwen 4-/8-bit format, detected from
+                               config.json's quantization_config).  INT8 /
+                               Q4: quantize bf16/f16/f32 linear weights at
+                               load (the embedding stays as stored).  Asking
+                               to quantize a checkpoint that is already
+                               quantized: DSQ_ERR_UNSUPPORTED.            */
+    int32_t quantize_head;  /* with quantize != NONE: 1 also quantizes the
+                               output head to int8 (per row); 0 (default)
+                               keeps it as stored                          */
+    /* Added in 0.2.0: tensor parallelism over GPUs through NCCL (CUDA
+     * backend; see docs/tensor_parallel.md). */
+    int32_t tp_world;       /* tensor-parallel degree; 0 or 1 (default): none */
+    const int32_t *tp_devices; /* one process driving tp_world local GPUs:
+                               [tp_world] CUDA device of each rank (rank 0
+                               owns the contexts' results); NULL (default)
+                               with tp_world > 1: one process per rank,
+                               identified by tp_rank and tp_id             */
+    int32_t tp_rank;        /* one process per rank: this process's rank,
+                               0..tp_world-1 (its GPU is `device`)         */
+    const void *tp_id;      /* one process per rank: the DSQ_TP_ID_BYTES
+                               bytes dsq_tp_unique_id() made once (on rank
+                               0), passed to every rank by the application's
+                               own launcher (e.g. MPI); NULL (default)      */
+    float tp_timeout_s;     /* longest wait for a peer (joining, a step)
+                               before the call fails with DSQ_ERR_DEVICE;
+                               0 (default) = 60 seconds                    */
 } dsq_model_params;
+
+/** dsq_model_params.quantize values. */
+typedef enum dsq_quantize {
+    DSQ_QUANTIZE_NONE = 0, /* as stored                                       */
+    DSQ_QUANTIZE_INT8 = 1, /* int8, one scale per output row (symmetric)      */
+    DSQ_QUANTIZE_Q4 = 2    /* 4-bit, groups of 128 inputs, scale + zero point */
+} dsq_quantize;
+
+/** Bytes of a tensor-parallel communicator id (dsq_model_params.tp_id). */
+#define DSQ_TP_ID_BYTES 128
+
+/** Make a fresh communicator id for one-process-per-rank tensor
+ *  parallelism into id[0..DSQ_TP_ID_BYTES): call once (on rank 0) and hand
+ *  the bytes to every rank's dsq_model_params.tp_id.  The library opens no
+ *  sockets for this: NCCL's id names rank 0's listening address.
+ *
+ *  Returns DSQ_OK, DSQ_ERR_INVALID_ARG (NULL id, size < DSQ_TP_ID_BYTES),
+ *  DSQ_ERR_UNSUPPORTED (built without NCCL, or libnccl.so.2 cannot be
+ *  opened: the message says which), DSQ_ERR_DEVICE.  Thread-safe. */
+DSQ_API dsq_status dsq_tp_unique_id(void *id, size_t size);
 
 /** Fill the first `struct_size` bytes of *params with defaults and set
  *  params->struct_size = struct_size.  DSQ_ERR_INVALID_ARG (NULL),

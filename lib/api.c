@@ -6,6 +6,10 @@
 
 #include "arch.h"
 #include "internal.h"
+#ifdef DSQ_HAVE_CUDA
+#include "nccl_comm.h"
+_Static_assert(DSQ_TP_ID_BYTES == DSQ_COMM_ID_BYTES, "one id size for the API and NCCL");
+#endif
 
 /* First released sizes of the params/info structs (ABI floor). */
 #define MODEL_PARAMS_V1 (offsetof(dsq_model_params, load_tokenizer) + sizeof(int32_t))
@@ -102,6 +106,19 @@ int dsq_backend_available(dsq_backend backend)
     return 0;
 }
 
+dsq_status dsq_tp_unique_id(void *id, size_t size)
+{
+    dsq_clear_error();
+    if (!id || size < DSQ_TP_ID_BYTES)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_tp_unique_id: id must hold %d bytes (got %zu%s)",
+                        DSQ_TP_ID_BYTES, size, id ? "" : ", NULL");
+#ifdef DSQ_HAVE_CUDA
+    return dsq_comm_unique_id((uint8_t *)id);
+#else
+    return dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_tp_unique_id: libdsqwen was built without CUDA and NCCL");
+#endif
+}
+
 const char *dsq_build_features(void)
 {
 #ifdef DSQ_HAVE_CUDA
@@ -154,6 +171,20 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     if (p.n_threads < 0 || p.n_threads > DSQ_MAX_THREADS)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_params.n_threads must be in 0..%d (got %d)",
                         DSQ_MAX_THREADS, p.n_threads);
+    if (p.quantize < DSQ_QUANTIZE_NONE || p.quantize > DSQ_QUANTIZE_Q4 || p.quantize_head < 0 ||
+        p.quantize_head > 1)
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_params.quantize %d / quantize_head %d: unknown value",
+                        p.quantize, p.quantize_head);
+    if (p.quantize != DSQ_QUANTIZE_NONE)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_model_params.quantize: quantizing at load is not in this "
+                                             "build of libdsqwen yet");
+    if (p.tp_world < 0 || (p.tp_world > 1 && !p.tp_devices && (p.tp_rank < 0 || p.tp_rank >= p.tp_world)) ||
+        !(p.tp_timeout_s >= 0.0f))
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_params: tp_world %d, tp_rank %d, tp_timeout_s %g",
+                        p.tp_world, p.tp_rank, (double)p.tp_timeout_s);
+    if (p.tp_world > 1)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_model_params.tp_world %d: tensor parallelism is not in this "
+                                             "build of libdsqwen yet", p.tp_world);
     const dsq_backend_ops *ops = pick_backend(p.backend, &st);
     if (!ops)
         return st;

@@ -22,7 +22,7 @@ import sys
 import sysconfig
 import weakref
 
-__all__ = ["DsqError", "Status", "Backend", "KvLayout", "KvDtype", "Role", "LogLevel",
+__all__ = ["DsqError", "Status", "Backend", "KvLayout", "KvDtype", "Quantize", "Role", "LogLevel",
            "build_features", "backend_available", "has_step", "SampleParams", "StepResult",
            "Model", "Context", "Tokenizer", "DetokStream", "Sampler", "Stopper",
            "load_library", "library_path", "version", "chat_format", "set_log_callback",
@@ -82,6 +82,15 @@ class KvDtype(enum.IntEnum):
     F32 = 2
 
 
+class Quantize(enum.IntEnum):
+    NONE = 0
+    INT8 = 1
+    Q4 = 2
+
+
+TP_ID_BYTES = 128
+
+
 class Role(enum.IntEnum):
     SYSTEM = 0
     USER = 1
@@ -113,7 +122,11 @@ class ModelParams(C.Structure):
                 ("n_threads", _i32), ("load_tokenizer", _i32),
                 # appended after 0.1.0
                 ("skip_finite_check", _i32), ("copy_weights", _i32),
-                ("progress", ProgressFn), ("progress_user", C.c_void_p)]
+                ("progress", ProgressFn), ("progress_user", C.c_void_p),
+                # appended in 0.2.0
+                ("quantize", _i32), ("quantize_head", _i32),
+                ("tp_world", _i32), ("tp_devices", C.POINTER(_i32)), ("tp_rank", _i32),
+                ("tp_id", C.c_void_p), ("tp_timeout_s", _f32)]
 
 
 class ModelInfo(C.Structure):
@@ -205,6 +218,7 @@ _SIGNATURES = {
     "dsq_ctx_last_error": (C.c_char_p, [_vp]),
     "dsq_ctx_get_info": (_st, [_vp, _P(CtxInfo)]),
     "dsq_ctx_synchronize": (_st, [_vp]),
+    "dsq_tp_unique_id": (_st, [_vp, _sz]),
     "dsq_ctx_cuda_stream": (_st, [_vp, _P(_vp)]),
     "dsq_prefill": (_st, [_vp, _i32, _P(_i32), _i32, _u32, _P(_f32)]),
     "dsq_decode_step": (_st, [_vp, _i32, _P(_i32), _P(_i32), _P(_f32)]),
@@ -250,7 +264,7 @@ _SIGNATURES = {
 # calls that need them raise NotImplementedError.
 _STEP_FUNCS = {"dsq_seq_truncate", "dsq_seq_fork", "dsq_sample_params_init",
                "dsq_step_params_init", "dsq_step"}
-_OPTIONAL = _STEP_FUNCS | {"dsq_ctx_synchronize", "dsq_ctx_cuda_stream"}
+_OPTIONAL = _STEP_FUNCS | {"dsq_ctx_synchronize", "dsq_ctx_cuda_stream", "dsq_tp_unique_id"}
 
 # The major version this module was written against (DSQ_VERSION_MAJOR).
 _ABI_MAJOR = 0

@@ -51,6 +51,10 @@ pub const DSQ_KV_PAGED: i32 = 1;
 pub const DSQ_KV_F16: i32 = 0;
 pub const DSQ_KV_INT8: i32 = 1;
 pub const DSQ_KV_F32: i32 = 2;
+pub const DSQ_QUANTIZE_NONE: i32 = 0;
+pub const DSQ_QUANTIZE_INT8: i32 = 1;
+pub const DSQ_QUANTIZE_Q4: i32 = 2;
+pub const DSQ_TP_ID_BYTES: usize = 128;
 pub const DSQ_ROLE_SYSTEM: i32 = 0;
 pub const DSQ_ROLE_USER: i32 = 1;
 pub const DSQ_ROLE_ASSISTANT: i32 = 2;
@@ -93,6 +97,14 @@ pub struct dsq_model_params {
     pub copy_weights: i32,
     pub progress: dsq_progress_fn,
     pub progress_user: *mut c_void,
+    // appended in 0.2.0
+    pub quantize: i32,
+    pub quantize_head: i32,
+    pub tp_world: i32,
+    pub tp_devices: *const i32,
+    pub tp_rank: i32,
+    pub tp_id: *const c_void,
+    pub tp_timeout_s: f32,
 }
 
 #[repr(C)]
@@ -244,6 +256,7 @@ extern "C" {
     pub fn dsq_ctx_last_error(ctx: *const dsq_ctx) -> *const c_char;
     pub fn dsq_ctx_get_info(ctx: *const dsq_ctx, info: *mut dsq_ctx_info) -> dsq_status;
     pub fn dsq_ctx_synchronize(ctx: *mut dsq_ctx) -> dsq_status;
+    pub fn dsq_tp_unique_id(id: *mut c_void, size: usize) -> dsq_status;
     pub fn dsq_ctx_cuda_stream(ctx: *const dsq_ctx, stream: *mut *mut c_void) -> dsq_status;
 
     pub fn dsq_prefill(ctx: *mut dsq_ctx, seq: i32, tokens: *const i32, n_tokens: i32,
@@ -367,6 +380,8 @@ mod tests {
         assert_eq!(d.load_tokenizer, 1);
         assert!(d.progress.is_none() && d.progress_user.is_null());
         assert_eq!((d.skip_finite_check, d.copy_weights), (0, 0));
+        assert_eq!((d.quantize, d.quantize_head, d.tp_world, d.tp_rank), (0, 0, 0, 0));
+        assert!(d.tp_devices.is_null() && d.tp_id.is_null() && d.tp_timeout_s == 0.0);
     }
 
     #[test]
