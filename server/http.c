@@ -202,6 +202,9 @@ static enum MHD_Result start_completion(srv *s, conn *k, struct MHD_Connection *
         return respond_error(c, 503, "the server is shutting down", "server_error", NULL, 0);
     }
     k->req = r;
+    pthread_mutex_lock(&s->mu);
+    s->n_http_reqs++;
+    pthread_mutex_unlock(&s->mu);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     k->fd = ci ? ci->connect_fd : -1;
@@ -233,6 +236,7 @@ static enum MHD_Result start_completion(srv *s, conn *k, struct MHD_Connection *
     r->out.len = r->out.cap = 0;
     srv_req_release_locked(s, r);
     k->req = NULL;
+    s->n_http_reqs--;
     pthread_mutex_unlock(&s->mu);
     return respond(c, (unsigned)status, body, NULL, 0);
 }
@@ -308,6 +312,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
         pthread_mutex_lock(&s->mu);
         srv_req_cancel_locked(s, k->req); /* no-op when it finished */
         srv_req_release_locked(s, k->req);
+        s->n_http_reqs--;
         pthread_mutex_unlock(&s->mu);
     }
     srv_buf_free(&k->body);

@@ -361,6 +361,17 @@ int dsq_serve_main(int argc, char **argv)
      * streams an error event and [DONE]), then the connection threads end */
     if (sched)
         srv_sched_stop(s);
+    /* let the connection threads send what the ended requests still have
+     * (the error event and [DONE] of a stream) before the sockets close */
+    for (int i = 0; d && i < 500; i++) {
+        pthread_mutex_lock(&s->mu);
+        int left = s->n_http_reqs;
+        pthread_mutex_unlock(&s->mu);
+        if (left == 0)
+            break;
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
     if (d)
         MHD_stop_daemon(d);
     srv_out_cleanup();

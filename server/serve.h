@@ -179,6 +179,8 @@ typedef struct srv {
                                    cache entries                               */
     int64_t evictable_blocks;   /* blocks of cache entries nobody uses          */
     uint64_t next_num;
+    int32_t n_http_reqs;        /* submitted requests whose HTTP side is not
+                                   done yet (shutdown lets them drain)         */
     srv_metrics m;
 
     /* scheduler-owned */
