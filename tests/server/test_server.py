@@ -467,6 +467,28 @@ def test_cancellation(s):
           m0['dsqwen_requests_total{outcome="cancelled"}'] + 2, "cancelled twice", m3)
 
 
+def test_slow_client(s):
+    """A client that never reads its stream does not hold up the others:
+    the scheduler only appends to the request's buffer."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", s.port))
+    body = json.dumps(chat_body("a long reply nobody reads", max_tokens=300, stream=True,
+                                logprobs=True, top_logprobs=5))
+    sock.sendall((f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n" + body).encode())
+    wait_for(lambda: s.metrics()["dsqwen_active_requests"] == 1, "the slow request to start")
+    t0 = time.time()
+    for _ in range(3):
+        st, _, js, text = s.post(CHAT, chat_body("quick", max_tokens=8))
+        check(st == 200, "a request beside the slow client", text)
+    # the unread reply runs to its end (300 tokens of SSE with top-5 logprobs,
+    # ~200 kB) without the client reading a byte
+    wait_for(lambda: s.metrics()["dsqwen_active_requests"] == 0, "the unread reply to finish", 60)
+    print(f"  slow client: 3 replies beside it in {time.time() - t0:.2f} s", flush=True)
+    sock.close()
+
+
 def load_wave(s, n_clients, max_tokens):
     results = [None] * n_clients
 
@@ -569,6 +591,7 @@ def run_http():
              ("malformed", lambda: test_malformed(main)),
              ("prefix_cache", lambda: test_prefix_cache(main, ref)),
              ("cancellation", lambda: test_cancellation(main)),
+             ("slow_client", lambda: test_slow_client(main)),
              ("pool_full_429", lambda: test_pool_full_429(tiny)),
              ("load_32_clients", lambda: test_load(main)),
              ("shutdown_midstream", lambda: test_shutdown_midstream(tiny))]
