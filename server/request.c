@@ -348,6 +348,8 @@ static int parse_fields(srv *s, const cJSON *root, int chat, srv_req *r, perr *e
 
     if (get_bool(root, "stream", &r->stream, e))
         return -1;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e))
+        return -1;
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so))
@@ -507,7 +509,7 @@ int srv_parse_request(srv *s, const char *body, size_t len, int chat, srv_req **
     }
     if (r->max_tokens > s->max_context - r->n_prompt)
         r->max_tokens = s->max_context - r->n_prompt;
-    if (dsq_stopper_new(s->tok, (const char *const *)r->stops, r->n_stops, 1, &r->stopper) !=
+    if (dsq_stopper_new(s->tok, (const char *const *)r->stops, r->n_stops, !r->ignore_eos, &r->stopper) !=
         DSQ_OK)
         goto oom;
     *out = r;

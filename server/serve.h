@@ -83,6 +83,8 @@ typedef struct srv_req {
     int logprobs;               /* return the sampled token's log-prob          */
     int32_t top_n;              /* top log-probs per token (0..20)              */
     char **stops;               /* [n_stops] stop strings                       */
+    int ignore_eos;             /* vLLM's extension: EOS does not end the reply
+                                   (fixed-length benchmarks)                    */
     size_t n_stops;
     long created;               /* unix time                                    */
     double t_arrive;            /* monotonic seconds                            */

@@ -382,6 +382,7 @@ def test_malformed(s):
     bad(chat_body("x", top_p=1.5), "top_p")
     bad(chat_body("x", stream="yes"), "stream")
     bad(chat_body("x", stop=5), "stop")
+    bad(chat_body("x", ignore_eos="yes"), "ignore_eos")
     bad(chat_body("x", stop=["a", 3]), "stop")
     bad(chat_body("x", n=2), "n")
     bad(chat_body("x", top_logprobs=3), "top_logprobs")
