@@ -523,8 +523,8 @@ char *srv_metrics_text(srv *s)
     metric(&b, "dsqwen_sequences", "gauge", "Sequences held in the context (cached prefixes too).",
            NULL, (double)m->active_seqs);
     int entries = 0;
-    for (int i = 0; i < s->o.prefix_slots; i++)
-        entries += s->prefix && s->prefix[i].seq >= 0;
+    for (int i = 0; s->prefix && i < s->o.prefix_slots; i++)
+        entries += s->prefix[i].seq >= 0;
     metric(&b, "dsqwen_prefix_cache_entries", "gauge", "Cached prefixes.", NULL, (double)entries);
     hist_text(&b, "dsqwen_time_to_first_token_seconds",
               "From the request's arrival to its first token.", &m->ttft);

@@ -565,16 +565,22 @@ void srv_sched_stop(srv *s)
     pthread_cond_signal(&s->cv_sched);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->sched_thread, NULL);
+    /* /metrics may still be asked (the listener closes after this): it
+     * sees no prefix array */
+    pthread_mutex_lock(&s->mu);
+    srv_prefix *prefix = s->prefix;
+    s->prefix = NULL;
+    pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->o.prefix_slots; i++) {
-        if (s->prefix[i].seq >= 0)
-            dsq_seq_remove(s->ctx, s->prefix[i].seq);
-        free(s->prefix[i].tokens);
+        if (prefix[i].seq >= 0)
+            dsq_seq_remove(s->ctx, prefix[i].seq);
+        free(prefix[i].tokens);
     }
     for (int i = 0; i < HIST_N; i++)
         free(s->hist[i]);
     free(s->hist);
     free(s->hist_len);
-    free(s->prefix);
+    free(prefix);
     free(s->active);
     free(s->free_seqs);
 }

@@ -370,6 +370,13 @@ int main(int argc, char **argv)
         usage(stdout);
         return CLI_EXIT_OK;
     }
+    /* `dsqwen help serve` is `dsqwen serve --help` */
+    char *serve_help[] = { argv[0], (char *)"serve", (char *)"--help", NULL };
+    if (strcmp(cmd, "help") == 0 && argc > 2 && strcmp(argv[2], "serve") == 0) {
+        argc = 3;
+        argv = serve_help;
+        cmd = argv[1];
+    }
     if (strcmp(cmd, "help") == 0) {
         int k = argc > 2 ? find_cmd(argv[2]) : -1;
         if (argc > 2 && k < 0) {

@@ -45,7 +45,7 @@ class Server:
 
     def __init__(self, *args, key=KEY):
         cmd = [DSQWEN, "serve", "--model", MODEL, "--backend", "cpu", "--port", "0",
-               "--threads", "2"] + list(args)
+               "--threads", "2", "--served-model-name", "demo-model"] + list(args)
         if key:
             cmd += ["--api-key", key]
         self.key = key
@@ -195,7 +195,8 @@ def test_basics(s):
     st, _, text = s.request("GET", "/v1/models")
     check(st == 200, "/v1/models", text)
     models = json.loads(text)
-    check(models["object"] == "list" and models["data"][0]["object"] == "model", "models", text)
+    check(models["object"] == "list" and models["data"][0]["object"] == "model" and
+          models["data"][0]["id"] == "demo-model", "models (--served-model-name)", text)
     st, _, text = s.request("GET", "/nope")
     check(st == 404, "unknown path is 404", st, text)
     err_field(json.loads(text))
