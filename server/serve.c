@@ -301,7 +301,13 @@ static int setup(srv *s)
                             "character; use --served-model-name\n", name);
             return 2;
         }
-    snprintf(s->served_name, sizeof s->served_name, "%s", name);
+    size_t name_len = strlen(name);
+    if (name_len == 0 || name_len >= sizeof s->served_name) {
+        fprintf(stderr, "dsqwen serve: the model name must have 1 to %zu bytes; use "
+                        "--served-model-name\n", sizeof s->served_name - 1);
+        return 2;
+    }
+    memcpy(s->served_name, name, name_len + 1);
     return 0;
 }
 

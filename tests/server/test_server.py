@@ -646,7 +646,7 @@ def ensure_openai():
                 sys.exit(77)
         try:
             r = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                                "--timeout", "20", "openai"], capture_output=True, text=True,
+                                "--timeout", "20", "--retries", "1", "openai"], capture_output=True, text=True,
                                timeout=300)
             err = r.stderr
         except subprocess.TimeoutExpired:
