@@ -563,6 +563,19 @@ def test_pool_full_429(tiny):
     check(tiny.metrics()['dsqwen_requests_total{outcome="rejected"}'] >= 1, "429 counted")
 
 
+def test_reasoning_inline(tiny):
+    """--reasoning-inline: the thought stays in content, <think> included."""
+    st, _, js, text = tiny.post(CHAT, chat_body("hi", max_tokens=4))
+    check(st == 200, "chat on the inline server", text)
+    m = js["choices"][0]["message"]
+    check(m["content"].startswith("<think>\n") and "reasoning_content" not in m,
+          "inline reasoning", m)
+    st, chunks, done = tiny.stream(CHAT, chat_body("hi", max_tokens=4, stream=True))
+    content, reasoning, _ = collect_chat_stream(chunks)
+    check(done and content.startswith("<think>\n") and reasoning == "", "inline stream",
+          chunks)
+
+
 def test_shutdown_midstream(tiny):
     """SIGINT while a reply streams: the stream ends ([DONE]) and the server
     exits 0 (under ASan: with no leak)."""
@@ -583,7 +596,7 @@ def run_http():
                   "--prefill-chunk", "32", "--prefix-min", "16", "--max-body", "65536")
     ref = Server("--ctx", "2048", "--max-seqs", "2", "--prefix-cache", "0", key=None)
     tiny = Server("--ctx", "256", "--max-seqs", "2", "--kv-pool-tokens", "256",
-                  "--max-queue", "0", "--retry-after", "2", key=None)
+                  "--max-queue", "0", "--retry-after", "2", "--reasoning-inline", key=None)
     tests = [("basics", lambda: test_basics(main)), ("auth", lambda: test_auth(main)),
              ("chat_nonstream", lambda: test_chat_nonstream(main)),
              ("chat_stream", lambda: test_chat_stream(main)),
@@ -595,6 +608,7 @@ def run_http():
              ("cancellation", lambda: test_cancellation(main)),
              ("slow_client", lambda: test_slow_client(main)),
              ("pool_full_429", lambda: test_pool_full_429(tiny)),
+             ("reasoning_inline", lambda: test_reasoning_inline(tiny)),
              ("load_32_clients", lambda: test_load(main)),
              ("shutdown_midstream", lambda: test_shutdown_midstream(tiny))]
     failed = 0
