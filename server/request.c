@@ -458,7 +458,11 @@ int srv_parse_request(srv *s, const char *body, size_t len, int chat, srv_req **
 
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
+    while (root && end && end < body + len &&
+           (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n'))
+        end++;
+    if (!root || (end && end < body + len)) { /* trailing bytes after the value too */
+        cJSON_Delete(root);
         fail(&e, NULL, "invalid_json", "the request body is not valid JSON%s", NULL);
         goto bad;
     }

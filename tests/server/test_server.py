@@ -376,6 +376,7 @@ def test_malformed(s):
 
     bad(None, raw="{not json", code="invalid_json")
     bad(None, raw="[1,2]")
+    bad(None, raw='{"messages": []} trailing', code="invalid_json")
     bad(None, raw="")
     bad(chat_body("x", max_tokens="ten"), "max_tokens")
     bad(chat_body("x", max_tokens=0), "max_tokens")
