@@ -500,6 +500,11 @@ char *srv_metrics_text(srv *s)
     metric(&b, "dsqwen_generation_tokens_total", "counter", "Tokens generated.", NULL,
            (double)m->gen_tokens);
     metric(&b, "dsqwen_steps_total", "counter", "dsq_step calls.", NULL, (double)m->steps);
+    metric(&b, "dsqwen_mixed_steps_total", "counter",
+           "Steps that ran prompt chunks beside decode tokens.", NULL, (double)m->mixed_steps);
+    metric(&b, "dsqwen_prefill_tokens_total", "counter",
+           "Prompt tokens run through the model (not taken from the prefix cache).", NULL,
+           (double)m->prefill_tokens);
     metric(&b, "dsqwen_queue_length", "gauge", "Requests waiting for a sequence or KV room.",
            NULL, (double)s->n_waiting);
     metric(&b, "dsqwen_active_requests", "gauge", "Requests holding a sequence.", NULL,

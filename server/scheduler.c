@@ -317,6 +317,8 @@ typedef struct step_obs {
     double *ttft, *itl;
     int n_ttft, n_itl;
     int n_gen; /* tokens sampled */
+    int mixed; /* prompt chunks beside decodes */
+    int32_t n_prefill; /* prompt tokens in the step */
 } step_obs;
 
 /* One dsq_step over the active requests (without the lock).  Requests that
@@ -367,6 +369,12 @@ static int run_step(srv *s, dsq_step_seq *e, dsq_step_out *out, srv_req **map, i
     }
     if (n == 0)
         return 0;
+    int n_chunks = 0;
+    for (int i = 0; i < n; i++) {
+        n_chunks += chunk[i] > 0;
+        obs->n_prefill += chunk[i];
+    }
+    obs->mixed = n_chunks > 0 && n_chunks < n;
     dsq_status st = dsq_step(s->ctx, e, n, NULL, out);
     if (st != DSQ_OK) {
         /* cannot happen with the KV reservations; fail the batch's requests
@@ -488,7 +496,7 @@ static void *sched_main(void *arg)
         }
         pthread_mutex_unlock(&s->mu);
 
-        step_obs obs = { ttft, itl, 0, 0, 0 };
+        step_obs obs = { ttft, itl, 0, 0, 0, 0, 0 };
         int n = run_step(s, e, out, map, chunk, done, &n_done, &obs);
         int32_t n_tok = 0;
         for (int i = 0; i < n; i++)
@@ -511,6 +519,8 @@ static void *sched_main(void *arg)
                 make_prefix(s, r);
         }
         s->m.gen_tokens += (uint64_t)obs.n_gen;
+        s->m.mixed_steps += (uint64_t)obs.mixed;
+        s->m.prefill_tokens += (uint64_t)obs.n_prefill;
         for (int i = 0; i < n_done; i++)
             retire_locked(s, done[i]);
         for (int i = 0; i < obs.n_ttft; i++)

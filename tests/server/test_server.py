@@ -427,7 +427,10 @@ def test_prefix_cache(s, ref):
         check(js["choices"][0]["message"] == js2["choices"][0]["message"],
               "forked prefix gives the reply of a full prefill", js, js2)
         outs.append(js)
-    hits = s.metrics()["dsqwen_prefix_cache_hit_tokens_total"] - before
+    m = s.metrics()
+    hits = m["dsqwen_prefix_cache_hit_tokens_total"] - before
+    check(m["dsqwen_prefill_tokens_total"] + m["dsqwen_prefix_cache_hit_tokens_total"] ==
+          m["dsqwen_prompt_tokens_total"], "prefilled + cached = prompt tokens", m)
     check(hits >= 2 * 60, f"prefix cache used ({hits} tokens)", s.metrics())
     check(outs[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] >= 60,
           "usage reports cached tokens", outs[-1])
@@ -533,6 +536,8 @@ def test_load(s):
     batched = m["dsqwen_batch_size_steps_count"] - m['dsqwen_batch_size_steps_bucket{le="1"}'] - \
         (m0["dsqwen_batch_size_steps_count"] - m0['dsqwen_batch_size_steps_bucket{le="1"}'])
     check(batched > 0, "steps batched several requests", m)
+    check(m["dsqwen_mixed_steps_total"] > m0["dsqwen_mixed_steps_total"],
+          "prompts were admitted in steps beside running decodes", m)
     check(m["dsqwen_active_requests"] == 0 and m["dsqwen_queue_length"] == 0, "all done", m)
     if not ASAN:  # ASan's quarantine holds freed memory on purpose
         check(rss2 - rss1 < 16 * 1024, f"RSS grew {rss2 - rss1} kB in the second wave")
