@@ -497,6 +497,8 @@ char *srv_metrics_text(srv *s)
     metric(&b, "dsqwen_prefix_cache_hit_tokens_total", "counter",
            "Prompt tokens taken from the prefix cache instead of being prefilled.", NULL,
            (double)m->prefix_hit_tokens);
+    metric(&b, "dsqwen_prefix_cache_evictions_total", "counter",
+           "Cached prefixes dropped to make room.", NULL, (double)m->prefix_evictions);
     metric(&b, "dsqwen_generation_tokens_total", "counter", "Tokens generated.", NULL,
            (double)m->gen_tokens);
     metric(&b, "dsqwen_steps_total", "counter", "dsq_step calls.", NULL, (double)m->steps);

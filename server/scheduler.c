@@ -133,6 +133,7 @@ static int evict_one(srv *s, int keep)
     p->len = 0;
     p->seq = -1;
     recompute_evictable(s);
+    s->m.prefix_evictions++;
     return 1;
 }
 

@@ -140,6 +140,7 @@ typedef struct srv_metrics {
     uint64_t steps;
     uint64_t mixed_steps;        /* steps with prompt chunks beside decodes      */
     uint64_t prefill_tokens;     /* prompt tokens run through the model          */
+    uint64_t prefix_evictions;   /* cached prefixes dropped for room             */
     int32_t last_batch;          /* entries in the latest step                   */
     int32_t last_batch_tokens;   /* tokens in the latest step                    */
     int64_t kv_capacity_tokens, kv_free_tokens, kv_reserved_tokens;

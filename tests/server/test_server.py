@@ -19,6 +19,7 @@ shutdown).  Exit 0 all passed, 1 a failure, 77 skipped.
 import http.client
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -436,6 +437,49 @@ def test_prefix_cache(s, ref):
           "usage reports cached tokens", outs[-1])
 
 
+def test_prefix_eviction():
+    """Three system prompts over two cache slots in a small pool, 72 mixed
+    requests in waves of 24: all complete, and afterwards only the cached
+    prefixes hold sequences and KV, exactly the blocks reserved for them."""
+    s = Server("--ctx", "256", "--max-seqs", "4", "--kv-pool-tokens", "512",
+               "--prefix-cache", "2", "--prefix-min", "8", "--max-queue", "100", key=None)
+    try:
+        systems = [f"System prompt number {k}: " + "be helpful and precise. " * (3 + k)
+                   for k in range(3)]
+        res = []
+
+        def client(i):
+            r = random.Random(i)
+            b = {"messages": [{"role": "system", "content": systems[r.randrange(3)]},
+                              {"role": "user", "content": f"question {i}"}],
+                 "max_tokens": r.randrange(1, 60), "stream": r.random() < 0.5}
+            if b["stream"]:
+                st, chunks, done = s.stream(CHAT, b)
+                res.append((st, done))
+            else:
+                st, _, js, text = s.post(CHAT, b)
+                res.append((st, True))
+
+        for wave in range(3):
+            ts = [threading.Thread(target=client, args=(wave * 100 + i,)) for i in range(24)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(timeout=300 * SLOW)
+        check(len(res) == 72 and set(res) == {(200, True)}, "all 72 completed", res)
+        m = s.metrics()
+        check(m["dsqwen_prefix_cache_hit_tokens_total"] > 0 and
+              m["dsqwen_prefix_cache_evictions_total"] > 0, "the cache was used and evicted", m)
+        check(m["dsqwen_active_requests"] == 0 and
+              m["dsqwen_sequences"] == m["dsqwen_prefix_cache_entries"] <= 2 and
+              m["dsqwen_kv_used_tokens"] == m["dsqwen_kv_reserved_tokens"],
+              "only cached prefixes hold KV, as reserved", m)
+        rc = s.stop()
+        check(rc == 0, f"exit status {rc}", "".join(s.err_lines[-30:]))
+    finally:
+        s.kill()
+
+
 def test_cancellation(s):
     """A client that goes away mid-stream: its sequence is freed (metrics)."""
     m0 = s.metrics()
@@ -611,6 +655,7 @@ def run_http():
              ("logprobs", lambda: test_logprobs(main)), ("seed", lambda: test_seed(main)),
              ("malformed", lambda: test_malformed(main)),
              ("prefix_cache", lambda: test_prefix_cache(main, ref)),
+             ("prefix_eviction", test_prefix_eviction),
              ("cancellation", lambda: test_cancellation(main)),
              ("slow_client", lambda: test_slow_client(main)),
              ("pool_full_429", lambda: test_pool_full_429(tiny)),
