@@ -149,25 +149,42 @@ def main():
                 for r in res)
     ttft = [r["arrivals"][0] - r["t0"] for r in res if r["arrivals"]]
     itl = [b - a_ for r in res for a_, b in zip(r["arrivals"], r["arrivals"][1:])]
+    # steady state: from the moment every client has its first token to the
+    # moment the first one finishes, all of them decode; token chunks that
+    # arrive in that window over its length is the decode rate comparable
+    # with `dsqwen bench` (which times decode steps only)
+    w0 = max(r["arrivals"][0] for r in res if r["arrivals"])
+    w1 = min(r["arrivals"][-1] for r in res if r["arrivals"])
+    n_win = sum(sum(1 for t in r["arrivals"] if w0 < t <= w1) for r in res)
+    steady = n_win / (w1 - w0) if w1 > w0 else float("nan")
     fig = {
         "clients": a.clients, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens,
         "output_tokens": n_out, "wall_s": t_end - t_start,
         "output_tok_s": n_out / (t_end - t_start),
+        "steady_tok_s": steady, "steady_window_s": w1 - w0,
         "ttft_p50_ms": 1e3 * pct(ttft, 50), "ttft_p99_ms": 1e3 * pct(ttft, 99),
         "itl_p50_ms": 1e3 * pct(itl, 50), "itl_p99_ms": 1e3 * pct(itl, 99),
         "itl_max_ms": 1e3 * max(itl) if itl else float("nan"),
     }
     print(f"{a.clients} clients x ({a.prompt_len} prompt + {a.max_tokens} output) tokens: "
           f"{n_out} output tokens in {fig['wall_s']:.2f} s = {fig['output_tok_s']:.0f} tok/s")
+    print(f"steady state (all {a.clients} decoding, {fig['steady_window_s']:.2f} s): "
+          f"{steady:.0f} tok/s" + ("" if a.no_logprobs else " (one chunk per token)"))
     print(f"TTFT p50 {fig['ttft_p50_ms']:.1f} ms, p99 {fig['ttft_p99_ms']:.1f} ms; "
           f"inter-token p50 {fig['itl_p50_ms']:.2f} ms, p99 {fig['itl_p99_ms']:.2f} ms, "
           f"max {fig['itl_max_ms']:.2f} ms")
     ok = True
     if a.bench_tok_s:
+        # the issue's target reads "total output tok/s >= 85% of dsqwen
+        # bench"; the bench times decode only, so both ratios are printed
         r = fig["output_tok_s"] / a.bench_tok_s
+        r2 = steady / a.bench_tok_s
         fig["vs_bench"] = r
-        print(f"output tok/s / dsqwen bench tok/s = {100 * r:.1f}% (target >= 85%): "
-              f"{'met' if r >= 0.85 else 'NOT met'}")
+        fig["steady_vs_bench"] = r2
+        print(f"total output tok/s / dsqwen bench decode tok/s = {100 * r:.1f}% "
+              f"(target >= 85%): {'met' if r >= 0.85 else 'NOT met'} (includes the prefill "
+              f"of all {a.clients} prompts, which the bench does not time)")
+        print(f"steady-state tok/s / dsqwen bench decode tok/s = {100 * r2:.1f}%")
         ok &= r >= 0.85
     if a.bench_ms_step:
         r = fig["itl_p99_ms"] / a.bench_ms_step
