@@ -208,11 +208,81 @@ static void sse(srv_req *r, cJSON *c)
     free(js);
 }
 
+/* `s[n]` as a JSON string literal (quotes included) appended to `b`:
+ * escapes what JSON needs, ill-formed UTF-8 as \ufffd. */
+static void json_string(srv_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s, *e = p + n;
+    srv_buf_add(b, "\"", 1);
+    while (p < e) {
+        const unsigned char *run = p; /* plain ASCII copied in one go */
+        while (p < e && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+            p++;
+        if (p > run)
+            srv_buf_add(b, (const char *)run, (size_t)(p - run));
+        if (p >= e)
+            break;
+        unsigned c = *p;
+        if (c < 0x80) {
+            char esc[7] = { '\\', (char)c, 0 };
+            size_t k = 2;
+            if (c == '\n') esc[1] = 'n';
+            else if (c == '\r') esc[1] = 'r';
+            else if (c == '\t') esc[1] = 't';
+            else if (c < 0x20) {
+                memcpy(esc, "\\u00", 4);
+                esc[4] = hex[c >> 4];
+                esc[5] = hex[c & 15];
+                k = 6;
+            }
+            srv_buf_add(b, esc, k);
+            p++;
+            continue;
+        }
+        size_t k = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
+                 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        int ok = k > 0 && (size_t)(e - p) >= k;
+        for (size_t j = 1; ok && j < k; j++)
+            ok = (p[j] & 0xC0) == 0x80;
+        if (ok && k == 3)
+            ok = !(c == 0xE0 && p[1] < 0xA0) && !(c == 0xED && p[1] > 0x9F);
+        if (ok && k == 4)
+            ok = !(c == 0xF0 && p[1] < 0x90) && !(c == 0xF4 && p[1] > 0x8F);
+        if (ok) {
+            srv_buf_add(b, (const char *)p, k);
+            p += k;
+        } else {
+            srv_buf_add(b, "\\ufffd", 6);
+            p++;
+        }
+    }
+    srv_buf_add(b, "\"", 1);
+}
+
 /* One streamed chunk: text for content or reasoning, optional logprobs,
  * optional finish reason and usage. */
 static void stream_chunk(srv *s, srv_req *r, const char *text, size_t n, int reasoning,
                          cJSON *logprobs, const char *finish, int with_usage)
 {
+    if (text && !logprobs && !finish && !with_usage && (r->sent_role || !r->chat)) {
+        /* the chunk of nearly every token: written directly (a step makes
+         * one per generating request; cJSON's tree would cost more than the
+         * rest of the host work).  Same bytes as the cJSON path. */
+        char head[512];
+        snprintf(head, sizeof head,
+                 "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%ld,\"model\":\"%s\","
+                 "\"choices\":[{\"index\":0,%s",
+                 r->id, r->chat ? "chat.completion.chunk" : "text_completion", r->created,
+                 s->served_name,
+                 !r->chat ? "\"text\":" : reasoning ? "\"delta\":{\"reasoning_content\":"
+                                                   : "\"delta\":{\"content\":");
+        srv_buf_str(&r->pending, head);
+        json_string(&r->pending, text, n);
+        srv_buf_str(&r->pending, r->chat ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+                                         : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        return;
+    }
     cJSON *c = chunk_base(s, r);
     cJSON *choices = cJSON_AddArrayToObject(c, "choices");
     cJSON *ch = cJSON_CreateObject();

@@ -431,17 +431,11 @@ static int run_step(srv *s, dsq_step_seq *e, dsq_step_out *out, srv_req **map, i
 static void *sched_main(void *arg)
 {
     srv *s = arg;
-    int cap = s->o.max_seqs;
-    dsq_step_seq *e = calloc((size_t)cap, sizeof *e);
-    dsq_step_out *out = calloc((size_t)cap, sizeof *out);
-    srv_req **map = calloc((size_t)cap, sizeof *map);
-    srv_req **done = calloc((size_t)cap, sizeof *done);
-    int32_t *chunk = calloc((size_t)cap, sizeof *chunk);
-    double *ttft = calloc((size_t)cap, sizeof *ttft), *itl = calloc((size_t)cap, sizeof *itl);
-    if (!e || !out || !map || !done || !chunk || !ttft || !itl) {
-        fprintf(stderr, "dsqwen serve: out of memory in the scheduler\n");
-        abort();
-    }
+    dsq_step_seq *e = s->st_e;
+    dsq_step_out *out = s->st_out;
+    srv_req **map = s->st_map, **done = s->st_done, **wake_list = s->st_wake;
+    int32_t *chunk = s->st_chunk;
+    double *ttft = s->st_ttft, *itl = s->st_itl;
     dsq_ctx_info ci;
     memset(&ci, 0, sizeof ci);
     ci.struct_size = sizeof ci;
@@ -505,13 +499,15 @@ static void *sched_main(void *arg)
         int have_info = dsq_ctx_get_info(s->ctx, &ci) == DSQ_OK;
 
         pthread_mutex_lock(&s->mu);
-        /* publish this step's bytes */
+        /* publish this step's bytes; the HTTP threads are woken after the
+         * lock is dropped (they need it to copy) */
+        int n_wake = 0;
         for (int i = 0; i < n; i++) {
             srv_req *r = map[i];
             if (r->state != REQ_DONE && r->seq >= 0 && r->pending.len) {
                 srv_buf_add(&r->out, r->pending.p, r->pending.len);
                 r->pending.len = 0;
-                wake(r);
+                wake_list[n_wake++] = r;
             }
         }
         for (int i = 0; i < n; i++) {
@@ -539,15 +535,15 @@ static void *sched_main(void *arg)
             s->m.active_seqs = ci.n_active_seqs;
         }
         s->m.kv_reserved_tokens = s->reserved_blocks * s->block;
+        if (n_wake > 0) {
+            /* still active, so the scheduler's reference keeps them alive */
+            pthread_mutex_unlock(&s->mu);
+            for (int i = 0; i < n_wake; i++)
+                wake(wake_list[i]);
+            pthread_mutex_lock(&s->mu);
+        }
     }
     pthread_mutex_unlock(&s->mu);
-    free(e);
-    free(out);
-    free(map);
-    free(done);
-    free(chunk);
-    free(ttft);
-    free(itl);
     return NULL;
 }
 
@@ -558,8 +554,19 @@ int srv_sched_start(srv *s)
     s->prefix = calloc((size_t)(s->o.prefix_slots > 0 ? s->o.prefix_slots : 1), sizeof *s->prefix);
     s->hist = calloc(HIST_N, sizeof *s->hist);
     s->hist_len = calloc(HIST_N, sizeof *s->hist_len);
-    if (!s->active || !s->free_seqs || !s->prefix || !s->hist || !s->hist_len)
-        return -1;
+    size_t cap = (size_t)s->o.max_seqs;
+    s->st_e = calloc(cap, sizeof *s->st_e);
+    s->st_out = calloc(cap, sizeof *s->st_out);
+    s->st_map = calloc(cap, sizeof *s->st_map);
+    s->st_done = calloc(cap, sizeof *s->st_done);
+    s->st_wake = calloc(cap, sizeof *s->st_wake);
+    s->st_chunk = calloc(cap, sizeof *s->st_chunk);
+    s->st_ttft = calloc(cap, sizeof *s->st_ttft);
+    s->st_itl = calloc(cap, sizeof *s->st_itl);
+    if (!s->active || !s->free_seqs || !s->prefix || !s->hist || !s->hist_len || !s->st_e ||
+        !s->st_out || !s->st_map || !s->st_done || !s->st_wake || !s->st_chunk || !s->st_ttft ||
+        !s->st_itl)
+        return -1; /* srv_sched_free() releases what was made */
     for (int32_t i = 0; i < s->o.max_seqs; i++)
         s->free_seqs[s->n_free_seqs++] = s->o.max_seqs - 1 - i; /* 0 on top */
     for (int i = 0; i < s->o.prefix_slots; i++)
@@ -567,6 +574,30 @@ int srv_sched_start(srv *s)
     if (pthread_create(&s->sched_thread, NULL, sched_main, s) != 0)
         return -1;
     return 0;
+}
+
+void srv_sched_free(srv *s)
+{
+    for (int i = 0; s->hist && i < HIST_N; i++)
+        free(s->hist[i]);
+    free(s->hist);
+    free(s->hist_len);
+    free(s->prefix);
+    free(s->active);
+    free(s->free_seqs);
+    free(s->st_e);
+    free(s->st_out);
+    free(s->st_map);
+    free(s->st_done);
+    free(s->st_wake);
+    free(s->st_chunk);
+    free(s->st_ttft);
+    free(s->st_itl);
+    s->hist = NULL;
+    s->hist_len = NULL;
+    s->prefix = NULL;
+    s->active = NULL;
+    s->free_seqs = NULL;
 }
 
 void srv_sched_stop(srv *s)
@@ -587,11 +618,6 @@ void srv_sched_stop(srv *s)
             dsq_seq_remove(s->ctx, prefix[i].seq);
         free(prefix[i].tokens);
     }
-    for (int i = 0; i < HIST_N; i++)
-        free(s->hist[i]);
-    free(s->hist);
-    free(s->hist_len);
     free(prefix);
-    free(s->active);
-    free(s->free_seqs);
+    srv_sched_free(s);
 }

@@ -342,7 +342,8 @@ int dsq_serve_main(int argc, char **argv)
     int sched = 0;
     rc = setup(s);
     if (rc == 0 && srv_sched_start(s) != 0) {
-        fprintf(stderr, "dsqwen serve: cannot start the scheduler\n");
+        fprintf(stderr, "dsqwen serve: cannot start the scheduler (out of memory?)\n");
+        srv_sched_free(s);
         rc = 1;
     } else if (rc == 0) {
         sched = 1;

@@ -197,11 +197,19 @@ typedef struct srv {
     int32_t *hist_len;
     int hist_n, hist_pos;
     uint64_t use_clock;
+    /* the scheduler's per-step arrays, [o.max_seqs] each, made before it
+     * starts */
+    dsq_step_seq *st_e;
+    dsq_step_out *st_out;
+    struct srv_req **st_map, **st_done, **st_wake;
+    int32_t *st_chunk;
+    double *st_ttft, *st_itl;
     pthread_t sched_thread;
 } srv;
 
 /* scheduler.c */
-int srv_sched_start(srv *s);
+int srv_sched_start(srv *s);    /* -1: no memory or thread (srv_sched_free) */
+void srv_sched_free(srv *s);    /* the scheduler's arrays; NULL-safe        */
 void srv_sched_stop(srv *s);    /* after s->stopping = 1: ends every request  */
 /* Hand a parsed request to the scheduler: 0 queued, or 429 (the pool and the
  * queue are full) or 503 (shutting down).  Takes the lock itself. */

@@ -222,6 +222,37 @@ static void test_stop_after_thought(void **state)
     srv_req_free(r);
 }
 
+/* Characters JSON escapes, and multi-byte UTF-8, survive the streamed
+ * chunks (written without cJSON) byte for byte. */
+static void test_stream_escapes(void **state)
+{
+    (void)state;
+    const char *text = "q\"uote b\\ack tab\t nl\n cr\r ctl\x01\x1f e\xc3\xa9 \xe4\xb8\xad "
+                       "\xf0\x9f\x98\x80 </ end";
+    srv_req *r = make_req(1, 0, NULL);
+    r->chat = 0; /* completions: no <think> prefix, text as is */
+    int n;
+    assert_null(feed(r, text, &n));
+    srv_out_finish(&S, r, "length", 200, NULL);
+    srv_buf got = { 0 };
+    char *p = r->pending.p;
+    while (p && (p = strstr(p, "data: {"))) {
+        char *end = strstr(p, "\n\n");
+        *end = '\0';
+        cJSON *c = cJSON_Parse(p + 6);
+        assert_non_null(c);
+        cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "choices"), 0),
+                                       "text");
+        if (cJSON_IsString(t))
+            srv_buf_str(&got, t->valuestring);
+        cJSON_Delete(c);
+        p = end + 2;
+    }
+    assert_string_equal(got.p, text);
+    srv_buf_free(&got);
+    srv_req_free(r);
+}
+
 /* An error after the stream began: an error event, then [DONE]. */
 static void test_stream_error(void **state)
 {
@@ -244,7 +275,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_nonstream), cmocka_unit_test(test_split_stream),
         cmocka_unit_test(test_inline),          cmocka_unit_test(test_stop_after_thought),
-        cmocka_unit_test(test_stream_error),
+        cmocka_unit_test(test_stream_error),    cmocka_unit_test(test_stream_escapes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
