@@ -440,7 +440,7 @@ def test_prefix_cache(s, ref):
 def test_prefix_eviction():
     """Three system prompts over two cache slots in a small pool, 72 mixed
     requests in waves of 24: all complete, and afterwards only the cached
-    prefixes hold sequences and KV, exactly the blocks reserved for them."""
+    prefixes hold sequences and KV, no more than is reserved for them."""
     s = Server("--ctx", "256", "--max-seqs", "4", "--kv-pool-tokens", "512",
                "--prefix-cache", "2", "--prefix-min", "8", "--max-queue", "100", key=None)
     try:
@@ -472,8 +472,9 @@ def test_prefix_eviction():
               m["dsqwen_prefix_cache_evictions_total"] > 0, "the cache was used and evicted", m)
         check(m["dsqwen_active_requests"] == 0 and
               m["dsqwen_sequences"] == m["dsqwen_prefix_cache_entries"] <= 2 and
-              m["dsqwen_kv_used_tokens"] == m["dsqwen_kv_reserved_tokens"],
-              "only cached prefixes hold KV, as reserved", m)
+              0 < m["dsqwen_kv_used_tokens"] <= m["dsqwen_kv_reserved_tokens"],
+              "only cached prefixes hold KV, within what is reserved for them (less when "
+              "an entry shares blocks with the entry it was forked from)", m)
         rc = s.stop()
         check(rc == 0, f"exit status {rc}", "".join(s.err_lines[-30:]))
     finally:
