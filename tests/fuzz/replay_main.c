@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* Optional in a target, as in libFuzzer: called once before any input. */
+int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
 static int run_file(const char *path)
 {
@@ -114,6 +116,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s CORPUS_DIR_OR_FILE...\n", argv[0]);
         return 2;
     }
+    if (LLVMFuzzerInitialize)
+        LLVMFuzzerInitialize(&argc, &argv);
     long total = 0;
     for (int i = 1; i < argc; i++) {
         struct stat sb;
