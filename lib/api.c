@@ -182,9 +182,6 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         !(p.tp_timeout_s >= 0.0f))
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_params: tp_world %d, tp_rank %d, tp_timeout_s %g",
                         p.tp_world, p.tp_rank, (double)p.tp_timeout_s);
-    if (p.tp_world > 1)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_model_params.tp_world %d: tensor parallelism is not in this "
-                                             "build of libdsqwen yet", p.tp_world);
     const dsq_backend_ops *ops = pick_backend(p.backend, &st);
     if (!ops)
         return st;
