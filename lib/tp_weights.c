@@ -11,6 +11,9 @@ void dsq_tp_rank_config(const dsq_config *cfg, const dsq_tp_slice *s, dsq_config
     out->n_heads = s->n_q_heads;
     out->n_kv_heads = s->n_kv_heads;
     out->n_ff = s->n_ff;
+    /* the rank's head is its own slice, never the whole embedding */
+    if (s->world > 1)
+        out->tie_embeddings = 0;
 }
 
 /* [start, count) of dimension d that rank s holds; 0 if d is not split. */
