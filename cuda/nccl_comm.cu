@@ -43,63 +43,6 @@ extern "C" dsq_status dsq_comm_all_reduce_sum(dsq_comm *c, void *buf, size_t cou
     (void)c, (void)buf, (void)count, (void)dt, (void)stream;
     return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s", no_nccl);
 }
-static dsq_status nc_dtype(dsq_comm_dtype dt, ncclDataType_t *t, const char *who)
-{
-    switch (dt) {
-    case DSQ_COMM_F32: *t = ncclFloat32; return DSQ_OK;
-    case DSQ_COMM_BF16: *t = ncclBfloat16; return DSQ_OK;
-    case DSQ_COMM_F16: *t = ncclFloat16; return DSQ_OK;
-    }
-    return dsq_fail(DSQ_ERR_INVALID_ARG, "%s: unknown dtype %d", who, (int)dt);
-}
-
-extern "C" dsq_status dsq_comm_all_gather(dsq_comm *c, const void *send, void *recv, size_t count,
-                                          dsq_comm_dtype dt, void *stream)
-{
-    if (!c || ((!send || !recv) && count))
-        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_comm_all_gather: NULL argument");
-    if (c->failed)
-        return dsq_fail(DSQ_ERR_DEVICE, "NCCL communicator (rank %d of %d) was aborted after an error", c->rank,
-                        c->world);
-    ncclDataType_t t;
-    DSQ_NC_TRY(nc_dtype(dt, &t, "dsq_comm_all_gather"));
-    ncclResult_t r = nc->AllGather(send, recv, count, t, c->comm, (cudaStream_t)stream);
-    if (r == ncclSuccess)
-        return DSQ_OK;
-    if (r != ncclInProgress)
-        return comm_error(c, r, "all-gather");
-    return wait_until(c, now_s() + c->timeout_s, "all-gather");
-}
-
-extern "C" dsq_status dsq_comm_group_start(void)
-{
-    dsq_status st = need_nccl();
-    if (st != DSQ_OK)
-        return st;
-    ncclResult_t r = nc->GroupStart();
-    return r == ncclSuccess ? DSQ_OK
-                            : dsq_fail(DSQ_ERR_DEVICE, "NCCL group start: %s", nc->GetErrorString(r));
-}
-
-extern "C" dsq_status dsq_comm_group_end(dsq_comm *const *comms, int n)
-{
-    ncclResult_t r = nc->GroupEnd();
-    if (r != ncclSuccess && r != ncclInProgress) {
-        /* the group's error belongs to every member: abort them all */
-        dsq_status st = DSQ_OK;
-        for (int i = 0; i < n; i++)
-            if (comms[i] && !comms[i]->failed)
-                st = comm_error(comms[i], r, "group");
-        return st != DSQ_OK ? st : dsq_fail(DSQ_ERR_DEVICE, "NCCL group end: %s", nc->GetErrorString(r));
-    }
-    for (int i = 0; i < n; i++) {
-        if (!comms[i] || comms[i]->failed)
-            return dsq_fail(DSQ_ERR_DEVICE, "NCCL communicator %d of a group was aborted after an error", i);
-        DSQ_NC_TRY(wait_until(comms[i], now_s() + comms[i]->timeout_s, "group"));
-    }
-    return DSQ_OK;
-}
-
 extern "C" dsq_status dsq_comm_wait(dsq_comm *c)
 {
     (void)c;
