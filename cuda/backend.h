@@ -9,6 +9,8 @@
  *                       recipe walked on the stream, decode-step graphs
  *   backend_out.cu      what leaves a pass: logits copies, dsq_step sampling,
  *                       token history, KV row copies; the dsq_backend_ops table
+ *   backend_tp.cu       tensor parallelism: a rank per GPU (its slices, its
+ *                       context), passes in segments between all-reduces
  *
  * Names: E = n_embd, H = query heads, KV = KV heads, D = head_dim,
  * F = n_ff, V = n_vocab, QKV = (H + 2 KV) D (the fused q|k|v row), T =
@@ -95,6 +97,9 @@ typedef struct cu_layer {
     cu_op_data op[DSQ_MAX_OPS]; /* indexed like cfg->arch->recipe */
 } cu_layer;
 
+typedef struct cu_tp_model cu_tp_model; /* backend_tp.cu */
+typedef struct cu_tp_ctx cu_tp_ctx;
+
 typedef struct cu_model {
     int device;
     int n_sms;
@@ -105,6 +110,10 @@ typedef struct cu_model {
     float *out_norm;    /* [E] */
     float *inv_freq;    /* [D/2] */
     cu_layer *layers;   /* host array [n_layers] of device pointers */
+    /* tensor parallelism: set only in the application's model, whose
+     * cu_model is a copy of its first local rank's (the ranks' own models
+     * have tp NULL and own the device memory) */
+    cu_tp_model *tp;
 } cu_model;
 
 dsq_status cu_model_load(dsq_model *m, const dsq_model_params *p);
@@ -174,6 +183,8 @@ typedef struct cu_ctx {
     dsq_samp_row *srow_dev, *srow_host;       /* [max_bseqs]; host pinned */
     dsq_samp_result *sres_dev, *sres_host;    /* [max_bseqs]; host pinned */
     cudaEvent_t srow_sent; /* the upload out of srow_host finished */
+    cu_tp_ctx *tp;         /* tensor parallelism: the ranks' contexts (this
+                              context is the first local rank's) */
 } cu_ctx;
 
 dsq_status cu_ctx_init(dsq_ctx *c);
@@ -185,11 +196,53 @@ int32_t cu_bt_bucket(int32_t need, int32_t bt_max, int32_t *stride);
 
 /* ---- one pass (backend_pass.cu) ------------------------------------------------ */
 
+/* One pass's shape and the device addresses of its metadata (fixed for a
+ * given shape, which is what lets a decode step be replayed from a graph). */
+typedef struct cu_pass {
+    int32_t T, S, NL, max_q, decode, splits;
+    int32_t nd;        /* mixed pass: the first nd sequences (rows 0..nd-1) bring one
+                          token each and use the decode kernel; the rest the prefill
+                          kernel (max_q over those).  0 otherwise. */
+    int32_t bt_stride, bt_key;
+    const int32_t *tok, *pos, *tseq, *cu, *pos0, *len, *lrow, *bt, *sid;
+    const int32_t *cu_pre; /* [S-nd+1] cu_seqlens of the prefill part, from 0 */
+} cu_pass;
+
+/* Pack the batch description and upload it on the context's stream (no
+ * pass enqueued). */
+dsq_status cu_prepare_pass(dsq_ctx *c, const dsq_batch *bt, int32_t NL, cu_pass *p);
+/* Tensor parallelism: the pass in segments that end where a row-parallel
+ * product's partial sums must be all-reduced.  Segment 0 starts with the
+ * embedding; segment k (0 < k) starts with the residual add of product k-1
+ * (cc->part, reduced by then); segments 0..n-1 end with product k into
+ * cc->part (its bias when add_bias: rank 0); segment n (n = n_layers x the
+ * recipe's LINEAR_RESID ops) ends with the final norm and this rank's head
+ * rows of the first logit chunk into cc->logits ([rows][its vocab part]). */
+dsq_status cu_enqueue_segment(dsq_ctx *c, const cu_pass *p, int32_t seg, int add_bias);
+/* n above for the context's model. */
+int32_t cu_n_segments(const dsq_config *cf);
+
 /* Pack the batch description, upload it and enqueue (or replay) the pass
  * with NL logit rows; the first chunk of logits ends in cc->logits. */
 dsq_status cu_launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL);
 /* Logits of n more rows (xn rows r0..r0+n) into cc->logits: the chunks of
  * the head after the first, which the pass computed. */
 dsq_status cu_head_rows(dsq_ctx *c, int32_t r0, int32_t n);
+
+/* ---- tensor parallelism (backend_tp.cu) ---------------------------------------- */
+
+/* cu_model_load with p->tp_world > 1: ranks, slices, uploads, communicators. */
+dsq_status cu_tp_model_load(dsq_model *m, const dsq_model_params *p);
+void cu_tp_model_free(dsq_model *m);
+dsq_status cu_tp_ctx_init(dsq_ctx *c);
+void cu_tp_ctx_free(dsq_ctx *c);
+/* cu_launch_forward / cu_head_rows of a tensor-parallel context: every
+ * local rank's pass, all-reduces between segments, the logits gathered into
+ * the first rank's cc->logits ([rows][V]); bounded by tp_timeout_s. */
+dsq_status cu_tp_launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL);
+dsq_status cu_tp_head_rows(dsq_ctx *c, int32_t r0, int32_t n);
+/* The local ranks' contexts (shadows of c, refreshed from it) and their
+ * count, for per-rank work such as KV row copies; NULL if not TP. */
+dsq_ctx *cu_tp_rank_ctxs(dsq_ctx *c, int32_t *n);
 
 #endif /* DSQ_CUDA_BACKEND_H */

@@ -27,6 +27,10 @@ void cu_ctx_free(dsq_ctx *c)
     cu_ctx *cc = (cu_ctx *)c->be;
     if (!cc)
         return;
+    if (cc->tp && ((const cu_model *)c->model->be)->tp) {
+        cu_tp_ctx_free(c);
+        return;
+    }
     cu_device_guard g(cc->device);
     if (cc->stream)
         cudaStreamSynchronize(cc->stream);
@@ -303,6 +307,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
 dsq_status cu_ctx_init(dsq_ctx *c)
 {
     const cu_model *cm = (const cu_model *)c->model->be;
+    if (cm->tp)
+        return cu_tp_ctx_init(c);
     cu_ctx *cc = (cu_ctx *)calloc(1, sizeof *cc);
     if (!cc)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the CUDA context state");

@@ -239,6 +239,15 @@ static dsq_status cu_step(dsq_ctx *c, const dsq_batch *bt, const dsq_samp_row *r
 
 static dsq_status cu_copy_kv_rows(dsq_ctx *c, int32_t n, const dsq_kv_copy *copies)
 {
+    int32_t nr = 0;
+    dsq_ctx *rc = cu_tp_rank_ctxs(c, &nr);
+    if (rc) { /* tensor parallelism: every rank its KV heads */
+        for (int32_t r = 0; r < nr; r++) {
+            cu_device_guard g(((const cu_ctx *)rc[r].be)->device);
+            DSQ_TRY(g.st != DSQ_OK ? g.st : copy_kv_rows_impl(&rc[r], n, copies));
+        }
+        return DSQ_OK;
+    }
     cu_device_guard g(((const cu_ctx *)c->be)->device);
     return g.st != DSQ_OK ? g.st : copy_kv_rows_impl(c, n, copies);
 }
@@ -246,6 +255,13 @@ static dsq_status cu_copy_kv_rows(dsq_ctx *c, int32_t n, const dsq_kv_copy *copi
 /* dsq_ctx_synchronize: wait for the context's stream. */
 static dsq_status cu_synchronize(dsq_ctx *c)
 {
+    int32_t nr = 0;
+    dsq_ctx *rc = cu_tp_rank_ctxs(c, &nr);
+    for (int32_t r = 1; rc && r < nr; r++) { /* the other ranks' streams */
+        const cu_ctx *o = (const cu_ctx *)rc[r].be;
+        cu_device_guard g(o->device);
+        DSQ_TRY(g.st != DSQ_OK ? g.st : dsq_cu_status(cudaStreamSynchronize(o->stream), "a rank's stream"));
+    }
     cu_ctx *cc = (cu_ctx *)c->be;
     cu_device_guard g(cc->device);
     if (g.st != DSQ_OK)

@@ -17,18 +17,6 @@
 
 #include "backend.h"
 
-/* One pass's shape and the device addresses of its metadata (fixed for a
- * given shape, which is what lets a decode step be replayed from a graph). */
-typedef struct cu_pass {
-    int32_t T, S, NL, max_q, decode, splits;
-    int32_t nd;        /* mixed pass: the first nd sequences (rows 0..nd-1) bring one
-                          token each and use the decode kernel; the rest the prefill
-                          kernel (max_q over those).  0 otherwise. */
-    int32_t bt_stride, bt_key;
-    const int32_t *tok, *pos, *tseq, *cu, *pos0, *len, *lrow, *bt, *sid;
-    const int32_t *cu_pre; /* [S-nd+1] cu_seqlens of the prefill part, from 0 */
-} cu_pass;
-
 /* The product environment of this context for a product class. */
 static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
 {
@@ -123,6 +111,8 @@ dsq_status cu_head_rows(dsq_ctx *c, int32_t r0, int32_t n)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
     const cu_model *cm = (const cu_model *)c->model->be;
+    if (cm->tp)
+        return cu_tp_head_rows(c, r0, n);
     const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_head);
     return dsq_cu_linear(&cm->lm_head, cc->xn + (size_t)r0 * c->model->cfg.n_embd, NULL, n, DSQ_EPI_STORE,
                          cc->logits, &env);
@@ -151,6 +141,57 @@ static dsq_status enqueue_pass(dsq_ctx *c, const cu_pass *p)
     /* head: final norm of the wanted rows only, then the first chunk of lm_head */
     DSQ_TRY(dsq_cu_rmsnorm(cc->x, p->lrow, p->NL, E, cm->out_norm, cf->rms_eps, cc->xn, s));
     return cu_head_rows(c, 0, p->NL < cc->logit_chunk ? p->NL : cc->logit_chunk);
+}
+
+int32_t cu_n_segments(const dsq_config *cf)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < cf->arch->n_ops; i++)
+        n += cf->arch->recipe[i].kind == DSQ_OP_LINEAR_RESID;
+    return n * cf->n_layers;
+}
+
+dsq_status cu_enqueue_segment(dsq_ctx *c, const cu_pass *p, int32_t seg, int add_bias)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const dsq_model *m = c->model;
+    const cu_model *cm = (const cu_model *)m->be;
+    const dsq_config *cf = &m->cfg;
+    const dsq_arch *a = cf->arch;
+    const int32_t E = cf->n_embd, T = p->T;
+    cudaStream_t s = cc->stream;
+    if (seg == 0) {
+        DSQ_TRY(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
+        DSQ_TRY(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
+    }
+    int32_t k = 0; /* row-parallel products before the current op */
+    for (int32_t l = 0; l < cf->n_layers; l++)
+        for (int32_t i = 0; i < a->n_ops; i++) {
+            const dsq_op *op = &a->recipe[i];
+            const cu_op_data *d = &cm->layers[l].op[i];
+            if (op->kind != DSQ_OP_LINEAR_RESID) {
+                if (k == seg)
+                    DSQ_TRY(run_op(c, p, op, d, l));
+                continue;
+            }
+            if (k == seg - 1) /* the previous segment's product, all-reduced */
+                DSQ_TRY(dsq_cu_add(cc->x, cc->part, (int64_t)T * d->w.rows, s));
+            if (k == seg) {
+                const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_small);
+                const float *b = add_bias ? d->bias : NULL;
+                return dsq_cu_linear(&d->w, op->in == DSQ_IN_ACT ? cc->act : cc->attn, b, T,
+                                     b ? DSQ_EPI_BIAS : DSQ_EPI_STORE, cc->part, &env);
+            }
+            k++;
+        }
+    if (seg != k)
+        return dsq_fail(DSQ_ERR_INTERNAL, "CUDA pass: segment %d of %d", seg, k);
+    if (p->NL == 0)
+        return DSQ_OK;
+    DSQ_TRY(dsq_cu_rmsnorm(cc->x, p->lrow, p->NL, E, cm->out_norm, cf->rms_eps, cc->xn, s));
+    const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_head);
+    return dsq_cu_linear(&cm->lm_head, cc->xn, NULL, p->NL < cc->logit_chunk ? p->NL : cc->logit_chunk,
+                         DSQ_EPI_STORE, cc->logits, &env);
 }
 
 /* Decode steps (one token per sequence, all logits in one chunk) replay a
@@ -197,6 +238,15 @@ static dsq_status run_pass(dsq_ctx *c, const cu_pass *p)
 }
 
 dsq_status cu_launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL)
+{
+    if (((const cu_model *)c->model->be)->tp)
+        return cu_tp_launch_forward(c, bt, NL);
+    cu_pass p;
+    DSQ_TRY(cu_prepare_pass(c, bt, NL, &p));
+    return run_pass(c, &p);
+}
+
+dsq_status cu_prepare_pass(dsq_ctx *c, const dsq_batch *bt, int32_t NL, cu_pass *pp)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
     const dsq_model *m = c->model;
@@ -311,7 +361,7 @@ dsq_status cu_launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL)
                : p.nd > 0 ? dsq_attn_decode_splits(p.nd, KV, c->p.max_context, cm->n_sms) : 0;
     if (p.splits > cc->dec_splits_max)
         p.splits = cc->dec_splits_max;
-
-    return run_pass(c, &p);
+    *pp = p;
+    return DSQ_OK;
 }
 

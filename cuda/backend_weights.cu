@@ -225,12 +225,16 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
     const dsq_weights *w = &m->w;
     const dsq_tensor *emb = &w->g[DSQ_GW_TOK_EMBD], *head = &w->g[DSQ_GW_LM_HEAD];
     const int64_t E = c->n_embd, D = c->head_dim, V = c->n_vocab, L = c->n_layers;
-    const int tied = c->tie_embeddings || !head->data || head->data == emb->data;
+    /* VH: rows of the head; fewer than V for a tensor-parallel rank, whose
+     * head is its vocabulary slice (never tied, even when it starts at the
+     * embedding's first row) */
+    const int64_t VH = head->ndim >= 1 && head->shape[0] > 0 ? head->shape[0] : V;
+    const int tied = (c->tie_embeddings || !head->data || head->data == emb->data) && VH == V;
 
     /* layout: sizes first (base NULL), then the real addresses */
     size_t off = 0;
     size_t o_embd = cu_carve(&off, (size_t)(V * E) * 2);
-    size_t o_head = tied ? o_embd : cu_carve(&off, (size_t)(V * E) * 2);
+    size_t o_head = tied ? o_embd : cu_carve(&off, (size_t)(VH * E) * 2);
     size_t o_onorm = cu_carve(&off, (size_t)E * 4);
     size_t o_freq = cu_carve(&off, (size_t)(D / 2) * 4);
     const size_t o_layers = off;
@@ -248,7 +252,7 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
     }
     char *base = (char *)cm->arena;
     cm->tok_embd = (dsq_bf16 *)(base + o_embd);
-    cm->lm_head = bf16_weight(base + o_head, V, E, DSQ_WL_ROWS);
+    cm->lm_head = bf16_weight(base + o_head, VH, E, DSQ_WL_ROWS);
     cm->out_norm = (float *)(base + o_onorm);
     cm->inv_freq = (float *)(base + o_freq);
     off = o_layers;
@@ -258,7 +262,7 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
     /* contents, in layout order (progress counts bytes placed) */
     DSQ_TRY(upload_bf16(u, cm->tok_embd, (size_t)E, emb, V, E, 0, DSQ_GW_TOK_EMBD, 0));
     if (!tied)
-        DSQ_TRY(upload_bf16(u, (dsq_bf16 *)cm->lm_head.data, (size_t)E, head, V, E, 0, DSQ_GW_LM_HEAD, 0));
+        DSQ_TRY(upload_bf16(u, (dsq_bf16 *)cm->lm_head.data, (size_t)E, head, VH, E, 0, DSQ_GW_LM_HEAD, 0));
     DSQ_TRY(upload_f32(u, cm->out_norm, &w->g[DSQ_GW_OUT_NORM], E, 0, DSQ_GW_OUT_NORM, 0));
     {
         /* HF: inv_freq = 1 / theta ** (arange(0, D, 2).float() / D), all fp32 */
@@ -325,6 +329,10 @@ void cu_model_free(dsq_model *m)
     cu_model *cm = (cu_model *)m->be;
     if (!cm)
         return;
+    if (cm->tp) {
+        cu_tp_model_free(m);
+        return;
+    }
     cu_device_guard g(cm->device);
     cudaFree(cm->arena);
     cudaGetLastError(); /* teardown errors are not reported */
@@ -368,6 +376,10 @@ static dsq_status load_on_device(dsq_model *m, const dsq_model_params *p, cu_mod
 
 dsq_status cu_model_load(dsq_model *m, const dsq_model_params *p)
 {
+    /* tp_world 1 with tp_devices or tp_id: one rank through NCCL (a
+     * communicator of one; the path tensor parallelism takes, on one GPU) */
+    if (p->tp_world > 1 || (p->tp_world == 1 && (p->tp_devices || p->tp_id)))
+        return cu_tp_model_load(m, p);
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count < 1) {

@@ -53,6 +53,18 @@ extern "C" dsq_status dsq_comm_sync_stream(dsq_comm *c, void *stream)
     (void)c, (void)stream;
     return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s", no_nccl);
 }
+extern "C" dsq_status dsq_comm_all_gather(dsq_comm *c, const void *send, void *recv, size_t count,
+                                          dsq_comm_dtype dt, void *stream)
+{
+    (void)c, (void)send, (void)recv, (void)count, (void)dt, (void)stream;
+    return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s", no_nccl);
+}
+extern "C" dsq_status dsq_comm_group_start(void) { return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s", no_nccl); }
+extern "C" dsq_status dsq_comm_group_end(dsq_comm *const *comms, int n)
+{
+    (void)comms, (void)n;
+    return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s", no_nccl);
+}
 extern "C" int dsq_comm_rank(const dsq_comm *c) { return c ? 0 : -1; }
 extern "C" int dsq_comm_world(const dsq_comm *c) { return c ? 1 : 0; }
 extern "C" void dsq_comm_free(dsq_comm *c) { (void)c; }
@@ -81,7 +93,15 @@ typedef struct nccl_fns {
     decltype(&ncclGroupStart) GroupStart;
     decltype(&ncclGroupEnd) GroupEnd;
     decltype(&ncclAllReduce) AllReduce;
+    decltype(&ncclAllGather) AllGather;
 } nccl_fns;
+
+#define DSQ_NC_TRY(expr)            \
+    do {                            \
+        dsq_status st_ = (expr);    \
+        if (st_ != DSQ_OK)          \
+            return st_;             \
+    } while (0)
 
 static pthread_once_t nc_once = PTHREAD_ONCE_INIT;
 static nccl_fns nc_table;
@@ -121,6 +141,7 @@ static void nc_load(void)
     NC_SYM(GroupStart, ncclGroupStart);
     NC_SYM(GroupEnd, ncclGroupEnd);
     NC_SYM(AllReduce, ncclAllReduce);
+    NC_SYM(AllGather, ncclAllGather);
 #undef NC_SYM
     int v = 0;
     if (!missing && (nc_table.GetVersion(&v) != ncclSuccess || v < NC_MIN_VERSION)) {
@@ -368,6 +389,63 @@ extern "C" dsq_status dsq_comm_all_reduce_sum(dsq_comm *c, void *buf, size_t cou
     if (r != ncclInProgress)
         return comm_error(c, r, "all-reduce");
     return wait_until(c, now_s() + c->timeout_s, "all-reduce");
+}
+
+static dsq_status nc_dtype(dsq_comm_dtype dt, ncclDataType_t *t, const char *who)
+{
+    switch (dt) {
+    case DSQ_COMM_F32: *t = ncclFloat32; return DSQ_OK;
+    case DSQ_COMM_BF16: *t = ncclBfloat16; return DSQ_OK;
+    case DSQ_COMM_F16: *t = ncclFloat16; return DSQ_OK;
+    }
+    return dsq_fail(DSQ_ERR_INVALID_ARG, "%s: unknown dtype %d", who, (int)dt);
+}
+
+extern "C" dsq_status dsq_comm_all_gather(dsq_comm *c, const void *send, void *recv, size_t count,
+                                          dsq_comm_dtype dt, void *stream)
+{
+    if (!c || ((!send || !recv) && count))
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_comm_all_gather: NULL argument");
+    if (c->failed)
+        return dsq_fail(DSQ_ERR_DEVICE, "NCCL communicator (rank %d of %d) was aborted after an error", c->rank,
+                        c->world);
+    ncclDataType_t t;
+    DSQ_NC_TRY(nc_dtype(dt, &t, "dsq_comm_all_gather"));
+    ncclResult_t r = nc->AllGather(send, recv, count, t, c->comm, (cudaStream_t)stream);
+    if (r == ncclSuccess)
+        return DSQ_OK;
+    if (r != ncclInProgress)
+        return comm_error(c, r, "all-gather");
+    return wait_until(c, now_s() + c->timeout_s, "all-gather");
+}
+
+extern "C" dsq_status dsq_comm_group_start(void)
+{
+    dsq_status st = need_nccl();
+    if (st != DSQ_OK)
+        return st;
+    ncclResult_t r = nc->GroupStart();
+    return r == ncclSuccess ? DSQ_OK
+                            : dsq_fail(DSQ_ERR_DEVICE, "NCCL group start: %s", nc->GetErrorString(r));
+}
+
+extern "C" dsq_status dsq_comm_group_end(dsq_comm *const *comms, int n)
+{
+    ncclResult_t r = nc->GroupEnd();
+    if (r != ncclSuccess && r != ncclInProgress) {
+        /* the group's error belongs to every member: abort them all */
+        dsq_status st = DSQ_OK;
+        for (int i = 0; i < n; i++)
+            if (comms[i] && !comms[i]->failed)
+                st = comm_error(comms[i], r, "group");
+        return st != DSQ_OK ? st : dsq_fail(DSQ_ERR_DEVICE, "NCCL group end: %s", nc->GetErrorString(r));
+    }
+    for (int i = 0; i < n; i++) {
+        if (!comms[i] || comms[i]->failed)
+            return dsq_fail(DSQ_ERR_DEVICE, "NCCL communicator %d of a group was aborted after an error", i);
+        DSQ_NC_TRY(wait_until(comms[i], now_s() + comms[i]->timeout_s, "group"));
+    }
+    return DSQ_OK;
 }
 
 extern "C" dsq_status dsq_comm_wait(dsq_comm *c)

@@ -66,6 +66,22 @@ dsq_status dsq_comm_init_local(const int *devices, int n, double timeout_s, dsq_
  * stream; a failure found while enqueueing aborts the communicator. */
 dsq_status dsq_comm_all_reduce_sum(dsq_comm *c, void *buf, size_t count, dsq_comm_dtype dt, void *stream);
 
+/* All-gather: rank r's send[count] lands at recv[r * count] on every rank
+ * (device memory of the communicator's device), enqueued on `stream`.
+ * Returns as dsq_comm_all_reduce_sum. */
+dsq_status dsq_comm_all_gather(dsq_comm *c, const void *send, void *recv, size_t count, dsq_comm_dtype dt,
+                               void *stream);
+
+/* One thread issuing collectives on several communicators (one process
+ * driving several GPUs) brackets them in a group, or the first would wait
+ * for the others forever: dsq_comm_group_start(), the collectives, then
+ * dsq_comm_group_end(comms, n), which ends the group and waits (bounded by
+ * each communicator's timeout) until every one of comms[0..n) has its
+ * operations enqueued.  Inside a group the collectives only record their
+ * arguments and return DSQ_OK. */
+dsq_status dsq_comm_group_start(void);
+dsq_status dsq_comm_group_end(dsq_comm *const *comms, int n);
+
 /* Wait until the communicator has no operation in progress on the host
  * side and no asynchronous error: DSQ_OK, or DSQ_ERR_DEVICE (error or
  * timeout; the communicator is then aborted and every later call fails). */

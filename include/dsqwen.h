@@ -235,7 +235,11 @@ typedef struct dsq_model_params {
                                keeps it as stored                          */
     /* Added in 0.2.0: tensor parallelism over GPUs through NCCL (CUDA
      * backend; see docs/tensor_parallel.md). */
-    int32_t tp_world;       /* tensor-parallel degree; 0 or 1 (default): none */
+    int32_t tp_world;       /* tensor-parallel degree; 0 or 1 (default): none
+                               (1 with tp_devices or tp_id on CUDA: one rank
+                               through NCCL, the TP path on one GPU).  The
+                               CPU backend runs every rank in-process, a
+                               verification mode, not faster              */
     const int32_t *tp_devices; /* one process driving tp_world local GPUs:
                                [tp_world] CUDA device of each rank (rank 0
                                owns the contexts' results); NULL (default)

@@ -178,13 +178,10 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     if (p.quantize != DSQ_QUANTIZE_NONE)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_model_params.quantize: quantizing at load is not in this "
                                              "build of libdsqwen yet");
-    if (p.tp_world < 0 || (p.tp_world > 1 && !p.tp_devices && (p.tp_rank < 0 || p.tp_rank >= p.tp_world)) ||
+    if (p.tp_world < 0 || (p.tp_world >= 1 && !p.tp_devices && (p.tp_rank < 0 || p.tp_rank >= p.tp_world)) ||
         !(p.tp_timeout_s >= 0.0f))
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_params: tp_world %d, tp_rank %d, tp_timeout_s %g",
                         p.tp_world, p.tp_rank, (double)p.tp_timeout_s);
-    if (p.tp_world > 1)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_model_params.tp_world %d: tensor parallelism is not in this "
-                                             "build of libdsqwen yet", p.tp_world);
     const dsq_backend_ops *ops = pick_backend(p.backend, &st);
     if (!ops)
         return st;

@@ -47,6 +47,21 @@ enum {
                                   config ties it to the token embedding */
 };
 
+/* How tensor parallelism (lib/tp_plan.h, lib/tp_weights.c) splits a tensor
+ * over the ranks; the range each rank takes comes from the dimension that
+ * is split (DSQ_DIM_Q: its query heads, DSQ_DIM_KV: its KV heads, DSQ_DIM_FF:
+ * its FFN part, DSQ_DIM_VOCAB: its vocabulary part). */
+typedef enum dsq_tp_split {
+    DSQ_TP_REPLICATED = 0, /* every rank holds all of it (norms, embedding)    */
+    DSQ_TP_COLUMN,         /* column parallel: rows (outputs) split by `rows`;
+                              a bias [rows] the same way; a contiguous view   */
+    DSQ_TP_ROW,            /* row parallel: columns (inputs) split by `cols`;
+                              each rank's product is a partial sum, all-reduced
+                              before the residual add; a strided copy          */
+    DSQ_TP_VOCAB           /* the output head: rows split by vocabulary; each
+                              rank's logits are gathered for sampling          */
+} dsq_tp_split;
+
 /* One tensor of the checkpoint.  `role` indexes dsq_weights.g (per_layer
  * 0) or dsq_layer_weights.t (per_layer 1); `name` is a printf pattern whose
  * one %d is the layer index (per-layer tensors only).  Shape [rows, cols]
@@ -58,6 +73,7 @@ typedef struct dsq_tensor_spec {
     const char *name;
     dsq_dim rows, cols;
     uint32_t flags;
+    dsq_tp_split split; /* tensor parallelism */
 } dsq_tensor_spec;
 
 /* ---- the layer recipe -------------------------------------------------------

@@ -81,27 +81,29 @@ static dsq_status qwen2_parse(const void *json, dsq_config *c)
     return DSQ_OK;
 }
 
-#define L_(role, name, r, c, f) { role, 1, "model.layers.%d." name, r, c, f }
+#define L_(role, name, r, c, f, sp) { role, 1, "model.layers.%d." name, r, c, f, sp }
 
-/* The state dict of Qwen2ForCausalLM.  q/k/v biases are optional: Qwen2
+/* The state dict of Qwen2ForCausalLM, with each tensor's tensor-parallel
+ * split (Megatron: q/k/v and gate/up by output rows, o_proj and down by
+ * input columns, the head by vocabulary; lib/tp_plan.h).  q/k/v biases are optional: Qwen2
  * checkpoints have them, but a fine-tune or converter may drop them, and
  * transformers then uses zeros; every backend does the same. */
 static const dsq_tensor_spec qwen2_tensors[] = {
-    { DSQ_GW_TOK_EMBD, 0, "model.embed_tokens.weight", DSQ_DIM_VOCAB, DSQ_DIM_EMBD, 0 },
-    L_(DSQ_LW_ATTN_NORM, "input_layernorm.weight", DSQ_DIM_EMBD, DSQ_DIM_NONE, 0),
-    L_(DSQ_LW_Q, "self_attn.q_proj.weight", DSQ_DIM_Q, DSQ_DIM_EMBD, 0),
-    L_(DSQ_LW_Q_BIAS, "self_attn.q_proj.bias", DSQ_DIM_Q, DSQ_DIM_NONE, DSQ_TF_OPTIONAL),
-    L_(DSQ_LW_K, "self_attn.k_proj.weight", DSQ_DIM_KV, DSQ_DIM_EMBD, 0),
-    L_(DSQ_LW_K_BIAS, "self_attn.k_proj.bias", DSQ_DIM_KV, DSQ_DIM_NONE, DSQ_TF_OPTIONAL),
-    L_(DSQ_LW_V, "self_attn.v_proj.weight", DSQ_DIM_KV, DSQ_DIM_EMBD, 0),
-    L_(DSQ_LW_V_BIAS, "self_attn.v_proj.bias", DSQ_DIM_KV, DSQ_DIM_NONE, DSQ_TF_OPTIONAL),
-    L_(DSQ_LW_O, "self_attn.o_proj.weight", DSQ_DIM_EMBD, DSQ_DIM_Q, 0),
-    L_(DSQ_LW_FFN_NORM, "post_attention_layernorm.weight", DSQ_DIM_EMBD, DSQ_DIM_NONE, 0),
-    L_(DSQ_LW_GATE, "mlp.gate_proj.weight", DSQ_DIM_FF, DSQ_DIM_EMBD, 0),
-    L_(DSQ_LW_UP, "mlp.up_proj.weight", DSQ_DIM_FF, DSQ_DIM_EMBD, 0),
-    L_(DSQ_LW_DOWN, "mlp.down_proj.weight", DSQ_DIM_EMBD, DSQ_DIM_FF, 0),
-    { DSQ_GW_OUT_NORM, 0, "model.norm.weight", DSQ_DIM_EMBD, DSQ_DIM_NONE, 0 },
-    { DSQ_GW_LM_HEAD, 0, "lm_head.weight", DSQ_DIM_VOCAB, DSQ_DIM_EMBD, DSQ_TF_HEAD },
+    { DSQ_GW_TOK_EMBD, 0, "model.embed_tokens.weight", DSQ_DIM_VOCAB, DSQ_DIM_EMBD, 0, DSQ_TP_REPLICATED },
+    L_(DSQ_LW_ATTN_NORM, "input_layernorm.weight", DSQ_DIM_EMBD, DSQ_DIM_NONE, 0, DSQ_TP_REPLICATED),
+    L_(DSQ_LW_Q, "self_attn.q_proj.weight", DSQ_DIM_Q, DSQ_DIM_EMBD, 0, DSQ_TP_COLUMN),
+    L_(DSQ_LW_Q_BIAS, "self_attn.q_proj.bias", DSQ_DIM_Q, DSQ_DIM_NONE, DSQ_TF_OPTIONAL, DSQ_TP_COLUMN),
+    L_(DSQ_LW_K, "self_attn.k_proj.weight", DSQ_DIM_KV, DSQ_DIM_EMBD, 0, DSQ_TP_COLUMN),
+    L_(DSQ_LW_K_BIAS, "self_attn.k_proj.bias", DSQ_DIM_KV, DSQ_DIM_NONE, DSQ_TF_OPTIONAL, DSQ_TP_COLUMN),
+    L_(DSQ_LW_V, "self_attn.v_proj.weight", DSQ_DIM_KV, DSQ_DIM_EMBD, 0, DSQ_TP_COLUMN),
+    L_(DSQ_LW_V_BIAS, "self_attn.v_proj.bias", DSQ_DIM_KV, DSQ_DIM_NONE, DSQ_TF_OPTIONAL, DSQ_TP_COLUMN),
+    L_(DSQ_LW_O, "self_attn.o_proj.weight", DSQ_DIM_EMBD, DSQ_DIM_Q, 0, DSQ_TP_ROW),
+    L_(DSQ_LW_FFN_NORM, "post_attention_layernorm.weight", DSQ_DIM_EMBD, DSQ_DIM_NONE, 0, DSQ_TP_REPLICATED),
+    L_(DSQ_LW_GATE, "mlp.gate_proj.weight", DSQ_DIM_FF, DSQ_DIM_EMBD, 0, DSQ_TP_COLUMN),
+    L_(DSQ_LW_UP, "mlp.up_proj.weight", DSQ_DIM_FF, DSQ_DIM_EMBD, 0, DSQ_TP_COLUMN),
+    L_(DSQ_LW_DOWN, "mlp.down_proj.weight", DSQ_DIM_EMBD, DSQ_DIM_FF, 0, DSQ_TP_ROW),
+    { DSQ_GW_OUT_NORM, 0, "model.norm.weight", DSQ_DIM_EMBD, DSQ_DIM_NONE, 0, DSQ_TP_REPLICATED },
+    { DSQ_GW_LM_HEAD, 0, "lm_head.weight", DSQ_DIM_VOCAB, DSQ_DIM_EMBD, DSQ_TF_HEAD, DSQ_TP_VOCAB },
 };
 #undef L_
 

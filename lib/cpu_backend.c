@@ -14,7 +14,17 @@
  * An absent optional bias is zeros (no add).  Weight rows are converted to
  * fp32 inside the matmul and reused by every token of the batch (see
  * dsq_cpu_linear, which dispatches on each weight's format, lib/weight.h);
- * nothing is allocated here after ctx_init. */
+ * nothing is allocated here after ctx_init.
+ *
+ * Tensor parallelism on the CPU (dsq_model_params.tp_world > 1): every rank
+ * runs in this process, one after the other, each with its slices of the
+ * weights (lib/tp_weights.h), its share of the KV heads and its own copy of
+ * the residual stream; a row-parallel product (o_proj, down) writes each
+ * rank's partial sum, the partials are summed (the all-reduce) and added to
+ * every rank's residual; each rank computes its vocabulary part of the
+ * logits straight into the gathered row.  This mode is for verifying the
+ * sharded math against the unsharded forward; it does not make the CPU
+ * faster (docs/tensor_parallel.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +33,23 @@
 #include "cpu_ops.h"
 #include "cpu_threadpool.h"
 #include "internal.h"
+#include "tp_weights.h"
 
 /* The products' view of the weights: a dsq_weight per linear role of each
  * layer (roles without a matrix stay zeroed) and the head.  Built from
  * m->w at load; a packer of another format fills these instead. */
+/* One tensor-parallel rank: its weights and their descriptors. */
+typedef struct cpu_rank {
+    dsq_tp_weights tw;              /* slices; tw.cfg has the rank's sizes */
+    dsq_weight (*lw)[DSQ_LW_COUNT]; /* [n_layers] */
+    dsq_weight head;                /* [its n_vocab, E] */
+} cpu_rank;
+
 typedef struct cpu_model {
     dsq_weight (*lw)[DSQ_LW_COUNT]; /* [n_layers] */
     dsq_weight head;                /* [V, E] */
+    int32_t world;                  /* tensor-parallel degree (1: none)    */
+    cpu_rank *ranks;                /* [world] when world > 1              */
 } cpu_model;
 
 typedef struct cpu_ctx {
@@ -60,6 +80,12 @@ typedef struct cpu_ctx {
     size_t scores_stride;
     float *kv_tmp;        /* [n_threads][D] one dequantized K or V vector */
     int64_t *rows;        /* [n_threads][max_context] physical rows of a sequence */
+    /* tensor parallelism (world > 1): this context is the ranks' holder
+     * (pool, T, n_threads; no buffers of its own), each rank a cpu_ctx with
+     * the buffers above sized by its config and `part` */
+    int32_t world;
+    struct cpu_ctx **ranks; /* [world] */
+    float *part;            /* rank: [T][E] its partial sum of a row-parallel product */
 } cpu_ctx;
 
 /* ---- model ----------------------------------------------------------------- */
@@ -88,21 +114,17 @@ static dsq_status product_weight(const dsq_tensor *t, dsq_weight *w)
     return st;
 }
 
-/* m->be: every matrix the recipe multiplies by, as a dsq_weight. */
-static dsq_status build_products(dsq_model *m)
+/* *lw_out [n_layers] and *head: every matrix the recipe multiplies by in
+ * weights w, as a dsq_weight.  On failure *lw_out is NULL. */
+static dsq_status build_lw(const dsq_config *cfg, const dsq_weights *w, dsq_weight (**lw_out)[DSQ_LW_COUNT],
+                           dsq_weight *head)
 {
-    const dsq_config *cfg = &m->cfg;
     const dsq_arch *a = cfg->arch;
-    cpu_model *cm = calloc(1, sizeof *cm);
-    if (cm)
-        cm->lw = calloc((size_t)cfg->n_layers, sizeof *cm->lw);
-    if (!cm || !cm->lw) {
-        free(cm);
+    dsq_weight (*lw)[DSQ_LW_COUNT] = calloc((size_t)cfg->n_layers, sizeof *lw);
+    *lw_out = NULL;
+    if (!lw)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU weight descriptors");
-    }
-    m->be = cm;
-    m->device_bytes = 0;
-    dsq_status st = product_weight(&m->w.g[DSQ_GW_LM_HEAD], &cm->head);
+    dsq_status st = product_weight(&w->g[DSQ_GW_LM_HEAD], head);
     for (int32_t l = 0; l < cfg->n_layers && st == DSQ_OK; l++)
         for (int32_t i = 0; i < a->n_ops && st == DSQ_OK; i++) {
             const dsq_op *op = &a->recipe[i];
@@ -110,13 +132,56 @@ static dsq_status build_products(dsq_model *m)
                 continue; /* w[0] is a norm vector, not a matrix */
             for (int j = 0; j < 3 && st == DSQ_OK; j++)
                 if (op->w[j] >= 0)
-                    st = product_weight(&m->w.layers[l].t[op->w[j]], &cm->lw[l][op->w[j]]);
+                    st = product_weight(&w->layers[l].t[op->w[j]], &lw[l][op->w[j]]);
         }
-    if (st != DSQ_OK) {
-        free(cm->lw);
-        free(cm);
-        m->be = NULL;
+    if (st != DSQ_OK)
+        free(lw);
+    else
+        *lw_out = lw;
+    return st;
+}
+
+static void free_cpu_model(cpu_model *cm)
+{
+    if (!cm)
+        return;
+    for (int32_t r = 0; cm->ranks && r < cm->world; r++) {
+        free(cm->ranks[r].lw);
+        dsq_tp_weights_free(&cm->ranks[r].tw);
     }
+    free(cm->ranks);
+    free(cm->lw);
+    free(cm);
+}
+
+/* m->be: every matrix the recipe multiplies by, as a dsq_weight; with
+ * tensor parallelism also each rank's slices and their descriptors. */
+static dsq_status build_products(dsq_model *m, int32_t world)
+{
+    const dsq_config *cfg = &m->cfg;
+    cpu_model *cm = calloc(1, sizeof *cm);
+    if (!cm)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU weight descriptors");
+    m->device_bytes = 0;
+    cm->world = world > 1 ? world : 1;
+    dsq_status st = build_lw(cfg, &m->w, &cm->lw, &cm->head);
+    if (st == DSQ_OK && cm->world > 1) {
+        cm->ranks = calloc((size_t)cm->world, sizeof *cm->ranks);
+        if (!cm->ranks)
+            st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for %d tensor-parallel ranks", cm->world);
+        for (int32_t r = 0; r < cm->world && st == DSQ_OK; r++) {
+            dsq_tp_slice sl;
+            cpu_rank *rk = &cm->ranks[r];
+            if ((st = dsq_tp_plan(cfg, r, cm->world, &sl)) == DSQ_OK &&
+                (st = dsq_tp_weights_make(cfg, &m->w, &sl, &rk->tw)) == DSQ_OK)
+                st = build_lw(&rk->tw.cfg, &rk->tw.w, &rk->lw, &rk->head);
+        }
+    }
+    if (st != DSQ_OK) {
+        free_cpu_model(cm);
+        return st;
+    }
+    m->be = cm;
     return st;
 }
 
@@ -126,7 +191,6 @@ static dsq_status build_products(dsq_model *m)
  * absent: zeros). */
 static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
 {
-    (void)p;
     const dsq_config *cfg = &m->cfg;
     const dsq_arch *a = cfg->arch;
     if (!a)
@@ -138,6 +202,11 @@ static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
                         cfg->n_heads, cfg->n_kv_heads);
     if (!m->w.layers)
         return dsq_fail(DSQ_ERR_MISSING_TENSOR, "cpu backend: the model has no layer weights");
+    const int32_t world = p && p->tp_world > 1 ? p->tp_world : 1;
+    if (world > 1 && p->tp_id)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        "cpu backend: tensor parallelism on the CPU runs all %d ranks in this process (a "
+                        "verification mode); one process per rank (tp_id) needs the CUDA backend", world);
     dsq_status st;
     for (int32_t i = 0; i < a->n_tensors; i++) {
         const dsq_tensor_spec *sp = &a->tensors[i];
@@ -158,15 +227,12 @@ static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
         if ((st = dsq_load_progress(m, l + 1, cfg->n_layers)) != DSQ_OK)
             return st;
     }
-    return build_products(m);
+    return build_products(m, world);
 }
 
 static void cpu_model_free(dsq_model *m)
 {
-    cpu_model *cm = m->be;
-    if (cm)
-        free(cm->lw);
-    free(cm);
+    free_cpu_model(m->be);
     m->be = NULL;
 }
 
@@ -176,6 +242,13 @@ static void cpu_ctx_release(cpu_ctx *cc)
 {
     if (!cc)
         return;
+    for (int32_t r = 0; cc->ranks && r < cc->world; r++) {
+        if (cc->ranks[r])
+            cc->ranks[r]->pool = NULL; /* the holder's */
+        cpu_ctx_release(cc->ranks[r]);
+    }
+    free(cc->ranks);
+    free(cc->part);
     dsq_cpu_pool_free(cc->pool);
     free(cc->k);
     free(cc->v);
@@ -214,15 +287,15 @@ static void *alloc_floats(size_t n, int64_t *total)
     return malloc(bytes);
 }
 
-static dsq_status cpu_ctx_init(dsq_ctx *c)
+/* The KV cache and scratch of one context (or of one rank: cfg has the
+ * rank's sizes, tp adds `part`) into cc; bytes added to *kv_total and
+ * *scratch_total.  On failure the caller releases cc. */
+static dsq_status ctx_buffers(const dsq_ctx *c, const dsq_config *cfg, int tp, cpu_ctx *cc, int64_t *kv_total,
+                              int64_t *scratch_total)
 {
-    const dsq_config *cfg = &c->model->cfg;
     const int32_t E = cfg->n_embd, H = cfg->n_heads, KV = cfg->n_kv_heads, D = cfg->head_dim,
                   F = cfg->n_ff, NL = cfg->n_layers;
     const int32_t n_rep = H / KV;
-    cpu_ctx *cc = calloc(1, sizeof *cc);
-    if (!cc)
-        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU context");
     cc->n_threads = c->p.n_threads > 0 ? c->p.n_threads : 1;
     cc->T = c->p.max_batch_tokens;
     cc->kv_esz = dsq_cpu_kv_elem_size(c->p.kv_dtype);
@@ -230,20 +303,15 @@ static dsq_status cpu_ctx_init(dsq_ctx *c)
                       ? (int64_t)c->pages.n_blocks * c->pages.block_size
                       : (int64_t)c->p.max_seqs * c->p.max_context;
     const int is_int8 = c->p.kv_dtype == DSQ_KV_INT8;
-    c->kv_bytes_per_token = dsq_kv_bytes_per_token(cfg, c->p.kv_dtype);
 
     /* KV cache */
     size_t vecs = mul_sz((size_t)cc->kv_rows, (size_t)KV); /* (row, head) vectors per layer */
     cc->layer_kv_bytes = mul_sz(vecs, (size_t)D * cc->kv_esz);
     size_t kv_all = mul_sz(cc->layer_kv_bytes, (size_t)NL);
     int64_t kv_bytes = 0, scratch = 0;
-    /* error paths: every value a message prints is read before
-     * cpu_ctx_release frees cc */
-    if (!vecs || !kv_all) {
-        const long long rows = (long long)cc->kv_rows;
-        cpu_ctx_release(cc);
-        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "KV cache of %lld rows does not fit in memory", rows);
-    }
+    if (!vecs || !kv_all)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "KV cache of %lld rows does not fit in memory",
+                        (long long)cc->kv_rows);
     /* calloc: large blocks come zeroed from mmap and are only touched as
      * sequences grow */
     cc->k = calloc(kv_all, 1);
@@ -254,16 +322,12 @@ static dsq_status cpu_ctx_init(dsq_ctx *c)
         cc->ks = ns ? calloc(ns, sizeof(float)) : NULL;
         cc->vs = ns ? calloc(ns, sizeof(float)) : NULL;
         kv_bytes += 2 * (int64_t)ns * (int64_t)sizeof(float);
-        if (!cc->ks || !cc->vs) {
-            cpu_ctx_release(cc);
+        if (!cc->ks || !cc->vs)
             return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for INT8 KV scales");
-        }
     }
-    if (!cc->k || !cc->v) {
-        cpu_ctx_release(cc);
+    if (!cc->k || !cc->v)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for a KV cache of %lld bytes",
                         (long long)kv_bytes);
-    }
 
     /* activations and per-thread scratch, all sized for T tokens */
     size_t T = (size_t)cc->T, nt = (size_t)cc->n_threads;
@@ -287,20 +351,56 @@ static dsq_status cpu_ctx_init(dsq_ctx *c)
     cc->wbuf = alloc_floats(nt * cc->wbuf_stride, &scratch);
     cc->scores = alloc_floats(nt * cc->scores_stride, &scratch);
     cc->kv_tmp = alloc_floats(nt * D, &scratch);
+    if (tp)
+        cc->part = alloc_floats(T * E, &scratch);
     size_t rows_bytes = mul_sz(nt * (size_t)c->p.max_context, sizeof(int64_t));
     cc->rows = rows_bytes ? malloc(rows_bytes) : NULL;
     scratch += (int64_t)rows_bytes;
     if (!cc->x || !cc->xn || !cc->q || !cc->kx || !cc->vx || !cc->att || !cc->g || !cc->u ||
-        !cc->rope || !cc->inv_freq || !cc->wbuf || !cc->scores || !cc->kv_tmp || !cc->rows) {
-        const int n_tok = cc->T, n_thr = cc->n_threads;
-        cpu_ctx_release(cc);
+        !cc->rope || !cc->inv_freq || !cc->wbuf || !cc->scores || !cc->kv_tmp || !cc->rows || (tp && !cc->part))
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY,
                         "no memory for CPU scratch (%lld bytes for %d batch tokens, %d threads)",
-                        (long long)scratch, n_tok, n_thr);
-    }
+                        (long long)scratch, cc->T, cc->n_threads);
     dsq_cpu_rope_inv_freq(cc->inv_freq, D, cfg->rope_theta);
+    *kv_total += kv_bytes;
+    *scratch_total += scratch;
+    return DSQ_OK;
+}
 
-    dsq_status st = dsq_cpu_pool_new(cc->n_threads, &cc->pool);
+static dsq_status cpu_ctx_init(dsq_ctx *c)
+{
+    const dsq_config *cfg = &c->model->cfg;
+    const cpu_model *cm = c->model->be;
+    cpu_ctx *cc = calloc(1, sizeof *cc);
+    if (!cc)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU context");
+    int64_t kv_bytes = 0, scratch = 0;
+    dsq_status st = DSQ_OK;
+    if (cm && cm->world > 1) {
+        /* the holder: pool and batch limits; the ranks hold the buffers */
+        cc->world = cm->world;
+        cc->n_threads = c->p.n_threads > 0 ? c->p.n_threads : 1;
+        cc->T = c->p.max_batch_tokens;
+        cc->ranks = calloc((size_t)cc->world, sizeof *cc->ranks);
+        if (!cc->ranks)
+            st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU context's ranks");
+        c->kv_bytes_per_token = 0;
+        for (int32_t r = 0; r < cc->world && st == DSQ_OK; r++) {
+            const dsq_config *rc = &cm->ranks[r].tw.cfg;
+            if (!(cc->ranks[r] = calloc(1, sizeof *cc->ranks[r])))
+                st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU context");
+            else
+                st = ctx_buffers(c, rc, 1, cc->ranks[r], &kv_bytes, &scratch);
+            c->kv_bytes_per_token += dsq_kv_bytes_per_token(rc, c->p.kv_dtype);
+        }
+    } else {
+        c->kv_bytes_per_token = dsq_kv_bytes_per_token(cfg, c->p.kv_dtype);
+        st = ctx_buffers(c, cfg, 0, cc, &kv_bytes, &scratch);
+    }
+    if (st == DSQ_OK)
+        st = dsq_cpu_pool_new(cc->n_threads, &cc->pool);
+    for (int32_t r = 0; st == DSQ_OK && r < cc->world; r++)
+        cc->ranks[r]->pool = cc->pool; /* one pool runs every rank's ops */
     if (st != DSQ_OK) {
         cpu_ctx_release(cc);
         return st;
@@ -329,8 +429,13 @@ typedef struct fwd_job {
     const dsq_batch *b;
     int32_t layer;
     int64_t chunk;   /* output rows per task in a matmul region */
-    const dsq_weight *w_head;
+    const dsq_weight *w_head; /* [head_rows, E] */
+    int64_t head_rows;        /* logit columns this job computes            */
+    int64_t logits_ld;        /* floats per row of `logits`                 */
     float *logits;
+    int32_t rank;    /* tensor parallelism: this job's rank                  */
+    int partial;     /* 1: LINEAR_RESID writes this rank's partial sum to
+                        cc->part (bias on rank 0 only) instead of adding to x */
 } fwd_job;
 
 /* Rows per task: about 8 tasks per thread (so a thread slowed by other load
@@ -440,8 +545,12 @@ static void task_linear_resid(void *arg, int64_t task, int thread)
     int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
     if (o1 > cfg->n_embd)
         o1 = cfg->n_embd;
-    (void)dsq_cpu_linear(J->cc->x, cfg->n_embd, in, k, J->b->n_tokens, &J->LW[J->op->w[0]],
-                         bias_of(J->L, J->op->b[0]), o0, o1, 1, thread_wbuf(J->cc, thread));
+    /* tensor parallelism: the partial sum over this rank's inputs; a bias
+     * is added once, by rank 0 */
+    float *Y = J->partial ? J->cc->part : J->cc->x;
+    const dsq_tensor *B = J->partial && J->rank != 0 ? NULL : bias_of(J->L, J->op->b[0]);
+    (void)dsq_cpu_linear(Y, cfg->n_embd, in, k, J->b->n_tokens, &J->LW[J->op->w[0]], B, o0, o1, !J->partial,
+                         thread_wbuf(J->cc, thread));
 }
 
 /* g = silu(xn Wg^T) * (xn Wu^T) over a chunk of MLP features. */
@@ -461,15 +570,16 @@ static void task_gate_up(void *arg, int64_t task, int thread)
         dsq_cpu_silu_mul(cc->g + (size_t)t * F + o0, cc->u + (size_t)t * F + o0, o1 - o0);
 }
 
-/* logits[j] = xn[j] W_head^T over a chunk of the vocabulary. */
+/* logits[j] = xn[j] W_head^T over a chunk of the vocabulary (of this
+ * rank's part of it, written at its columns of the gathered row). */
 static void task_head(void *arg, int64_t task, int thread)
 {
     const fwd_job *J = arg;
     const dsq_config *cfg = J->cfg;
     int64_t o0 = task * J->chunk, o1 = o0 + J->chunk;
-    if (o1 > cfg->n_vocab)
-        o1 = cfg->n_vocab;
-    (void)dsq_cpu_linear(J->logits, cfg->n_vocab, J->cc->xn, cfg->n_embd, J->b->n_logits, J->w_head,
+    if (o1 > J->head_rows)
+        o1 = J->head_rows;
+    (void)dsq_cpu_linear(J->logits, J->logits_ld, J->cc->xn, cfg->n_embd, J->b->n_logits, J->w_head,
                          NULL, o0, o1, 0, thread_wbuf(J->cc, thread));
 }
 
@@ -539,6 +649,74 @@ static void run_op(fwd_job *J, const dsq_op *op)
     }
 }
 
+/* The all-reduce of the CPU's tensor parallelism: the ranks' partial sums
+ * of a row-parallel product, summed in rank order, added to every rank's
+ * residual stream (which stay identical). */
+static void all_reduce_resid(cpu_ctx *top, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float sum = 0.0f;
+        for (int32_t r = 0; r < top->world; r++)
+            sum += top->ranks[r]->part[i];
+        for (int32_t r = 0; r < top->world; r++)
+            top->ranks[r]->x[i] += sum;
+    }
+}
+
+/* The forward pass of world ranks in this process, op by op in lock step. */
+static dsq_status cpu_forward_tp(dsq_ctx *c, const dsq_batch *b, float *logits)
+{
+    cpu_ctx *top = c->be;
+    const dsq_model *m = c->model;
+    const cpu_model *cm = m->be;
+    const int32_t E = m->cfg.n_embd, D = m->cfg.head_dim, T = b->n_tokens, W = top->world;
+    const dsq_arch *arch = m->cfg.arch;
+    fwd_job J = { .c = c, .b = b, .partial = 1 };
+
+    for (int32_t r = 0; r < W; r++) {
+        cpu_ctx *rc = top->ranks[r];
+        const dsq_tensor *emb = &cm->ranks[r].tw.w.g[DSQ_GW_TOK_EMBD]; /* replicated */
+        for (int32_t t = 0; t < T; t++) {
+            const char *row = (const char *)emb->data + (size_t)b->tokens[t] * E * dsq_dtype_size(emb->dtype);
+            dsq_cpu_row_to_f32(rc->x + (size_t)t * E, row, emb->dtype, E);
+            dsq_cpu_rope_table(rc->rope + (size_t)t * D, rc->inv_freq, D / 2, b->pos[t]);
+        }
+    }
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        J.layer = l;
+        for (int32_t i = 0; i < arch->n_ops; i++) {
+            for (int32_t r = 0; r < W; r++) {
+                J.rank = r;
+                J.cc = top->ranks[r];
+                J.cfg = &cm->ranks[r].tw.cfg;
+                J.L = &cm->ranks[r].tw.w.layers[l];
+                J.LW = cm->ranks[r].lw[l];
+                run_op(&J, &arch->recipe[i]);
+            }
+            if (arch->recipe[i].kind == DSQ_OP_LINEAR_RESID)
+                all_reduce_resid(top, (int64_t)T * E);
+        }
+    }
+    if (b->n_logits > 0)
+        for (int32_t r = 0; r < W; r++) {
+            cpu_ctx *rc = top->ranks[r];
+            const cpu_rank *rk = &cm->ranks[r];
+            for (int32_t j = 0; j < b->n_logits; j++)
+                dsq_cpu_rmsnorm(rc->xn + (size_t)j * E, rc->x + (size_t)b->logit_rows[j] * E,
+                                &rk->tw.w.g[DSQ_GW_OUT_NORM], E, m->cfg.rms_eps);
+            J.rank = r;
+            J.cc = rc;
+            J.cfg = &rk->tw.cfg;
+            J.w_head = &rk->head;
+            J.head_rows = rk->tw.s.n_vocab;
+            J.logits = logits + rk->tw.s.vocab0; /* its columns of the gathered rows */
+            J.logits_ld = m->cfg.n_vocab;
+            J.chunk = pick_chunk(J.head_rows, top->n_threads);
+            dsq_cpu_pool_run(top->pool, n_chunks(J.head_rows, J.chunk), task_head, &J);
+        }
+    return DSQ_OK;
+}
+
 static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
 {
     if (!c || !c->be || !b)
@@ -546,6 +724,8 @@ static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
     dsq_status st = check_batch(c, b, logits);
     if (st != DSQ_OK)
         return st;
+    if (((cpu_ctx *)c->be)->world > 1)
+        return cpu_forward_tp(c, b, logits);
     cpu_ctx *cc = c->be;
     const dsq_model *m = c->model;
     const dsq_config *cfg = &m->cfg;
@@ -574,6 +754,7 @@ static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
             dsq_cpu_rmsnorm(cc->xn + (size_t)j * E, cc->x + (size_t)b->logit_rows[j] * E, &m->w.g[DSQ_GW_OUT_NORM],
                             E, cfg->rms_eps);
         J.w_head = &cm->head;
+        J.head_rows = J.logits_ld = cfg->n_vocab;
         J.chunk = pick_chunk(cfg->n_vocab, nt);
         dsq_cpu_pool_run(cc->pool, n_chunks(cfg->n_vocab, J.chunk), task_head, &J);
     }
@@ -582,10 +763,8 @@ static dsq_status cpu_forward(dsq_ctx *c, const dsq_batch *b, float *logits)
 
 /* Copy whole KV rows of every layer (and their INT8 scales): the copy of
  * a shared paged block before a write, a static-cache fork. */
-static dsq_status cpu_copy_kv_rows(dsq_ctx *c, int32_t n, const dsq_kv_copy *copies)
+static dsq_status copy_kv_rows(cpu_ctx *cc, const dsq_config *cfg, int32_t n, const dsq_kv_copy *copies)
 {
-    cpu_ctx *cc = c->be;
-    const dsq_config *cfg = &c->model->cfg;
     const size_t KV = (size_t)cfg->n_kv_heads, row_bytes = KV * (size_t)cfg->head_dim * cc->kv_esz;
     for (int32_t i = 0; i < n; i++) {
         const dsq_kv_copy *cp = &copies[i];
@@ -609,6 +788,18 @@ static dsq_status cpu_copy_kv_rows(dsq_ctx *c, int32_t n, const dsq_kv_copy *cop
         }
     }
     return DSQ_OK;
+}
+
+static dsq_status cpu_copy_kv_rows(dsq_ctx *c, int32_t n, const dsq_kv_copy *copies)
+{
+    cpu_ctx *cc = c->be;
+    const cpu_model *cm = c->model->be;
+    if (cc->world <= 1)
+        return copy_kv_rows(cc, &c->model->cfg, n, copies);
+    dsq_status st = DSQ_OK; /* every rank its KV heads */
+    for (int32_t r = 0; r < cc->world && st == DSQ_OK; r++)
+        st = copy_kv_rows(cc->ranks[r], &cm->ranks[r].tw.cfg, n, copies);
+    return st;
 }
 
 const dsq_backend_ops dsq_cpu_backend = {

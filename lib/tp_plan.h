@@ -31,6 +31,10 @@
 
 #include "internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct dsq_tp_slice {
     int32_t rank, world;
     int32_t q_head0, n_q_heads;   /* query heads of this rank               */
@@ -52,5 +56,9 @@ dsq_status dsq_tp_plan(const dsq_config *cfg, int32_t rank, int32_t world, dsq_t
 /* The tensor-parallel degrees (1..max_world) that divide `cfg`, as a bit
  * set: bit w set when world w is possible. */
 uint64_t dsq_tp_degrees(const dsq_config *cfg, int32_t max_world);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
