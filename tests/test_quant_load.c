@@ -189,6 +189,64 @@ static void test_quantize_at_load(void **state)
     free(src);
 }
 
+/* dsq_model_save of a model loaded from `src` with the quantize params, then
+ * the saved checkpoint loaded as it is: the same logits bit for bit, the
+ * same weight_bytes, a dsqwen quantization_config. */
+static void save_roundtrip(const char *src, int mode, int head, const char *want_bits)
+{
+    float *a = malloc(sizeof(float) * N_ROWS * V), *b = malloc(sizeof(float) * N_ROWS * V);
+    char *out = stw_mkdtemp();
+    assert_non_null(out);
+    dsq_model_params mp = dsq_model_default_params();
+    mp.backend = DSQ_BACKEND_CPU;
+    mp.quantize = mode;
+    mp.quantize_head = head;
+    dsq_model *m = NULL;
+    assert_int_equal(dsq_model_load(src, &mp, &m), DSQ_OK);
+    assert_int_equal(dsq_model_save(m, out), DSQ_OK);
+    /* not over the model's own files */
+    assert_int_equal(dsq_model_save(m, src), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_model_save(NULL, out), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_model_save(m, NULL), DSQ_ERR_INVALID_ARG);
+    dsq_model_free(m);
+    int64_t b1 = 0, b2 = 0;
+    expect_load(src, mode, head, a, &b1);
+    expect_load(out, DSQ_QUANTIZE_NONE, 0, b, &b2);
+    assert_true(memcmp(a, b, sizeof(float) * N_ROWS * V) == 0);
+    assert_int_equal(b1, b2);
+    char *cfgp = stw_path(out, "config.json");
+    char *text = dsq_test_read(cfgp, NULL);
+    assert_non_null(text);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(qc, "quant_method")->valuestring, "dsqwen");
+    char bits[8];
+    snprintf(bits, sizeof bits, "%d", cJSON_GetObjectItemCaseSensitive(qc, "bits")->valueint);
+    assert_string_equal(bits, want_bits);
+    printf("saved %s (quantize %d, head %d): reloads bit-identical, %lld weight bytes\n", src, mode,
+           head, (long long)b2);
+    cJSON_Delete(root);
+    free(text);
+    free(cfgp);
+    stw_rmtree(out);
+    free(out);
+    free(a);
+    free(b);
+}
+
+static void test_save_roundtrip(void **state)
+{
+    (void)state;
+    char *bf = qdir("bf16"), *awq = qdir("awq"), *gs = qdir("gptq_sym");
+    save_roundtrip(bf, DSQ_QUANTIZE_INT8, 0, "8");
+    save_roundtrip(bf, DSQ_QUANTIZE_Q4, 1, "4");
+    save_roundtrip(awq, DSQ_QUANTIZE_NONE, 0, "4"); /* AWQ -> the repacked dsqwen layout */
+    save_roundtrip(gs, DSQ_QUANTIZE_NONE, 0, "4");
+    free(bf);
+    free(awq);
+    free(gs);
+}
+
 /* ---- refusals ---------------------------------------------------------------- */
 
 /* A temp copy of quant_tiny/<name> with config.json's quantization_config
@@ -333,6 +391,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats_vs_dequantized),
         cmocka_unit_test(test_quantize_at_load),
+        cmocka_unit_test(test_save_roundtrip),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
