@@ -16,6 +16,10 @@
 #include "internal.h"
 #include "weight.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct dsq_qweights {
     dsq_weight (*lw)[DSQ_LW_COUNT]; /* [n_layers]; data NULL: role not quantized */
     dsq_weight head;                /* data NULL: head not quantized */
@@ -57,5 +61,9 @@ dsq_status dsq_weights_quantize(dsq_weights *w, const dsq_config *cfg, int mode,
 int64_t dsq_qweight_bytes(const dsq_weight *q);
 
 void dsq_qweights_free(dsq_qweights *q);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
