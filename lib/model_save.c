@@ -225,6 +225,11 @@ static dsq_status write_config(const dsq_model *m, const plan *pl, const char *o
         goto done;
     }
     cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization_config");
+    if (m->cfg.tie_embeddings && dsq_weights_qslot(&m->w, 0, DSQ_GW_LM_HEAD, 0)) {
+        /* a tied head quantized on its own is a head of its own now */
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "tie_word_embeddings");
+        cJSON_AddBoolToObject(root, "tie_word_embeddings", 0);
+    }
     if (m->w.q && (pl->any_q4 || pl->any_q8_layer || m->w.q->head.data)) {
         cJSON *qc = cJSON_CreateObject();
         if (!qc) {
