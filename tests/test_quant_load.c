@@ -379,6 +379,12 @@ static void test_refusals(void **state)
     poke(t, "model.layers.1.self_attn.o_proj.scales", 0, &hnan, 2);
     expect_refused(t, 0, 1, DSQ_ERR_FORMAT, "model.layers.1.self_attn.o_proj");
     stw_rmtree(t), free(t);
+    /* GPTQ act-order in the tensors (g_idx not k / 128) although desc_act is false */
+    const int32_t gi = 1;
+    t = copy_ckpt("gptq_v2", NULL);
+    poke(t, "model.layers.1.mlp.down_proj.g_idx", 5, &gi, 4);
+    expect_refused(t, 0, 0, DSQ_ERR_UNSUPPORTED, "model.layers.1.mlp.down_proj");
+    stw_rmtree(t), free(t);
     /* zero points past 16 in a dsqwen Q4 checkpoint */
     const uint8_t z = 200;
     t = copy_ckpt("q4", NULL);
