@@ -15,6 +15,7 @@
  * copy the few that land misaligned.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,12 +140,12 @@ static dsq_status write_safetensors(const char *path, const plan *pl)
     dsq_status st = DSQ_OK;
     char *text = NULL;
     FILE *f = NULL;
-    if (!h || !meta || !cJSON_AddStringToObject(meta, "format", "pt")) {
+    if (!h || !meta || !cJSON_AddStringToObject(meta, "format", "pt") ||
+        !cJSON_AddItemToObject(h, "__metadata__", meta)) {
         cJSON_Delete(meta);
         st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "dsq_model_save: no memory for the header");
         goto done;
     }
-    cJSON_AddItemToObject(h, "__metadata__", meta);
     uint64_t off = 0;
     for (size_t i = 0; i < pl->n; i++) {
         const part *t = &pl->p[i];
@@ -152,16 +153,21 @@ static dsq_status write_safetensors(const char *path, const plan *pl)
         double shape[2] = { (double)t->shape[0], (double)t->shape[1] };
         double offs[2] = { (double)off, (double)(off + t->bytes) };
         cJSON *sh = cJSON_CreateDoubleArray(shape, t->ndim), *of = cJSON_CreateDoubleArray(offs, 2);
-        if (!e || !sh || !of || !cJSON_AddStringToObject(e, "dtype", t->dtype)) {
+        int ok = e && sh && of && cJSON_AddStringToObject(e, "dtype", t->dtype) &&
+                 cJSON_AddItemToObject(e, "shape", sh);
+        if (ok)
+            sh = NULL; /* owned by e */
+        ok = ok && cJSON_AddItemToObject(e, "data_offsets", of);
+        if (ok)
+            of = NULL;
+        ok = ok && cJSON_AddItemToObject(h, t->name, e);
+        if (!ok) {
             cJSON_Delete(e);
             cJSON_Delete(sh);
             cJSON_Delete(of);
             st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "dsq_model_save: no memory for the header");
             goto done;
         }
-        cJSON_AddItemToObject(e, "shape", sh);
-        cJSON_AddItemToObject(e, "data_offsets", of);
-        cJSON_AddItemToObject(h, t->name, e);
         off += t->bytes;
     }
     text = cJSON_PrintUnformatted(h);
@@ -219,31 +225,37 @@ static dsq_status write_config(const dsq_model *m, const plan *pl, const char *o
                                    : dsq_read_file(src, &text, &len);
     if (st != DSQ_OK)
         goto done;
+    errno = 0; /* cJSON returns NULL for bad text and failed allocations alike */
     root = cJSON_ParseWithLength(text, len);
+    if (!root && errno == ENOMEM) {
+        st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory to parse '%s'", src);
+        goto done;
+    }
     if (!root) {
         st = dsq_fail(DSQ_ERR_FORMAT, "dsq_model_save: '%s' no longer parses", src);
         goto done;
     }
     cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization_config");
+    int ok = 1;
     if (m->cfg.tie_embeddings && dsq_weights_qslot(&m->w, 0, DSQ_GW_LM_HEAD, 0)) {
         /* a tied head quantized on its own is a head of its own now */
         cJSON_DeleteItemFromObjectCaseSensitive(root, "tie_word_embeddings");
-        cJSON_AddBoolToObject(root, "tie_word_embeddings", 0);
+        ok = cJSON_AddBoolToObject(root, "tie_word_embeddings", 0) != NULL;
     }
-    if (m->w.q && (pl->any_q4 || pl->any_q8_layer || m->w.q->head.data)) {
+    if (ok && m->w.q && (pl->any_q4 || pl->any_q8_layer || m->w.q->head.data)) {
         cJSON *qc = cJSON_CreateObject();
-        if (!qc) {
-            st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the config");
-            goto done;
-        }
-        cJSON_AddItemToObject(root, "quantization_config", qc);
+        ok = qc && cJSON_AddItemToObject(root, "quantization_config", qc);
+        if (!ok)
+            cJSON_Delete(qc);
         const int q4 = pl->any_q4 || (!pl->any_q8_layer && m->w.q->head.format == DSQ_WF_Q4_G128);
-        cJSON_AddStringToObject(qc, "quant_method", "dsqwen");
-        cJSON_AddNumberToObject(qc, "version", 1);
-        cJSON_AddNumberToObject(qc, "bits", q4 ? 4 : 8);
-        cJSON_AddNumberToObject(qc, "group_size", q4 ? 128 : -1);
-        if (q4)
-            cJSON_AddBoolToObject(qc, "zero_point", 1);
+        ok = ok && cJSON_AddStringToObject(qc, "quant_method", "dsqwen") &&
+             cJSON_AddNumberToObject(qc, "version", 1) && cJSON_AddNumberToObject(qc, "bits", q4 ? 4 : 8) &&
+             cJSON_AddNumberToObject(qc, "group_size", q4 ? 128 : -1) &&
+             (!q4 || cJSON_AddBoolToObject(qc, "zero_point", 1));
+    }
+    if (!ok) {
+        st = dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the config");
+        goto done;
     }
     out = cJSON_Print(root);
     if (!out) {
@@ -302,11 +314,8 @@ DSQ_API dsq_status dsq_model_save(const dsq_model *m, const char *out_dir)
     if (!dsq_is_dir(out_dir))
         return dsq_fail(DSQ_ERR_IO, "dsq_model_save: '%s' is not a directory", out_dir);
     /* never over the files the model may still be mapped from */
-    char *a = realpath(out_dir, NULL), *b = realpath(m->dir, NULL);
-    int same = a && b && strcmp(a, b) == 0;
-    free(a);
-    free(b);
-    if (same)
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (realpath(out_dir, ra) && realpath(m->dir, rb) && strcmp(ra, rb) == 0)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_save: '%s' is the model's own directory",
                         out_dir);
     plan pl = { 0 };
