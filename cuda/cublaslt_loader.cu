@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cublaslt_loader.h"
+#include "dl_util.h"
 #include "internal.h"
 
 #define DSQ_STR2(x) #x
@@ -34,19 +35,7 @@ static void lt_load(void)
                                          DSQ_CUDA_TOOLKIT_LIBDIR "/" LT_SONAME
 #endif
     };
-    void *h = NULL;
-    size_t used = 0;
-    lt_problem[0] = '\0';
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) {
-        dlerror();
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h && used < sizeof lt_problem) {
-            const char *e = dlerror();
-            int n = snprintf(lt_problem + used, sizeof lt_problem - used, "%s%s", used ? "; " : "",
-                             e ? e : names[i]);
-            used += n > 0 ? (size_t)n : 0;
-        }
-    }
+    void *h = dsq_dlopen_first(names, sizeof names / sizeof names[0], lt_problem, sizeof lt_problem);
     if (!h)
         return;
     int missing = 0;

@@ -64,6 +64,8 @@ extern "C" void dsq_comm_free(dsq_comm *c) { (void)c; }
 
 #include <nccl.h>
 
+#include "dl_util.h"
+
 /* ---- libnccl.so.2 opened on first use ----------------------------------------- */
 
 typedef struct nccl_fns {
@@ -96,18 +98,7 @@ static void nc_load(void)
                                          DSQ_CUDA_TOOLKIT_LIBDIR "/libnccl.so.2"
 #endif
     };
-    void *h = NULL;
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) {
-        dlerror();
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h && used < sizeof nc_problem) {
-            const char *e = dlerror();
-            int n = snprintf(nc_problem + used, sizeof nc_problem - used, "%s%s", used ? "; " : "",
-                             e ? e : names[i]);
-            used += n > 0 ? (size_t)n : 0;
-        }
-    }
+    void *h = dsq_dlopen_first(names, sizeof names / sizeof names[0], nc_problem, sizeof nc_problem);
     if (!h)
         return;
     int missing = 0;

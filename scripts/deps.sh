@@ -9,6 +9,10 @@ PKGS="cmake make gcc pkg-config python3 libcjson-dev libcmocka-dev libpcre2-dev 
 PKGS="$PKGS python3-venv python3-pip python3-setuptools python3-cffi python3-pytest cargo golang-go"
 # line editing and history in `dsqwen chat` (optional: without it, plain input)
 PKGS="$PKGS libedit-dev"
+# `dsqwen serve` (optional: without libmicrohttpd it is not built and its
+# tests skip); curl drives it in tests/server/test_server.py, which installs
+# the `openai` client from PyPI into a venv of the build tree
+PKGS="$PKGS libmicrohttpd-dev curl"
 # clang + its runtime libraries (libFuzzer, ASan/UBSan for clang) for the
 # short fuzzing runs in scripts/test.sh
 PKGS="$PKGS clang libclang-rt-dev"

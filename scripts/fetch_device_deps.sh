@@ -8,5 +8,6 @@ grep -qx '/.deps/' .git/info/exclude 2>/dev/null || echo /.deps/ >> .git/info/ex
 mkdir -p .deps
 cd .deps
 apt-get download libcjson1 libcjson-dev libcmocka0 libcmocka-dev libpcre2-8-0 libpcre2-dev \
-  libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc2 libutf8proc-dev
+  libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc2 libutf8proc-dev \
+  libmicrohttpd12 libmicrohttpd-dev
 ls -1

@@ -29,7 +29,7 @@ echo "== ctest (release) =="
 echo "== build (TSan, CPU backend) =="
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=thread -DDSQ_CUDA=OFF \
       -DDSQ_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build build-tsan -j"$JOBS" --target test_threads test_cpu_ops
+cmake --build build-tsan -j"$JOBS" --target test_threads test_cpu_ops test_cpu_e2e test_step
 echo "== ctest (TSan: tests labelled threads) =="
 NOASLR=""
 if command -v setarch >/dev/null 2>&1 && setarch "$(uname -m)" -R true 2>/dev/null; then

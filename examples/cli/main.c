@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#ifdef DSQ_CLI_HAVE_SERVE
+#include "serve_main.h" /* server/: `dsqwen serve` */
+#endif
 
 /* Which commands an option applies to. */
 enum { C_GEN = 1, C_CHAT = 2, C_BENCH = 4, C_ALL = 7, C_TEXT = C_GEN | C_CHAT, C_QUANT = 8 };
@@ -149,6 +152,7 @@ static void usage(FILE *f)
             "  chat       interactive multi-turn chat on stdin\n"
             "  bench      prefill and decode throughput at the batch sizes of --batch\n"
             "  quantize   write an int8 or 4-bit copy of a checkpoint (IN_DIR OUT_DIR --bits)\n"
+            "  serve      OpenAI-compatible HTTP server (`dsqwen serve --help`)\n"
             "\n"
             "`dsqwen COMMAND --help` lists the options of a command.\n"
             "dsqwen --version     what this build has (CUDA, line editing)\n"
@@ -186,6 +190,11 @@ static void version(void)
     printf("CUDA backend: %s\n", cuda ? "yes (used when a GPU is usable; --verbose says which)"
                                       : "no (CPU only)");
     printf("line editing: %s\n", cli_input_has_libedit() ? "libedit" : "no (built without libedit)");
+#ifdef DSQ_CLI_HAVE_SERVE
+    printf("serve: yes (libmicrohttpd)\n");
+#else
+    printf("serve: no (built without libmicrohttpd)\n");
+#endif
 }
 
 static void no_model_help(void)
@@ -379,10 +388,17 @@ int main(int argc, char **argv)
         usage(stdout);
         return CLI_EXIT_OK;
     }
+    /* `dsqwen help serve` is `dsqwen serve --help` */
+    char *serve_help[] = { argv[0], (char *)"serve", (char *)"--help", NULL };
+    if (strcmp(cmd, "help") == 0 && argc > 2 && strcmp(argv[2], "serve") == 0) {
+        argc = 3;
+        argv = serve_help;
+        cmd = argv[1];
+    }
     if (strcmp(cmd, "help") == 0) {
         int k = argc > 2 ? find_cmd(argv[2]) : -1;
         if (argc > 2 && k < 0) {
-            fprintf(stderr, "dsqwen: unknown command '%s' (generate, chat, bench or quantize)\n", argv[2]);
+            fprintf(stderr, "dsqwen: unknown command '%s' (generate, chat, bench, quantize or serve)\n", argv[2]);
             return CLI_EXIT_USAGE;
         }
         if (k >= 0)
@@ -395,9 +411,18 @@ int main(int argc, char **argv)
         version();
         return CLI_EXIT_OK;
     }
+    if (strcmp(cmd, "serve") == 0) {
+#ifdef DSQ_CLI_HAVE_SERVE
+        return dsq_serve_main(argc - 1, argv + 1);
+#else
+        fprintf(stderr, "dsqwen: this dsqwen was built without `serve` (it needs libmicrohttpd: "
+                        "install libmicrohttpd-dev and rebuild)\n");
+        return CLI_EXIT_USAGE;
+#endif
+    }
     int k = find_cmd(cmd);
     if (k < 0) {
-        fprintf(stderr, "dsqwen: unknown command '%s' (generate, chat, bench or quantize)\n", cmd);
+        fprintf(stderr, "dsqwen: unknown command '%s' (generate, chat, bench, quantize or serve)\n", cmd);
         usage(stderr);
         return CLI_EXIT_USAGE;
     }

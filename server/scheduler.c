@@ -1,0 +1,623 @@
+/* scheduler.c - continuous batching: one thread owns the dsq_ctx and runs
+ * dsq_step over every active request, admitting waiting ones between steps.
+ *
+ * Each step holds the decode token of every generating request plus prompt
+ * chunks of requests still being prefilled, up to max_batch_tokens in all
+ * (a long prompt takes several steps; the decodes never wait for it).  The
+ * last chunk of a prompt samples the first token in the same step.
+ *
+ * KV budget: a request is admitted only when the paged pool can hold its
+ * prompt plus max_tokens (in whole blocks, less the full blocks it shares
+ * with a cached prefix), so a step never runs out of KV memory halfway
+ * through a reply; otherwise it waits in the FIFO (or is refused with 429
+ * when the FIFO is full, see srv_submit).
+ *
+ * Prefix cache: the scheduler remembers the last prompts it admitted; when
+ * a new prompt shares at least --prefix-min tokens with one of them (a
+ * repeated system prompt, a few-shot prefix) and no cached entry covers as
+ * much, the new request's sequence is forked into a cache slot
+ * (dsq_seq_fork + dsq_seq_truncate to the shared length) once its prompt is
+ * in the cache.  Later requests with that prefix fork the cached sequence
+ * (paged blocks shared by reference count) and prefill only the rest. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+
+#define HIST_N 8 /* recent prompts remembered for prefix detection */
+
+int64_t srv_req_blocks(const srv *s, const srv_req *r, int32_t shared)
+{
+    int64_t total = (int64_t)r->n_prompt + r->max_tokens;
+    return (total + s->block - 1) / s->block - shared / s->block;
+}
+
+static void wake(srv_req *r)
+{
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Under s->mu. */
+void srv_req_release_locked(srv *s, srv_req *r)
+{
+    (void)s;
+    if (--r->refs == 0)
+        srv_req_free(r);
+}
+
+/* Under s->mu: the client is gone; the scheduler frees the sequence before
+ * its next step. */
+void srv_req_cancel_locked(srv *s, srv_req *r)
+{
+    if (!r->finished && !r->cancelled) {
+        r->cancelled = 1;
+        pthread_cond_signal(&s->cv_sched);
+    }
+}
+
+/* Under s->mu. */
+static void recompute_evictable(srv *s)
+{
+    int64_t b = 0;
+    for (int i = 0; i < s->o.prefix_slots; i++)
+        if (s->prefix[i].seq >= 0 && s->prefix[i].users == 0)
+            b += s->prefix[i].blocks;
+    s->evictable_blocks = b;
+}
+
+int srv_submit(srv *s, srv_req *r)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return 503;
+    }
+    /* a reply never needs more than the whole pool */
+    int64_t pool = s->total_blocks * s->block;
+    if ((int64_t)r->n_prompt + r->max_tokens > pool)
+        r->max_tokens = (int32_t)(pool - r->n_prompt);
+    if (r->max_tokens < 1) {
+        pthread_mutex_unlock(&s->mu);
+        return 413; /* the caller says: prompt larger than the KV pool */
+    }
+    int64_t need = srv_req_blocks(s, r, 0);
+    int fits_now = s->n_waiting == 0 && s->n_active < s->o.max_seqs &&
+                   s->reserved_blocks - s->evictable_blocks + need <= s->total_blocks;
+    if (!fits_now && s->n_waiting >= s->o.max_queue) {
+        s->m.requests_429++;
+        pthread_mutex_unlock(&s->mu);
+        return 429;
+    }
+    r->refs = 2; /* the HTTP thread and the scheduler */
+    r->state = REQ_WAITING;
+    r->next = NULL;
+    if (s->wait_tail)
+        s->wait_tail->next = r;
+    else
+        s->wait_head = r;
+    s->wait_tail = r;
+    s->n_waiting++;
+    pthread_cond_signal(&s->cv_sched);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static int32_t lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb)
+{
+    int32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
+/* Under s->mu (touches reserved_blocks). Drops the least recently used
+ * prefix entry nobody uses, other than `keep`.  Returns 1 if one went. */
+static int evict_one(srv *s, int keep)
+{
+    int best = -1;
+    for (int i = 0; i < s->o.prefix_slots; i++) {
+        srv_prefix *p = &s->prefix[i];
+        if (p->seq < 0 || p->users > 0 || i == keep)
+            continue;
+        if (best < 0 || p->last_use < s->prefix[best].last_use)
+            best = i;
+    }
+    if (best < 0)
+        return 0;
+    srv_prefix *p = &s->prefix[best];
+    dsq_seq_remove(s->ctx, p->seq);
+    s->reserved_blocks -= p->blocks;
+    free(p->tokens);
+    p->tokens = NULL;
+    p->len = 0;
+    p->seq = -1;
+    recompute_evictable(s);
+    s->m.prefix_evictions++;
+    return 1;
+}
+
+/* Under s->mu: move waiting requests into sequences while the pool and the
+ * sequence slots allow, oldest first. */
+static void admit(srv *s)
+{
+    while (s->wait_head && s->n_free_seqs > 0) {
+        srv_req *r = s->wait_head;
+        /* the longest cached prefix of this prompt */
+        int best = -1;
+        int32_t best_len = 0;
+        for (int i = 0; i < s->o.prefix_slots; i++) {
+            srv_prefix *p = &s->prefix[i];
+            if (p->seq < 0)
+                continue;
+            int32_t l = lcp(p->tokens, p->len, r->prompt, r->n_prompt);
+            if (l >= s->o.prefix_min && l > best_len) {
+                best = i;
+                best_len = l;
+            }
+        }
+        int32_t shared = best >= 0 ? (best_len < r->n_prompt ? best_len : r->n_prompt - 1) : 0;
+        int64_t need = srv_req_blocks(s, r, shared);
+        while (s->reserved_blocks + need > s->total_blocks && evict_one(s, best))
+            ;
+        if (s->reserved_blocks + need > s->total_blocks)
+            break; /* FIFO: the head waits for room, nobody overtakes it */
+
+        s->wait_head = r->next;
+        if (!s->wait_head)
+            s->wait_tail = NULL;
+        s->n_waiting--;
+        r->next = NULL;
+        r->seq = s->free_seqs[--s->n_free_seqs];
+        if (shared > 0) {
+            srv_prefix *p = &s->prefix[best];
+            if (dsq_seq_fork(s->ctx, p->seq, r->seq) != DSQ_OK ||
+                (shared < p->len && dsq_seq_truncate(s->ctx, r->seq, shared) != DSQ_OK)) {
+                dsq_seq_remove(s->ctx, r->seq);
+                shared = 0;
+                need = srv_req_blocks(s, r, 0);
+            } else {
+                p->users++;
+                p->last_use = ++s->use_clock;
+                r->prefix_entry = best;
+                recompute_evictable(s);
+            }
+        }
+        r->n_fed = r->n_cached = shared;
+        r->own_blocks = need;
+        s->reserved_blocks += need;
+        s->n_active++;
+        r->state = REQ_PREFILL;
+        for (int i = 0; i < s->o.max_seqs; i++)
+            if (!s->active[i]) {
+                s->active[i] = r;
+                break;
+            }
+        s->m.prompt_tokens += (uint64_t)r->n_prompt;
+        s->m.prefix_hit_tokens += (uint64_t)shared;
+
+        /* prefix detection against the recent prompts */
+        if (s->o.prefix_slots > 0) {
+            int32_t h = 0;
+            for (int i = 0; i < s->hist_n; i++) {
+                int32_t l = lcp(s->hist[i], s->hist_len[i], r->prompt, r->n_prompt);
+                if (l > h)
+                    h = l;
+            }
+            if (h >= r->n_prompt)
+                h = r->n_prompt - 1;
+            if (h >= s->o.prefix_min && h > best_len)
+                r->cache_at = h;
+            int32_t *copy = malloc((size_t)r->n_prompt * sizeof *copy);
+            if (copy) {
+                memcpy(copy, r->prompt, (size_t)r->n_prompt * sizeof *copy);
+                free(s->hist[s->hist_pos]);
+                s->hist[s->hist_pos] = copy;
+                s->hist_len[s->hist_pos] = r->n_prompt;
+                s->hist_pos = (s->hist_pos + 1) % HIST_N;
+                if (s->hist_n < HIST_N)
+                    s->hist_n++;
+            }
+        }
+    }
+}
+
+/* Under s->mu: fork the first r->cache_at prompt tokens of `r` into a free
+ * (or freed) prefix slot. */
+static void make_prefix(srv *s, srv_req *r)
+{
+    int32_t len = r->cache_at;
+    r->cache_at = 0;
+    for (int i = 0; i < s->o.prefix_slots; i++) /* someone cached it meanwhile */
+        if (s->prefix[i].seq >= 0 && s->prefix[i].len >= len &&
+            lcp(s->prefix[i].tokens, s->prefix[i].len, r->prompt, len) == len)
+            return;
+    int slot = -1;
+    for (int i = 0; i < s->o.prefix_slots && slot < 0; i++)
+        if (s->prefix[i].seq < 0)
+            slot = i;
+    int64_t blocks = (len + s->block - 1) / s->block;
+    if (slot < 0 && evict_one(s, -1))
+        for (int i = 0; i < s->o.prefix_slots && slot < 0; i++)
+            if (s->prefix[i].seq < 0)
+                slot = i;
+    if (slot < 0)
+        return;
+    while (s->reserved_blocks + blocks > s->total_blocks && evict_one(s, slot))
+        ;
+    if (s->reserved_blocks + blocks > s->total_blocks)
+        return;
+    srv_prefix *p = &s->prefix[slot];
+    int32_t seq = s->o.max_seqs + slot;
+    int32_t *tokens = malloc((size_t)len * sizeof *tokens);
+    if (!tokens)
+        return;
+    if (dsq_seq_fork(s->ctx, r->seq, seq) != DSQ_OK ||
+        dsq_seq_truncate(s->ctx, seq, len) != DSQ_OK) {
+        dsq_seq_remove(s->ctx, seq);
+        free(tokens);
+        return;
+    }
+    memcpy(tokens, r->prompt, (size_t)len * sizeof *tokens);
+    p->seq = seq;
+    p->tokens = tokens;
+    p->len = len;
+    p->users = 0;
+    p->blocks = blocks;
+    p->last_use = ++s->use_clock;
+    s->reserved_blocks += blocks;
+    recompute_evictable(s);
+}
+
+/* Scheduler thread, without the lock: the request leaves its sequence.  The
+ * shared counters are settled by retire_locked(). */
+static void leave_seq(srv *s, srv_req *r)
+{
+    if (r->seq >= 0) {
+        dsq_seq_remove(s->ctx, r->seq);
+        s->free_seqs[s->n_free_seqs++] = r->seq;
+        r->seq = -1;
+    }
+    for (int i = 0; i < s->o.max_seqs; i++)
+        if (s->active[i] == r)
+            s->active[i] = NULL;
+}
+
+/* Under s->mu: after leave_seq; publishes the last bytes and drops the
+ * scheduler's reference. */
+static void retire_locked(srv *s, srv_req *r)
+{
+    if (r->prefix_entry >= 0) {
+        s->prefix[r->prefix_entry].users--;
+        r->prefix_entry = -1;
+        recompute_evictable(s);
+    }
+    s->n_active--;
+    s->reserved_blocks -= r->own_blocks;
+    r->own_blocks = 0;
+    r->state = REQ_DONE;
+    if (r->pending.len) {
+        srv_buf_add(&r->out, r->pending.p, r->pending.len);
+        r->pending.len = 0;
+    }
+    r->finished = 1;
+    if (r->cancelled)
+        s->m.cancelled++;
+    else if (r->http_status >= 500)
+        s->m.requests_5xx++;
+    else if (r->http_status >= 400)
+        s->m.requests_4xx++;
+    else
+        s->m.requests_ok++;
+    wake(r);
+    srv_req_release_locked(s, r);
+}
+
+/* Latencies seen in one step, recorded under the lock afterwards. */
+typedef struct step_obs {
+    double *ttft, *itl;
+    int n_ttft, n_itl;
+    int n_gen; /* tokens sampled */
+    int mixed; /* prompt chunks beside decodes */
+    int32_t n_prefill; /* prompt tokens in the step */
+} step_obs;
+
+/* One dsq_step over the active requests (without the lock).  Requests that
+ * finish are listed in done[] (their sequences already removed). */
+static int run_step(srv *s, dsq_step_seq *e, dsq_step_out *out, srv_req **map, int32_t *chunk,
+                    srv_req **done, int *n_done, step_obs *obs)
+{
+    int n = 0;
+    int32_t budget = s->max_batch_tokens;
+    for (int i = 0; i < s->o.max_seqs; i++) {
+        srv_req *r = s->active[i];
+        if (!r || r->state != REQ_DECODE)
+            continue;
+        e[n] = (dsq_step_seq){ r->seq, 1, &r->feed, &r->sp, r->top_n,
+                               r->logprobs ? DSQ_STEP_LOGPROB : 0u };
+        map[n] = r;
+        chunk[n] = 0;
+        n++;
+        budget--;
+    }
+    /* prompt chunks, oldest request first, in the room the decodes leave */
+    for (;;) {
+        srv_req *r = NULL;
+        for (int i = 0; i < s->o.max_seqs; i++) {
+            srv_req *q = s->active[i];
+            if (!q || q->state != REQ_PREFILL || budget <= 0)
+                continue;
+            int seen = 0;
+            for (int k = 0; k < n; k++)
+                seen |= map[k] == q;
+            if (!seen && (!r || q->num < r->num))
+                r = q;
+        }
+        if (!r)
+            break;
+        int32_t rem = r->n_prompt - r->n_fed;
+        int32_t c = rem < budget ? rem : budget;
+        if (c > s->o.prefill_chunk)
+            c = s->o.prefill_chunk;
+        int last = c == rem;
+        e[n] = (dsq_step_seq){ r->seq, c, r->prompt + r->n_fed, last ? &r->sp : NULL,
+                               last ? r->top_n : 0,
+                               last && r->logprobs ? DSQ_STEP_LOGPROB : 0u };
+        map[n] = r;
+        chunk[n] = c;
+        n++;
+        budget -= c;
+    }
+    if (n == 0)
+        return 0;
+    int n_chunks = 0;
+    for (int i = 0; i < n; i++) {
+        n_chunks += chunk[i] > 0;
+        obs->n_prefill += chunk[i];
+    }
+    obs->mixed = n_chunks > 0 && n_chunks < n;
+    dsq_status st = dsq_step(s->ctx, e, n, NULL, out);
+    if (st != DSQ_OK) {
+        /* cannot happen with the KV reservations; fail the batch's requests
+         * rather than spin on the same error */
+        char msg[512];
+        snprintf(msg, sizeof msg, "dsq_step failed: %s: %s", dsq_status_string(st),
+                 dsq_ctx_last_error(s->ctx));
+        fprintf(stderr, "dsqwen serve: %s\n", msg);
+        for (int i = 0; i < n; i++) {
+            srv_out_finish(s, map[i], NULL, 500, msg);
+            leave_seq(s, map[i]);
+            done[(*n_done)++] = map[i];
+        }
+        return n;
+    }
+    double now = srv_now();
+    for (int i = 0; i < n; i++) {
+        srv_req *r = map[i];
+        if (chunk[i] > 0) {
+            r->n_fed += chunk[i];
+            if (r->n_fed < r->n_prompt)
+                continue;
+            r->state = REQ_DECODE;
+        }
+        if (r->n_gen == 0)
+            obs->ttft[obs->n_ttft++] = now - r->t_arrive;
+        else
+            obs->itl[obs->n_itl++] = now - r->t_last;
+        r->t_last = now;
+        obs->n_gen += out[i].token >= 0;
+        const char *reason = NULL;
+        int err = 0;
+        if (out[i].token < 0) {
+            srv_out_finish(s, r, NULL, 500, "the model produced no finite logit");
+            err = 1;
+        } else {
+            reason = srv_out_token(s, r, &out[i]);
+            if (!reason && r->n_gen >= r->max_tokens)
+                reason = "length";
+        }
+        if (reason)
+            srv_out_finish(s, r, reason, 200, NULL);
+        if (reason || err) {
+            leave_seq(s, r);
+            done[(*n_done)++] = r;
+        } else {
+            r->feed = out[i].token;
+        }
+    }
+    return n;
+}
+
+static void *sched_main(void *arg)
+{
+    srv *s = arg;
+    dsq_step_seq *e = s->st_e;
+    dsq_step_out *out = s->st_out;
+    srv_req **map = s->st_map, **done = s->st_done, **wake_list = s->st_wake;
+    int32_t *chunk = s->st_chunk;
+    double *ttft = s->st_ttft, *itl = s->st_itl;
+    dsq_ctx_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        /* clients that went away: free their sequences before the next step */
+        int n_done = 0;
+        for (int i = 0; i < s->o.max_seqs; i++) {
+            srv_req *r = s->active[i];
+            if (r && r->cancelled) {
+                leave_seq(s, r);
+                retire_locked(s, r);
+            }
+        }
+        for (srv_req **pp = &s->wait_head; *pp;) {
+            srv_req *r = *pp;
+            if (r->cancelled || s->stopping) {
+                *pp = r->next;
+                s->n_waiting--;
+                if (s->stopping && !r->cancelled)
+                    srv_out_finish(s, r, NULL, 503, "the server is shutting down");
+                s->n_active++; /* retire_locked counts it out again */
+                retire_locked(s, r);
+            } else {
+                pp = &r->next;
+            }
+        }
+        s->wait_tail = NULL;
+        for (srv_req *r = s->wait_head; r; r = r->next)
+            s->wait_tail = r;
+        if (s->stopping) {
+            for (int i = 0; i < s->o.max_seqs; i++) {
+                srv_req *r = s->active[i];
+                if (r) {
+                    srv_out_finish(s, r, NULL, 503, "the server is shutting down");
+                    leave_seq(s, r);
+                    retire_locked(s, r);
+                }
+            }
+            break;
+        }
+        admit(s);
+        if (s->n_active == 0) {
+            s->m.last_batch = s->m.last_batch_tokens = 0;
+            if (dsq_ctx_get_info(s->ctx, &ci) == DSQ_OK) {
+                s->m.kv_free_tokens = ci.kv_free_tokens;
+                s->m.active_seqs = ci.n_active_seqs;
+            }
+            s->m.kv_reserved_tokens = s->reserved_blocks * s->block;
+            pthread_cond_wait(&s->cv_sched, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+
+        step_obs obs = { ttft, itl, 0, 0, 0, 0, 0 };
+        int n = run_step(s, e, out, map, chunk, done, &n_done, &obs);
+        int32_t n_tok = 0;
+        for (int i = 0; i < n; i++)
+            n_tok += e[i].n_tokens;
+        int have_info = dsq_ctx_get_info(s->ctx, &ci) == DSQ_OK;
+
+        pthread_mutex_lock(&s->mu);
+        /* publish this step's bytes; the HTTP threads are woken after the
+         * lock is dropped (they need it to copy) */
+        int n_wake = 0;
+        for (int i = 0; i < n; i++) {
+            srv_req *r = map[i];
+            if (r->state != REQ_DONE && r->seq >= 0 && r->pending.len) {
+                srv_buf_add(&r->out, r->pending.p, r->pending.len);
+                r->pending.len = 0;
+                wake_list[n_wake++] = r;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            srv_req *r = map[i];
+            if (r->seq >= 0 && r->cache_at > 0 && r->n_fed >= r->n_prompt)
+                make_prefix(s, r);
+        }
+        s->m.gen_tokens += (uint64_t)obs.n_gen;
+        s->m.mixed_steps += (uint64_t)obs.mixed;
+        s->m.prefill_tokens += (uint64_t)obs.n_prefill;
+        for (int i = 0; i < n_done; i++)
+            retire_locked(s, done[i]);
+        for (int i = 0; i < obs.n_ttft; i++)
+            srv_hist_observe(&s->m.ttft, obs.ttft[i]);
+        for (int i = 0; i < obs.n_itl; i++)
+            srv_hist_observe(&s->m.itl, obs.itl[i]);
+        if (n > 0) {
+            s->m.steps++;
+            s->m.last_batch = n;
+            s->m.last_batch_tokens = n_tok;
+            srv_hist_observe(&s->m.batch, (double)n);
+        }
+        if (have_info) {
+            s->m.kv_free_tokens = ci.kv_free_tokens;
+            s->m.active_seqs = ci.n_active_seqs;
+        }
+        s->m.kv_reserved_tokens = s->reserved_blocks * s->block;
+        if (n_wake > 0) {
+            /* still active, so the scheduler's reference keeps them alive */
+            pthread_mutex_unlock(&s->mu);
+            for (int i = 0; i < n_wake; i++)
+                wake(wake_list[i]);
+            pthread_mutex_lock(&s->mu);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int srv_sched_start(srv *s)
+{
+    s->active = calloc((size_t)s->o.max_seqs, sizeof *s->active);
+    s->free_seqs = calloc((size_t)s->o.max_seqs, sizeof *s->free_seqs);
+    s->prefix = calloc((size_t)(s->o.prefix_slots > 0 ? s->o.prefix_slots : 1), sizeof *s->prefix);
+    s->hist = calloc(HIST_N, sizeof *s->hist);
+    s->hist_len = calloc(HIST_N, sizeof *s->hist_len);
+    size_t cap = (size_t)s->o.max_seqs;
+    s->st_e = calloc(cap, sizeof *s->st_e);
+    s->st_out = calloc(cap, sizeof *s->st_out);
+    s->st_map = calloc(cap, sizeof *s->st_map);
+    s->st_done = calloc(cap, sizeof *s->st_done);
+    s->st_wake = calloc(cap, sizeof *s->st_wake);
+    s->st_chunk = calloc(cap, sizeof *s->st_chunk);
+    s->st_ttft = calloc(cap, sizeof *s->st_ttft);
+    s->st_itl = calloc(cap, sizeof *s->st_itl);
+    if (!s->active || !s->free_seqs || !s->prefix || !s->hist || !s->hist_len || !s->st_e ||
+        !s->st_out || !s->st_map || !s->st_done || !s->st_wake || !s->st_chunk || !s->st_ttft ||
+        !s->st_itl)
+        return -1; /* srv_sched_free() releases what was made */
+    for (int32_t i = 0; i < s->o.max_seqs; i++)
+        s->free_seqs[s->n_free_seqs++] = s->o.max_seqs - 1 - i; /* 0 on top */
+    for (int i = 0; i < s->o.prefix_slots; i++)
+        s->prefix[i].seq = -1;
+    if (pthread_create(&s->sched_thread, NULL, sched_main, s) != 0)
+        return -1;
+    return 0;
+}
+
+void srv_sched_free(srv *s)
+{
+    for (int i = 0; s->hist && i < HIST_N; i++)
+        free(s->hist[i]);
+    free(s->hist);
+    free(s->hist_len);
+    free(s->prefix);
+    free(s->active);
+    free(s->free_seqs);
+    free(s->st_e);
+    free(s->st_out);
+    free(s->st_map);
+    free(s->st_done);
+    free(s->st_wake);
+    free(s->st_chunk);
+    free(s->st_ttft);
+    free(s->st_itl);
+    s->hist = NULL;
+    s->hist_len = NULL;
+    s->prefix = NULL;
+    s->active = NULL;
+    s->free_seqs = NULL;
+}
+
+void srv_sched_stop(srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_signal(&s->cv_sched);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->sched_thread, NULL);
+    /* /metrics may still be asked (the listener closes after this): it
+     * sees no prefix array */
+    pthread_mutex_lock(&s->mu);
+    srv_prefix *prefix = s->prefix;
+    s->prefix = NULL;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->o.prefix_slots; i++) {
+        if (prefix[i].seq >= 0)
+            dsq_seq_remove(s->ctx, prefix[i].seq);
+        free(prefix[i].tokens);
+    }
+    free(prefix);
+    srv_sched_free(s);
+}
