@@ -114,9 +114,24 @@ typedef struct cu_model {
      * cu_model is a copy of its first local rank's (the ranks' own models
      * have tp NULL and own the device memory) */
     cu_tp_model *tp;
+    int64_t wq_tile_elems; /* largest quantized layer matrix (rows x cols), 0 if none:
+                              each context's bf16 dequantization tile (backend_quant.cu) */
 } cu_model;
 
 dsq_status cu_model_load(dsq_model *m, const dsq_model_params *p);
+
+/* ---- quantized weights (backend_quant.cu) ------------------------------------
+ * Q8_ROW / Q4_G128 matrices (lib/weights_quant.h) are uploaded as they are:
+ * q, scales and zeros arrays each carved 256-byte aligned; fused q|k|v is a
+ * row concatenation and fused gate/up a row interleave of all three arrays
+ * (both layouts keep rows independent). */
+/* The quantized format of op's weights in layer l (0: dense); DSQ_ERR_UNSUPPORTED
+ * when they mix formats (one fused matrix has one format). */
+dsq_status cu_op_qformat(const dsq_model *m, const dsq_op *op, int32_t l, int *fmt);
+/* Carve a [rows][cols] matrix of format fmt (sizes only when base is NULL). */
+dsq_weight cu_place_quant(int fmt, int64_t rows, int64_t cols, dsq_wlayout layout, char *base, size_t *off);
+/* Copy host matrix src into rows row0, row0 + step, ... of device dst. */
+dsq_status cu_upload_quant(const dsq_weight *dst, const dsq_weight *src, int64_t row0, int64_t step);
 void cu_model_free(dsq_model *m);
 
 /* ---- context (backend_memory.cu) ------------------------------------------- */
@@ -154,6 +169,9 @@ typedef struct cu_ctx {
     dsq_bf16 *qkvb;        /* [max_tokens][QKV] same after RoPE, bf16 */
     dsq_bf16 *attn;        /* [max_tokens][H*D] attention output */
     float *gu;             /* [max_tokens][2F] gate/up products (GEMM path) */
+    dsq_bf16 *wq_tile;     /* [cm->wq_tile_elems] a quantized matrix dequantized
+                              for the cuBLASLt path (NULL: no quantized layers) */
+    int64_t wq_tile_elems;
     dsq_bf16 *act;         /* [max_tokens][F] silu(gate)*up */
     float *part;           /* [max_tokens][E] a product before its residual add
                               (resid_after); aliases qkv when QKV >= E */

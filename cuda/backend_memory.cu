@@ -251,6 +251,9 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     size_t o_log = cu_carve(&off, (size_t)(cc->logit_chunk * V) * 4);
     size_t o_meta = cu_carve(&off, cc->meta_cap * 4);
     size_t o_ws = cu_carve(&off, cc->dec_ws_bytes);
+    /* quantized layers: one matrix dequantized to bf16 for the cuBLASLt path */
+    const int64_t wq = ((const cu_model *)c->model->be)->wq_tile_elems;
+    size_t o_wq = wq ? cu_carve(&off, (size_t)wq * 2) : 0;
     DSQ_TRY(device_alloc(&cc->scratch, off, "activation scratch"));
     char *b = (char *)cc->scratch;
     cc->x = (float *)(b + o_x);
@@ -264,6 +267,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->logits = (float *)(b + o_log);
     cc->meta = (int32_t *)(b + o_meta);
     cc->dec_ws = b + o_ws;
+    cc->wq_tile = wq ? (dsq_bf16 *)(b + o_wq) : NULL;
+    cc->wq_tile_elems = wq;
     c->scratch_bytes = (int64_t)(off + dsq_gemm_device_bytes(cc->gemm));
 
     for (int i = 0; i < 2; i++) {

@@ -18,6 +18,8 @@
  *                   row 2i = gate_i, row 2i+1 = up_i, so a GEMV block owning
  *                   a row pair finishes silu(gate)*up itself and the GEMM
  *                   path reads (gate, up) as one float2
+ * Quantized matrices (Q8_ROW / Q4_G128, lib/weights_quant.h) take the same
+ * places in their own layouts, fused the same way (backend_quant.cu).
  * After the upload the file mapping is closed and the host views in m->w
  * forget their data (nothing points into the closed mapping).
  */
@@ -27,6 +29,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "weights_quant.h"
 
 size_t cu_carve(size_t *off, size_t bytes)
 {
@@ -52,8 +55,9 @@ static dsq_weight bf16_weight(void *data, int64_t rows, int64_t cols, dsq_wlayou
     return w;
 }
 
-/* Carve one layer's op data from *off (sizes only when base is NULL). */
-static void place_layer(const dsq_config *c, cu_layer *dl, char *base, size_t *off)
+/* Carve one layer's op data from *off (sizes only when base is NULL); qf[i]:
+ * the quantized format of op i's weights, 0 for bf16. */
+static void place_layer(const dsq_config *c, const int *qf, cu_layer *dl, char *base, size_t *off)
 {
     const dsq_arch *a = c->arch;
     const int64_t E = c->n_embd, Q = dsq_arch_dim(c, DSQ_DIM_Q), KVD = dsq_arch_dim(c, DSQ_DIM_KV),
@@ -68,19 +72,23 @@ static void place_layer(const dsq_config *c, cu_layer *dl, char *base, size_t *o
             break;
         case DSQ_OP_QKV_ROPE: {
             const int64_t rows = Q + 2 * KVD;
-            d->w = bf16_weight(at(base, cu_carve(off, (size_t)(rows * E) * 2)), rows, E, DSQ_WL_ROWS);
+            d->w = qf[i] ? cu_place_quant(qf[i], rows, E, DSQ_WL_ROWS, base, off)
+                         : bf16_weight(at(base, cu_carve(off, (size_t)(rows * E) * 2)), rows, E, DSQ_WL_ROWS);
             d->bias = (float *)at(base, cu_carve(off, (size_t)rows * 4));
             break;
         }
         case DSQ_OP_LINEAR_RESID: {
             const int64_t in = op->in == DSQ_IN_ACT ? F : Q;
-            d->w = bf16_weight(at(base, cu_carve(off, (size_t)(E * in) * 2)), E, in, DSQ_WL_ROWS);
+            d->w = qf[i] ? cu_place_quant(qf[i], E, in, DSQ_WL_ROWS, base, off)
+                         : bf16_weight(at(base, cu_carve(off, (size_t)(E * in) * 2)), E, in, DSQ_WL_ROWS);
             if (op->b[0] >= 0)
                 d->bias = (float *)at(base, cu_carve(off, (size_t)E * 4));
             break;
         }
         case DSQ_OP_GATED_FFN:
-            d->w = bf16_weight(at(base, cu_carve(off, (size_t)(2 * F * E) * 2)), 2 * F, E, DSQ_WL_GATE_UP);
+            d->w = qf[i] ? cu_place_quant(qf[i], 2 * F, E, DSQ_WL_GATE_UP, base, off)
+                         : bf16_weight(at(base, cu_carve(off, (size_t)(2 * F * E) * 2)), 2 * F, E,
+                                       DSQ_WL_GATE_UP);
             break;
         case DSQ_OP_ATTEND:
             break;
@@ -176,8 +184,8 @@ static dsq_status upload_f32(uploader *u, float *dst, const dsq_tensor *t, int64
 static const dsq_tensor no_tensor = { NULL, DSQ_DT_F32, 0, { 0 }, 0 };
 
 /* One layer's tensors into the places place_layer carved. */
-static dsq_status upload_layer(uploader *u, const dsq_config *c, const dsq_layer_weights *lw, cu_layer *dl,
-                               int32_t l)
+static dsq_status upload_layer(uploader *u, const dsq_model *m, const dsq_config *c, const dsq_layer_weights *lw,
+                               cu_layer *dl, int32_t l)
 {
     const dsq_arch *a = c->arch;
     const int64_t E = c->n_embd, Q = dsq_arch_dim(c, DSQ_DIM_Q), KVD = dsq_arch_dim(c, DSQ_DIM_KV),
@@ -195,7 +203,12 @@ static dsq_status upload_layer(uploader *u, const dsq_config *c, const dsq_layer
             const int64_t rows[3] = { Q, KVD, KVD };
             int64_t r0 = 0;
             for (int j = 0; j < 3; j++) {
-                DSQ_TRY(upload_bf16(u, w + (size_t)(r0 * E), (size_t)E, &lw->t[op->w[j]], rows[j], E, 1, op->w[j], l));
+                const dsq_weight *qw = dsq_weights_qslot(&m->w, 1, op->w[j], l);
+                if (d->w.format != DSQ_WF_BF16)
+                    DSQ_TRY(cu_upload_quant(&d->w, qw, r0, 1));
+                else
+                    DSQ_TRY(upload_bf16(u, w + (size_t)(r0 * E), (size_t)E, &lw->t[op->w[j]], rows[j], E, 1,
+                                        op->w[j], l));
                 /* no bias slot in the recipe, or none in the checkpoint: zeros */
                 const dsq_tensor *b = op->b[j] >= 0 ? &lw->t[op->b[j]] : &no_tensor;
                 DSQ_TRY(upload_f32(u, d->bias + r0, b, rows[j], 1, op->b[j], l));
@@ -204,11 +217,19 @@ static dsq_status upload_layer(uploader *u, const dsq_config *c, const dsq_layer
             break;
         }
         case DSQ_OP_LINEAR_RESID:
-            DSQ_TRY(upload_bf16(u, w, (size_t)d->w.cols, &lw->t[op->w[0]], E, d->w.cols, 1, op->w[0], l));
+            if (d->w.format != DSQ_WF_BF16)
+                DSQ_TRY(cu_upload_quant(&d->w, dsq_weights_qslot(&m->w, 1, op->w[0], l), 0, 1));
+            else
+                DSQ_TRY(upload_bf16(u, w, (size_t)d->w.cols, &lw->t[op->w[0]], E, d->w.cols, 1, op->w[0], l));
             if (d->bias)
                 DSQ_TRY(upload_f32(u, d->bias, &lw->t[op->b[0]], E, 1, op->b[0], l));
             break;
         case DSQ_OP_GATED_FFN:
+            if (d->w.format != DSQ_WF_BF16) { /* gate rows even, up rows odd */
+                DSQ_TRY(cu_upload_quant(&d->w, dsq_weights_qslot(&m->w, 1, op->w[0], l), 0, 2));
+                DSQ_TRY(cu_upload_quant(&d->w, dsq_weights_qslot(&m->w, 1, op->w[1], l), 1, 2));
+                break;
+            }
             DSQ_TRY(upload_bf16(u, w, (size_t)(2 * E), &lw->t[op->w[0]], F, E, 1, op->w[0], l));
             DSQ_TRY(upload_bf16(u, w + E, (size_t)(2 * E), &lw->t[op->w[1]], F, E, 1, op->w[1], l));
             break;
@@ -227,22 +248,42 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
     const int64_t E = c->n_embd, D = c->head_dim, V = c->n_vocab, L = c->n_layers;
     /* VH: rows of the head; fewer than V for a tensor-parallel rank, whose
      * head is its vocabulary slice (never tied, even when it starts at the
-     * embedding's first row) */
+     * embedding's first row).  A quantized head is never a TP slice (api.c
+     * refuses tensor parallelism of quantized weights). */
     const int64_t VH = head->ndim >= 1 && head->shape[0] > 0 ? head->shape[0] : V;
-    const int tied = (c->tie_embeddings || !head->data || head->data == emb->data) && VH == V;
+    const dsq_weight *hq = dsq_weights_qslot(w, 0, DSQ_GW_LM_HEAD, 0); /* a quantized head */
+    const int tied = !hq && (c->tie_embeddings || !head->data || head->data == emb->data) && VH == V;
+
+    /* quantized formats per (layer, op); the largest quantized matrix sizes
+     * each context's dequantization tile */
+    int *qf = (int *)calloc((size_t)(L * DSQ_MAX_OPS), sizeof *qf);
+    if (!qf)
+        return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the weight layout");
+    dsq_status qst = DSQ_OK;
+    cm->wq_tile_elems = 0;
+    for (int64_t l = 0; l < L && qst == DSQ_OK; l++)
+        for (int32_t i = 0; i < c->arch->n_ops && qst == DSQ_OK; i++)
+            qst = cu_op_qformat(m, &c->arch->recipe[i], (int32_t)l, &qf[l * DSQ_MAX_OPS + i]);
+    if (qst != DSQ_OK) {
+        free(qf);
+        return qst;
+    }
 
     /* layout: sizes first (base NULL), then the real addresses */
     size_t off = 0;
     size_t o_embd = cu_carve(&off, (size_t)(V * E) * 2);
-    size_t o_head = tied ? o_embd : cu_carve(&off, (size_t)(VH * E) * 2);
+    size_t o_head = tied || hq ? o_embd : cu_carve(&off, (size_t)(VH * E) * 2);
+    if (hq)
+        (void)cu_place_quant(hq->format, V, E, DSQ_WL_ROWS, NULL, &off);
     size_t o_onorm = cu_carve(&off, (size_t)E * 4);
     size_t o_freq = cu_carve(&off, (size_t)(D / 2) * 4);
     const size_t o_layers = off;
     for (int64_t l = 0; l < L; l++)
-        place_layer(c, &cm->layers[l], NULL, &off);
+        place_layer(c, qf + l * DSQ_MAX_OPS, &cm->layers[l], NULL, &off);
     cm->arena_bytes = off;
     cudaError_t ce = cudaMalloc(&cm->arena, off);
     if (ce != cudaSuccess) {
+        free(qf);
         cudaGetLastError();
         cm->arena = NULL;
         if (ce == cudaErrorMemoryAllocation)
@@ -253,15 +294,28 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
     char *base = (char *)cm->arena;
     cm->tok_embd = (dsq_bf16 *)(base + o_embd);
     cm->lm_head = bf16_weight(base + o_head, VH, E, DSQ_WL_ROWS);
+    if (hq) { /* carved right after the embedding, as in the sizing pass */
+        size_t hoff = o_embd + (size_t)(V * E) * 2;
+        cm->lm_head = cu_place_quant(hq->format, V, E, DSQ_WL_ROWS, base, &hoff);
+    }
     cm->out_norm = (float *)(base + o_onorm);
     cm->inv_freq = (float *)(base + o_freq);
     off = o_layers;
-    for (int64_t l = 0; l < L; l++)
-        place_layer(c, &cm->layers[l], base, &off);
+    for (int64_t l = 0; l < L; l++) {
+        place_layer(c, qf + l * DSQ_MAX_OPS, &cm->layers[l], base, &off);
+        for (int32_t i = 0; i < c->arch->n_ops; i++) {
+            const dsq_weight *qw = &cm->layers[l].op[i].w;
+            if (qf[l * DSQ_MAX_OPS + i] && qw->rows * qw->cols > cm->wq_tile_elems)
+                cm->wq_tile_elems = qw->rows * qw->cols;
+        }
+    }
+    free(qf);
 
     /* contents, in layout order (progress counts bytes placed) */
     DSQ_TRY(upload_bf16(u, cm->tok_embd, (size_t)E, emb, V, E, 0, DSQ_GW_TOK_EMBD, 0));
-    if (!tied)
+    if (hq)
+        DSQ_TRY(cu_upload_quant(&cm->lm_head, hq, 0, 1));
+    else if (!tied)
         DSQ_TRY(upload_bf16(u, (dsq_bf16 *)cm->lm_head.data, (size_t)E, head, VH, E, 0, DSQ_GW_LM_HEAD, 0));
     DSQ_TRY(upload_f32(u, cm->out_norm, &w->g[DSQ_GW_OUT_NORM], E, 0, DSQ_GW_OUT_NORM, 0));
     {
@@ -273,7 +327,7 @@ static dsq_status upload_all(dsq_model *m, cu_model *cm, uploader *u)
     }
     DSQ_TRY(dsq_load_progress(m, (int64_t)o_layers, (int64_t)cm->arena_bytes));
     for (int64_t l = 0; l < L; l++) {
-        DSQ_TRY(upload_layer(u, c, &w->layers[l], &cm->layers[l], (int32_t)l));
+        DSQ_TRY(upload_layer(u, m, c, &w->layers[l], &cm->layers[l], (int32_t)l));
         /* layers are equal in size: the end of layer l, exactly the total at the last */
         const size_t done = o_layers + (cm->arena_bytes - o_layers) * (size_t)(l + 1) / (size_t)L;
         DSQ_TRY(dsq_load_progress(m, (int64_t)done, (int64_t)cm->arena_bytes));
@@ -422,5 +476,7 @@ dsq_status cu_model_load(dsq_model *m, const dsq_model_params *p)
     dsq_st_close(m->st);
     m->st = NULL;
     dsq_weights_forget_data(&m->w, c->n_layers);
+    dsq_qweights_free(m->w.q); /* the quantized arrays too: they live on the device */
+    m->w.q = NULL;
     return DSQ_OK;
 }

@@ -157,14 +157,24 @@ typedef struct dsq_cu_linear_env {
     float *gu_scratch;   /* fp32 [T][N], SILU_MUL on the cuBLASLt path */
     int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt */
     cudaStream_t stream;
+    /* quantized weights (Q8_ROW / Q4_G128) with T > DSQ_QGEMV_MAX: the
+     * matrix dequantized to bf16 here, then the cuBLASLt path; NULL or too
+     * small: the quantized GEMV over groups of DSQ_QGEMV_MAX rows */
+    dsq_bf16 *wq_tile;
+    int64_t wq_tile_elems;
 } dsq_cu_linear_env;
+
+/* Most rows the quantized GEMV kernels take (cuda/gemv_quant.h). */
+#define DSQ_QGEMV_MAX 8
 
 /* y = epilogue(x W^T) for x bf16 [T][W->cols], W a device dsq_weight of
  * W->rows outputs, y as dsq_epilogue says (SILU_MUL needs layout
- * DSQ_WL_GATE_UP).  Picks the kernel by format and by T.  BF16 is
- * implemented; every other format (F32 / F16 weights are converted to BF16
- * at upload; the quantized formats until their kernels land) answers
- * DSQ_ERR_UNSUPPORTED naming the format. */
+ * DSQ_WL_GATE_UP).  Picks the kernel by format and by T: BF16 (GEMV or
+ * cuBLASLt by gemv_max), Q8_ROW and Q4_G128 (cuda/gemv_quant.h: GEMV for T
+ * <= DSQ_QGEMV_MAX, else dequantize into env->wq_tile + cuBLASLt, or GEMV
+ * in groups of DSQ_QGEMV_MAX rows without a tile).  F32 / F16 weights are
+ * converted to BF16 at upload; any other format answers
+ * DSQ_ERR_UNSUPPORTED naming it. */
 dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
                          dsq_epilogue epi, void *y, const dsq_cu_linear_env *env);
 

@@ -1,5 +1,6 @@
 /* linear.cu - dsq_cu_linear: the product every layer op calls, dispatching
  * on the weight's format (lib/weight.h) and on the number of rows. */
+#include "gemv_quant.h"
 #include "kernels.h"
 
 static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
@@ -18,6 +19,52 @@ static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const floa
     return dsq_gemm_run(env->gemm, x, w, bias, T, N, K, epi, (float *)y, env->stream);
 }
 
+/* One quantized GEMV over rows [t0, t0 + n) of x and y. */
+static dsq_status qgemv(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t n,
+                        dsq_epilogue epi, void *y, cudaStream_t s)
+{
+    const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
+    if (W->format == DSQ_WF_Q8_ROW)
+        return dsq_cu_gemv_q8(x, (const int8_t *)W->data, (const float *)W->scales, bias, n, N, K, epi, y, s);
+    return dsq_cu_gemv_q4(x, (const uint8_t *)W->data, (const uint16_t *)W->scales, (const uint8_t *)W->zeros,
+                          bias, n, N, K, epi, y, s);
+}
+
+/* Q8_ROW / Q4_G128: GEMV (dequantizing in registers) for a few rows; for
+ * more, the whole matrix dequantized into the context's bf16 tile (exact
+ * weights rounded to bf16, as a bf16 checkpoint holds them) and the bf16
+ * path; without a tile big enough (the head), GEMV in groups of rows. */
+static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
+                               dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
+{
+    const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
+    if (T > DSQ_QGEMV_MAX && env->wq_tile && (int64_t)N * K <= env->wq_tile_elems) {
+        dsq_status st = W->format == DSQ_WF_Q8_ROW
+                            ? dsq_cu_dequant_q8_bf16((const int8_t *)W->data, (const float *)W->scales, K, 0, N,
+                                                     env->wq_tile, env->stream)
+                            : dsq_cu_dequant_q4_bf16((const uint8_t *)W->data, (const uint16_t *)W->scales,
+                                                     (const uint8_t *)W->zeros, K, 0, N, env->wq_tile, env->stream);
+        if (st != DSQ_OK)
+            return st;
+        dsq_weight d = *W;
+        d.format = DSQ_WF_BF16;
+        d.data = env->wq_tile;
+        d.scales = d.zeros = NULL;
+        dsq_cu_linear_env e = *env;
+        e.gemv_max = 0; /* T > 8 here: cuBLASLt */
+        return linear_bf16(&d, x, bias, T, epi, y, &e);
+    }
+    /* y row width: SILU_MUL writes N/2 bf16, the others N fp32 */
+    const size_t y_row = epi == DSQ_EPI_SILU_MUL ? (size_t)(N / 2) * sizeof(dsq_bf16) : (size_t)N * sizeof(float);
+    for (int32_t t0 = 0; t0 < T; t0 += DSQ_QGEMV_MAX) {
+        const int32_t n = T - t0 < DSQ_QGEMV_MAX ? T - t0 : DSQ_QGEMV_MAX;
+        dsq_status st = qgemv(W, x + (size_t)t0 * K, bias, n, epi, (char *)y + (size_t)t0 * y_row, env->stream);
+        if (st != DSQ_OK)
+            return st;
+    }
+    return DSQ_OK;
+}
+
 extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
                                     dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
@@ -27,9 +74,11 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
     switch (W->format) {
     case DSQ_WF_BF16:
         return linear_bf16(W, x, bias, T, epi, y, env);
+    case DSQ_WF_Q8_ROW:
+    case DSQ_WF_Q4_G128:
+        return linear_quant(W, x, bias, T, epi, y, env);
     case DSQ_WF_F32:
     case DSQ_WF_F16:
-    case DSQ_WF_Q8_ROW:
     case DSQ_WF_Q4_AWQ:
     case DSQ_WF_Q4_GPTQ:
         break;

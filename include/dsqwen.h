@@ -352,7 +352,9 @@ typedef struct dsq_model_info {
     float rope_theta;
     float rms_norm_eps;
     int64_t n_params;          /* parameters in the checkpoint                */
-    int64_t weight_bytes;      /* bytes of weights as stored in the files     */
+    int64_t weight_bytes;      /* bytes of the weights the model uses, as
+                                  stored (quantized linears: their quantized
+                                  arrays, also after quantizing at load)     */
     int64_t device_bytes;      /* GPU memory held by the model (0 on CPU)     */
     int32_t bos_token;         /* from config.json, -1 if absent              */
     int32_t eos_token;         /* from config.json, -1 if absent              */
@@ -362,6 +364,25 @@ typedef struct dsq_model_info {
  *  untouched).  DSQ_ERR_INVALID_ARG on NULL, DSQ_ERR_STRUCT_SIZE.
  *  Thread-safe. */
 DSQ_API dsq_status dsq_model_get_info(const dsq_model *model, dsq_model_info *info);
+
+/** Write the model's weights, as it computes with them, as a checkpoint in
+ *  directory `out_dir` (created if missing; files of the same names are
+ *  replaced): model.safetensors, config.json (the source's, with the
+ *  quantization_config of the weights: the library's own "dsqwen" format
+ *  for quantized linears, see docs/quantization.md; removed when nothing is
+ *  quantized) and copies of the source's tokenizer*, generation_config.json
+ *  and special_tokens_map.json files.  Loading the result gives the same
+ *  logits bit for bit without converting anything again.  With
+ *  dsq_model_params.quantize this writes a quantized checkpoint (what
+ *  `dsqwen quantize` does); an AWQ or GPTQ checkpoint is written in the
+ *  repacked 4-bit layout.
+ *  Needs the weights on the host: a model loaded with the CPU backend
+ *  (otherwise DSQ_ERR_UNSUPPORTED).  DSQ_ERR_INVALID_ARG on NULL or when
+ *  `out_dir` is the model's own directory; DSQ_ERR_IO (message with the
+ *  path and the system's reason), DSQ_ERR_OUT_OF_MEMORY.  Files written
+ *  before a failure are left.  Thread-safe with other read-only uses of
+ *  the model. */
+DSQ_API dsq_status dsq_model_save(const dsq_model *model, const char *out_dir);
 
 /* ------------------------------------------------------------------------ */
 /* Context: KV cache, scratch, threads, CUDA stream                         */

@@ -6,6 +6,8 @@
 
 #include "arch.h"
 #include "internal.h"
+#include "quant_config.h"
+#include "weights_quant.h"
 #ifdef DSQ_HAVE_CUDA
 #include "nccl_comm.h"
 _Static_assert(DSQ_TP_ID_BYTES == DSQ_COMM_ID_BYTES, "one id size for the API and NCCL");
@@ -175,9 +177,6 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         p.quantize_head > 1)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_params.quantize %d / quantize_head %d: unknown value",
                         p.quantize, p.quantize_head);
-    if (p.quantize != DSQ_QUANTIZE_NONE)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "dsq_model_params.quantize: quantizing at load is not in this "
-                                             "build of libdsqwen yet");
     if (p.tp_world < 0 || (p.tp_world >= 1 && !p.tp_devices && (p.tp_rank < 0 || p.tp_rank >= p.tp_world)) ||
         !(p.tp_timeout_s >= 0.0f))
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_model_params: tp_world %d, tp_rank %d, tp_timeout_s %g",
@@ -245,6 +244,27 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         st = dsq_weights_check_finite(&m->w, &m->cfg, p.n_threads);
         if (st != DSQ_OK)
             goto fail;
+    }
+    if (p.quantize != DSQ_QUANTIZE_NONE) {
+        /* quantize at load (lib/weights_quant.c), on the host for every backend */
+        if (m->cfg.quant.method != DSQ_QM_NONE) {
+            st = dsq_fail(DSQ_ERR_UNSUPPORTED,
+                          "dsq_model_params.quantize: the checkpoint is already quantized "
+                          "(quantization_config quant_method \"%s\"); load it with quantize = "
+                          "DSQ_QUANTIZE_NONE",
+                          dsq_quant_method_name(m->cfg.quant.method));
+            goto fail;
+        }
+        st = dsq_weights_quantize(&m->w, &m->cfg, p.quantize, p.quantize_head, p.n_threads);
+        if (st != DSQ_OK)
+            goto fail;
+    }
+    if (p.tp_world > 1 && (p.quantize != DSQ_QUANTIZE_NONE || m->cfg.quant.method != DSQ_QM_NONE)) {
+        /* the rank slicing (lib/tp_weights.c) reads bf16/f16/f32 tensors */
+        st = dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor parallelism (tp_world %d) of quantized weights is not "
+                                           "supported yet; load the model unquantized",
+                      p.tp_world);
+        goto fail;
     }
     /* every file is checked before the (slow) upload to a device */
     if (p.load_tokenizer) {

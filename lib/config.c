@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "arch.h"
+#include "quant_config.h"
 #include "config_fields.h"
 #include "internal.h"
 #include "json_strict.h"
@@ -200,6 +201,9 @@ dsq_status dsq_config_parse(const char *json, size_t len, dsq_config *cfg)
     if ((st = pick_arch(root, &arch)) != DSQ_OK || (st = arch->parse_config(root, &c)) != DSQ_OK)
         goto done;
     c.arch = arch;
+    /* quantized checkpoints: what the weights are (refusing what no backend runs) */
+    if ((st = dsq_quant_config_from_root(root, &c.quant)) != DSQ_OK)
+        goto done;
     if ((st = get_token(root, "bos_token_id", c.n_vocab, &c.bos_token)) != DSQ_OK ||
         (st = get_token(root, "eos_token_id", c.n_vocab, &c.eos_token)) != DSQ_OK)
         goto done;

@@ -33,7 +33,9 @@
 #include "cpu_ops.h"
 #include "cpu_threadpool.h"
 #include "internal.h"
+#include "quant_cpu.h"
 #include "tp_weights.h"
+#include "weights_quant.h"
 
 /* The products' view of the weights: a dsq_weight per linear role of each
  * layer (roles without a matrix stay zeroed) and the head.  Built from
@@ -106,9 +108,16 @@ static dsq_status check_tensor(const dsq_tensor *t, const dsq_config *cfg, int p
 
 /* The descriptor of matrix `t`, checked against the product's dispatch (a
  * zero-token call: DSQ_ERR_UNSUPPORTED names a format without CPU code). */
-static dsq_status product_weight(const dsq_tensor *t, dsq_weight *w)
+static dsq_status product_weight(const dsq_weights *mw, int per_layer, int32_t role,
+                                 int32_t layer, const dsq_tensor *t, dsq_weight *w)
 {
-    dsq_status st = dsq_weight_from_tensor(t, w);
+    /* a quantized linear (lib/weights_quant.h) comes as its descriptor */
+    const dsq_weight *qd = dsq_weights_qslot(mw, per_layer, role, layer);
+    dsq_status st = DSQ_OK;
+    if (qd)
+        *w = *qd;
+    else
+        st = dsq_weight_from_tensor(t, w);
     if (st == DSQ_OK)
         st = dsq_cpu_linear(NULL, 0, NULL, 0, 0, w, NULL, 0, 0, 0, NULL);
     return st;
@@ -124,7 +133,7 @@ static dsq_status build_lw(const dsq_config *cfg, const dsq_weights *w, dsq_weig
     *lw_out = NULL;
     if (!lw)
         return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no memory for the CPU weight descriptors");
-    dsq_status st = product_weight(&w->g[DSQ_GW_LM_HEAD], head);
+    dsq_status st = product_weight(w, 0, DSQ_GW_LM_HEAD, 0, &w->g[DSQ_GW_LM_HEAD], head);
     for (int32_t l = 0; l < cfg->n_layers && st == DSQ_OK; l++)
         for (int32_t i = 0; i < a->n_ops && st == DSQ_OK; i++) {
             const dsq_op *op = &a->recipe[i];
@@ -132,7 +141,7 @@ static dsq_status build_lw(const dsq_config *cfg, const dsq_weights *w, dsq_weig
                 continue; /* w[0] is a norm vector, not a matrix */
             for (int j = 0; j < 3 && st == DSQ_OK; j++)
                 if (op->w[j] >= 0)
-                    st = product_weight(&w->layers[l].t[op->w[j]], &lw[l][op->w[j]]);
+                    st = product_weight(w, 1, op->w[j], l, &w->layers[l].t[op->w[j]], &lw[l][op->w[j]]);
         }
     if (st != DSQ_OK)
         free(lw);
@@ -210,7 +219,8 @@ static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
     dsq_status st;
     for (int32_t i = 0; i < a->n_tensors; i++) {
         const dsq_tensor_spec *sp = &a->tensors[i];
-        if (sp->per_layer || (sp->flags & DSQ_TF_OPTIONAL))
+        if (sp->per_layer || (sp->flags & DSQ_TF_OPTIONAL) ||
+            dsq_weights_qslot(&m->w, 0, sp->role, 0))
             continue;
         if ((st = check_tensor(&m->w.g[sp->role], cfg, 0, sp->role, 0)) != DSQ_OK)
             return st;
@@ -219,7 +229,8 @@ static dsq_status cpu_model_load(dsq_model *m, const dsq_model_params *p)
         for (int32_t i = 0; i < a->n_tensors; i++) {
             const dsq_tensor_spec *sp = &a->tensors[i];
             const dsq_tensor *t = &m->w.layers[l].t[sp->role];
-            if (!sp->per_layer || ((sp->flags & DSQ_TF_OPTIONAL) && !t->data))
+            if (!sp->per_layer || ((sp->flags & DSQ_TF_OPTIONAL) && !t->data) ||
+                dsq_weights_qslot(&m->w, 1, sp->role, l))
                 continue;
             if ((st = check_tensor(t, cfg, 1, sp->role, l)) != DSQ_OK)
                 return st;
@@ -337,6 +348,8 @@ static dsq_status ctx_buffers(const dsq_ctx *c, const dsq_config *cfg, int tp, c
     if ((size_t)H * D > k_max)
         k_max = (size_t)H * D;
     cc->wbuf_stride = DSQ_CPU_MM_ROWS * k_max;
+    if (dsq_quant_scratch_floats((int64_t)k_max) > cc->wbuf_stride) /* quantized products */
+        cc->wbuf_stride = dsq_quant_scratch_floats((int64_t)k_max);
     cc->scores_stride = (size_t)n_rep * (size_t)c->p.max_context;
     cc->x = alloc_floats(T * E, &scratch);
     cc->xn = alloc_floats(T * E, &scratch);

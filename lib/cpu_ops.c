@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "quant_cpu.h"
 
 /* (The always-inline helpers pass 32-byte vectors by value; GCC's note
  * about that ABI is silenced for this file in CMakeLists.txt.) */
@@ -381,7 +382,20 @@ dsq_status dsq_cpu_linear(float *Y, int64_t ldy, const float *X, int64_t ldx, in
     case DSQ_WF_F32: dt = DSQ_DT_F32; break;
     case DSQ_WF_F16: dt = DSQ_DT_F16; break;
     case DSQ_WF_BF16: dt = DSQ_DT_BF16; break;
-    case DSQ_WF_Q8_ROW:
+    case DSQ_WF_Q8_ROW: {
+        /* lib/quant_cpu.c: bit for bit the dense kernel on the dequantized rows;
+         * wbuf holds dsq_quant_scratch_floats(K) */
+        const dsq_q8_mat q = { W->data, W->scales, W->rows, W->cols };
+        if (T > 0 && o1 > o0)
+            dsq_q8_matmul_rows(Y, ldy, X, ldx, T, &q, bias, o0, o1, accumulate, wbuf);
+        return DSQ_OK;
+    }
+    case DSQ_WF_Q4_G128: {
+        const dsq_q4_mat q = { W->data, W->scales, W->zeros, W->rows, W->cols };
+        if (T > 0 && o1 > o0)
+            dsq_q4_matmul_rows(Y, ldy, X, ldx, T, &q, bias, o0, o1, accumulate, wbuf);
+        return DSQ_OK;
+    }
     case DSQ_WF_Q4_AWQ:
     case DSQ_WF_Q4_GPTQ:
     default:

@@ -62,8 +62,11 @@ float dsq_cpu_dot2(const float *a, const float *b, int64_t n);
  * DSQ_CPU_MM_ROWS at a time, into wbuf[DSQ_CPU_MM_ROWS][K] (scratch) and
  * each converted block serves a block of tokens sized to stay in L2; a
  * single token with BF16 weights reads them directly.
+ * Q8_ROW / Q4_G128 weights run lib/quant_cpu.c's products (the same
+ * numbers on the exactly dequantized rows); they need wbuf of
+ * dsq_quant_scratch_floats(K) floats.
  * DSQ_ERR_UNSUPPORTED (message naming the format) for a format or layout
- * without a CPU product: the quantized formats until their kernels land.
+ * without a CPU product (the AWQ / GPTQ source tags, which are repacked).
  * T = 0 runs nothing but the check (the backend asks at load, so the pass
  * itself cannot fail). */
 dsq_status dsq_cpu_linear(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,

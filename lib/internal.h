@@ -105,6 +105,32 @@ void dsq_st_unmap(dsq_st_set *set);
 
 /* ---- config (lib/config.c) ----------------------------------------------- */
 
+/* config.json's quantization_config (lib/quant_config.h parses it). */
+typedef enum dsq_quant_method {
+    DSQ_QM_NONE = 0,  /* not quantized */
+    DSQ_QM_AWQ = 1,   /* AutoAWQ GEMM packing (repacked at load) */
+    DSQ_QM_GPTQ = 2,  /* AutoGPTQ / GPTQModel packing (repacked at load) */
+    DSQ_QM_DSQWEN = 3 /* this library's own layouts (used as stored) */
+} dsq_quant_method;
+
+typedef struct dsq_quant_config {
+    dsq_quant_method method;
+    int32_t bits;             /* 4 or 8 (0 for NONE) */
+    int32_t group_size;       /* 128, or -1 = one group per output row (Q8_ROW) */
+    int32_t zero_point;       /* 1: asymmetric, a zero point per group is stored
+                                 (AWQ, GPTQ sym=false, dsqwen 4-bit); 0: symmetric */
+    int32_t desc_act;         /* always 0 once accepted */
+    int32_t gptq_zero_offset; /* GPTQ: 1 for v1 checkpoints ("gptq": the stored
+                                 zero nibble is zero - 1), 0 for "gptq_v2";
+                                 0 for the other methods */
+    int32_t version;          /* dsqwen: format version (1); others 0 */
+    int32_t lm_head;          /* GPTQ "lm_head": true = the head is quantized too */
+    int32_t has_skip_list;    /* AWQ modules_to_not_convert is a non-empty list:
+                                 some linears stay unquantized (the loader tells
+                                 them apart by their tensor names) */
+} dsq_quant_config;
+
+
 typedef struct dsq_config {
     int32_t n_vocab;
     int32_t n_embd;
@@ -120,6 +146,7 @@ typedef struct dsq_config {
     int32_t bos_token;  /* -1 if absent */
     int32_t eos_token;  /* -1 if absent (first of a list) */
     const struct dsq_arch *arch; /* the model description (lib/arch.h) */
+    dsq_quant_config quant;      /* quantization_config (method NONE if absent) */
 } dsq_config;
 
 /* Parse config.json text; refuses unsupported architectures/values naming
@@ -161,6 +188,9 @@ typedef struct dsq_weights {
     dsq_layer_weights *layers;     /* [n_layers] */
     int64_t n_params;
     int64_t n_bytes;
+    /* quantized linears (lib/weights_quant.h): NULL when none; a role held
+     * there has a dsq_tensor slot with data NULL (shape [N, K] logical) */
+    struct dsq_qweights *q;
 } dsq_weights;
 
 /* Bind, copying only the misaligned tensors the model uses

@@ -33,29 +33,8 @@
 extern "C" {
 #endif
 
-typedef enum dsq_quant_method {
-    DSQ_QM_NONE = 0,  /* not quantized */
-    DSQ_QM_AWQ = 1,   /* AutoAWQ GEMM packing (repacked at load) */
-    DSQ_QM_GPTQ = 2,  /* AutoGPTQ / GPTQModel packing (repacked at load) */
-    DSQ_QM_DSQWEN = 3 /* this library's own layouts (used as stored) */
-} dsq_quant_method;
-
-typedef struct dsq_quant_config {
-    dsq_quant_method method;
-    int32_t bits;             /* 4 or 8 (0 for NONE) */
-    int32_t group_size;       /* 128, or -1 = one group per output row (Q8_ROW) */
-    int32_t zero_point;       /* 1: asymmetric, a zero point per group is stored
-                                 (AWQ, GPTQ sym=false, dsqwen 4-bit); 0: symmetric */
-    int32_t desc_act;         /* always 0 once accepted */
-    int32_t gptq_zero_offset; /* GPTQ: 1 for v1 checkpoints ("gptq": the stored
-                                 zero nibble is zero - 1), 0 for "gptq_v2";
-                                 0 for the other methods */
-    int32_t version;          /* dsqwen: format version (1); others 0 */
-    int32_t lm_head;          /* GPTQ "lm_head": true = the head is quantized too */
-    int32_t has_skip_list;    /* AWQ modules_to_not_convert is a non-empty list:
-                                 some linears stay unquantized (the loader tells
-                                 them apart by their tensor names) */
-} dsq_quant_config;
+/* dsq_quant_method and dsq_quant_config live in internal.h (dsq_config
+ * holds one). */
 
 /* Parse quantization_config out of a whole config.json text.  Absent or null
  * gives method DSQ_QM_NONE and DSQ_OK.  The text is checked as config.c

@@ -10,6 +10,7 @@ const char *dsq_wformat_name(dsq_wformat f)
     case DSQ_WF_Q8_ROW: return "q8_row";
     case DSQ_WF_Q4_AWQ: return "q4_awq";
     case DSQ_WF_Q4_GPTQ: return "q4_gptq";
+    case DSQ_WF_Q4_G128: return "q4_g128";
     }
     return "?";
 }

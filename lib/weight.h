@@ -25,11 +25,14 @@ typedef enum dsq_wformat {
     DSQ_WF_F32 = 0,  /* data: float [rows][cols] */
     DSQ_WF_F16 = 1,  /* data: IEEE half [rows][cols] */
     DSQ_WF_BF16 = 2, /* data: bfloat16 [rows][cols] */
-    /* Quantized formats: reserved here, their packers and kernels live in
-     * their own files; the products answer DSQ_ERR_UNSUPPORTED until then. */
-    DSQ_WF_Q8_ROW = 16, /* data: int8 [rows][cols]; scales: float [rows] */
-    DSQ_WF_Q4_AWQ = 17, /* 4-bit, group_size columns per scale / zero (AWQ packing) */
-    DSQ_WF_Q4_GPTQ = 18 /* 4-bit, group_size columns per scale / zero (GPTQ packing) */
+    /* Quantized formats (lib/quant_cpu.h, docs/quantization.md); made at
+     * load by lib/weights_quant.c. */
+    DSQ_WF_Q8_ROW = 16,  /* data: int8 [rows][cols]; scales: float [rows] */
+    DSQ_WF_Q4_AWQ = 17,  /* source tags only: AWQ and GPTQ checkpoints are */
+    DSQ_WF_Q4_GPTQ = 18, /* repacked into Q4_G128 at load; no product takes them */
+    DSQ_WF_Q4_G128 = 19  /* data: uint8 [rows][dsq_q4_ldq(cols)] codes; scales:
+                            f16 [rows][G]; zeros: uint8 [rows][G]; G =
+                            ceil(cols / 128), group_size 128 */
 } dsq_wformat;
 
 /* How rows are ordered in memory. */

@@ -21,6 +21,7 @@
 #include "arch.h"
 #include "cpu_threadpool.h"
 #include "internal.h"
+#include "weights_quant.h"
 
 static void shape_str(char *buf, size_t cap, int32_t ndim, const int64_t *shape)
 {
@@ -115,6 +116,26 @@ dsq_status dsq_weights_bind(dsq_st_set *st, const dsq_config *cfg, int private_c
                 t->shape[1] = d1;
                 continue;
             }
+            if (cfg->quant.method != DSQ_QM_NONE && dsq_spec_is_linear(a, sp)) {
+                /* a quantized linear (lib/weights_quant.c); absent: stored dense */
+                int found = 0;
+                if ((s = dsq_qweights_bind_linear(st, cfg, w, sp, l, name, d0, d1, &found)) != DSQ_OK)
+                    goto fail;
+                if (found) {
+                    const dsq_weight *qd = dsq_weights_qslot(w, sp->per_layer, sp->role, l);
+                    memset(t, 0, sizeof *t);
+                    t->dtype = DSQ_DT_OTHER; /* data NULL: the product reads w->q */
+                    t->ndim = 2;
+                    t->shape[0] = d0;
+                    t->shape[1] = d1;
+                    t->nbytes = (size_t)dsq_qweight_bytes(qd);
+                    w->n_params += d0 * d1;
+                    w->n_bytes += (int64_t)t->nbytes;
+                    n_bound += 2 + (cfg->quant.method == DSQ_QM_GPTQ) +
+                               (cfg->quant.method != DSQ_QM_DSQWEN || qd->format == DSQ_WF_Q4_G128);
+                    continue;
+                }
+            }
             if ((s = bind_one(st, name, d0, d1, private_copy, t)) != DSQ_OK) {
                 if (s == DSQ_ERR_MISSING_TENSOR && (sp->flags & DSQ_TF_HEAD))
                     s = dsq_fail(s,
@@ -142,6 +163,7 @@ void dsq_weights_release(dsq_weights *w)
 {
     if (!w)
         return;
+    dsq_qweights_free(w->q);
     free(w->layers);
     memset(w, 0, sizeof *w);
 }

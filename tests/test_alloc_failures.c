@@ -413,9 +413,86 @@ out:
     dsq_model_free(m);
 }
 
+/* Quantized weights (lib/weights_quant.c, lib/model_save.c): loading a
+ * quantized checkpoint (AWQ: repacked; dsqwen Q4 + int8 head: copied), and a
+ * bf16 one quantized at load (Q4 + int8 head), a prefill, and the AWQ model
+ * saved (dsq_model_save) into a scratch directory. */
+static const char *g_qdir;
+static int g_qmode;
+static char g_save_dir[64];
+
+static void scenario_quant(outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    dsq_model *m = NULL;
+    dsq_ctx *c = NULL;
+    float *lg = NULL;
+    dsq_model_params mp = dsq_model_default_params();
+    mp.backend = DSQ_BACKEND_CPU;
+    mp.n_threads = 1;
+    mp.quantize = g_qmode;
+    mp.quantize_head = g_qmode != 0;
+    CALL("dsq_model_load", dsq_model_load(g_qdir, &mp, &m), &m);
+    dsq_model_info mi = {.struct_size = sizeof mi};
+    CALL("dsq_model_get_info", dsq_model_get_info(m, &mi), (void **)NULL);
+    dsq_ctx_params cp = dsq_ctx_default_params();
+    cp.max_context = 16;
+    cp.n_threads = 1;
+    CALL("dsq_ctx_new", dsq_ctx_new(m, &cp, &c), &c);
+    lg = __real_malloc((size_t)mi.n_vocab * sizeof(float));
+    const int32_t prompt[3] = {5, 17, 300};
+    CALL("dsq_prefill", dsq_prefill(c, 0, prompt, 3, DSQ_LOGITS_LAST, lg), (void **)NULL);
+    o->greedy[0] = (int32_t)dsq_argmax(lg, (size_t)mi.n_vocab);
+    if (g_save_dir[0])
+        CALL("dsq_model_save", dsq_model_save(m, g_save_dir), (void **)NULL);
+out:
+    atomic_store(&g_armed, 0);
+    __real_free(lg);
+    dsq_ctx_free(c);
+    dsq_model_free(m);
+}
+
+static void every_point(void (*scenario)(outcome *));
+
 static void test_every_allocation_fails_once(void **state)
 {
     (void)state;
+    every_point(scenario);
+}
+
+static void test_quantized_every_allocation_fails_once(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *dir;
+        int mode, save;
+    } cases[] = {{"quant_tiny/awq", 0, 1}, {"quant_tiny/q4h", 0, 0}, {"quant_tiny/bf16", DSQ_QUANTIZE_Q4, 0}};
+    snprintf(g_save_dir, sizeof g_save_dir, "/tmp/dsq_allocfail_save_XXXXXX");
+    assert_non_null(mkdtemp(g_save_dir));
+    char keep[64];
+    snprintf(keep, sizeof keep, "%s", g_save_dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *d = dsq_test_path(cases[i].dir);
+        g_qdir = d;
+        g_qmode = cases[i].mode;
+        if (!cases[i].save)
+            g_save_dir[0] = '\0';
+        printf("  %s%s%s:\n", cases[i].dir, cases[i].mode ? " quantized at load" : "",
+               cases[i].save ? " + dsq_model_save" : "");
+        every_point(scenario_quant);
+        free(d);
+    }
+    const char *names[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char p[128];
+        snprintf(p, sizeof p, "%s/%s", keep, names[i]);
+        unlink(p);
+    }
+    rmdir(keep);
+}
+
+static void every_point(void (*scenario)(outcome *))
+{
     run_log log;
     outcome clean, o;
 
@@ -491,6 +568,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_allocation_fails_once),
+        cmocka_unit_test(test_quantized_every_allocation_fails_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -275,7 +275,8 @@ static void test_linear_formats(void **state)
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[2] = {42.0f, 43.0f}, wbuf[4 * 8];
     const int8_t q[16] = {0};
     const float sc[2] = {1.0f, 1.0f};
-    const dsq_wformat quant[] = {DSQ_WF_Q8_ROW, DSQ_WF_Q4_AWQ, DSQ_WF_Q4_GPTQ};
+    /* AWQ / GPTQ are source tags (repacked into Q4_G128 at load): no product */
+    const dsq_wformat quant[] = {DSQ_WF_Q4_AWQ, DSQ_WF_Q4_GPTQ};
     for (size_t i = 0; i < sizeof quant / sizeof quant[0]; i++) {
         dsq_weight w = {.format = quant[i], .rows = 2, .cols = 8, .data = q, .scales = sc, .group_size = 8};
         assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w, NULL, 0, 2, 0, wbuf), DSQ_ERR_UNSUPPORTED);
@@ -290,6 +291,33 @@ static void test_linear_formats(void **state)
     w.layout = DSQ_WL_ROWS;
     assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w, NULL, 0, 2, 0, wbuf), DSQ_OK);
     assert_true(y[0] == dsq_cpu_dot(x, wf, 8) && y[1] == dsq_cpu_dot(x, wf + 8, 8));
+
+    /* Q8_ROW and Q4_G128 run lib/quant_cpu.c's products: the dense numbers on
+     * the dequantized rows (wbuf: dsq_quant_scratch_floats(K)) */
+    float qbuf[8 * 8], deq[16];
+    const int8_t q8[16] = {1, -2, 3, -4, 5, -6, 7, -8, 127, -127, 0, 1, 2, 3, 4, 5};
+    const float s8[2] = {0.5f, 0.25f};
+    for (int i = 0; i < 16; i++)
+        deq[i] = (float)q8[i] * s8[i / 8];
+    dsq_weight w8 = {.format = DSQ_WF_Q8_ROW, .rows = 2, .cols = 8, .data = q8, .scales = s8};
+    assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w8, NULL, 0, 2, 0, qbuf), DSQ_OK);
+    assert_true(y[0] == dsq_cpu_dot(x, deq, 8) && y[1] == dsq_cpu_dot(x, deq + 8, 8));
+    /* Q4: K = 8 -> 16 bytes per row (one 32-code piece), one group */
+    uint8_t q4[32] = {0};
+    for (int i = 0; i < 8; i++) {
+        q4[i / 2] |= (uint8_t)((i * 2 % 16) << (4 * (i % 2)));
+        q4[16 + i / 2] |= (uint8_t)((15 - i) << (4 * (i % 2)));
+    }
+    const uint16_t s4[2] = {0x3800, 0x3c00}; /* 0.5, 1.0 */
+    const uint8_t z4[2] = {3, 8};
+    for (int i = 0; i < 8; i++) {
+        deq[i] = (float)(i * 2 % 16 - 3) * 0.5f;
+        deq[8 + i] = (float)(15 - i - 8) * 1.0f;
+    }
+    dsq_weight w4 = {.format = DSQ_WF_Q4_G128, .rows = 2, .cols = 8, .data = q4, .scales = s4,
+                     .zeros = z4, .group_size = 128};
+    assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w4, NULL, 0, 2, 0, qbuf), DSQ_OK);
+    assert_true(y[0] == dsq_cpu_dot(x, deq, 8) && y[1] == dsq_cpu_dot(x, deq + 8, 8));
 }
 
 static void test_matmul(void **state)

@@ -462,12 +462,14 @@ static void test_linear_dispatch(void **state)
     void *dx = dev_copy(xh, (size_t)TM * K * 2), *dw = dev_copy(wh, (size_t)N * K * 2);
     float *dgu = (float *)dev_nan((size_t)TM * N * 4);
     void *da = dev_nan((size_t)TM * N * 4), *db = dev_nan((size_t)TM * N * 4), *dc = dev_nan((size_t)TM * N * 4);
-    dsq_cu_linear_env env = {g, dgu, 8, 0};
+    dsq_cu_linear_env env = {g, dgu, 8, 0, NULL, 0};
     dsq_weight w = {};
     w.rows = N;
     w.cols = K;
     w.data = dw;
-    const dsq_wformat other[] = {DSQ_WF_F32, DSQ_WF_F16, DSQ_WF_Q8_ROW, DSQ_WF_Q4_AWQ, DSQ_WF_Q4_GPTQ};
+    /* Q8_ROW / Q4_G128 have products (test_cuda_quant_e2e); AWQ / GPTQ are
+     * source tags, repacked at load */
+    const dsq_wformat other[] = {DSQ_WF_F32, DSQ_WF_F16, DSQ_WF_Q4_AWQ, DSQ_WF_Q4_GPTQ};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
         w.format = other[i];
         assert_int_equal(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, 1, DSQ_EPI_STORE, da, &env),

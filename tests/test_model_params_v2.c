@@ -65,6 +65,21 @@ static void test_refused(void **state)
     assert_int_equal(load_with(&p), DSQ_ERR_INVALID_ARG);
 }
 
+/* the rank slicing reads bf16/f16/f32 tensors: tensor parallelism of
+ * quantized weights is refused, not run wrong */
+static void test_tp_of_quantized_refused(void **state)
+{
+    (void)state;
+    dsq_model_params p = dsq_model_default_params();
+    p.backend = DSQ_BACKEND_CPU;
+    p.load_tokenizer = 0;
+    p.tp_world = 2;
+    assert_int_equal(load_with(&p), DSQ_OK); /* the CPU verification mode */
+    p.quantize = DSQ_QUANTIZE_INT8;
+    assert_int_equal(load_with(&p), DSQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dsq_last_error_message(), "quantized"));
+}
+
 static void test_tp_unique_id(void **state)
 {
     (void)state;
@@ -85,6 +100,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_tp_of_quantized_refused),
         cmocka_unit_test(test_tp_unique_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -107,15 +107,26 @@ func Load(path string, backend Backend) (*Model, error) {
 	return LoadWithOptions(path, LoadOptions{Backend: backend})
 }
 
+// Quantize is a weight quantization at load (dsq_quantize; docs/quantization.md).
+type Quantize int32
+
+const (
+	QuantizeNone Quantize = 0 // as the checkpoint stores them
+	QuantizeInt8 Quantize = 1 // int8, one scale per output row
+	QuantizeQ4   Quantize = 2 // 4-bit, groups of 128 inputs with a scale and a zero point
+)
+
 // LoadOptions are the settings of LoadWithOptions (dsq_model_params); the
 // zero value is the library's defaults.
 type LoadOptions struct {
 	Backend         Backend
-	Device          int  // CUDA device index
-	NThreads        int  // CPU threads for the load-time weight scan; 0: all cores
-	NoTokenizer     bool // do not load tokenizer.json
-	SkipFiniteCheck bool // do not refuse weights holding NaN or Inf
-	CopyWeights     bool // CPU: copy the weights instead of computing from the mapped files
+	Device          int      // CUDA device index
+	NThreads        int      // CPU threads for the load-time weight scan; 0: all cores
+	NoTokenizer     bool     // do not load tokenizer.json
+	SkipFiniteCheck bool     // do not refuse weights holding NaN or Inf
+	CopyWeights     bool     // CPU: copy the weights instead of computing from the mapped files
+	Quantize        Quantize // quantize the linear weights at load (QuantizeNone: as stored)
+	QuantizeHead    bool     // with Quantize: the output head too (int8)
 	// Progress, if not nil, is called during the load on the loading
 	// goroutine with fractions in [0, 1] that never decrease, the last one
 	// 1.  Returning false cancels the load (an *Error with Status
@@ -142,6 +153,8 @@ func LoadWithOptions(path string, opts LoadOptions) (*Model, error) {
 	params.load_tokenizer = cbool(!opts.NoTokenizer)
 	params.skip_finite_check = cbool(opts.SkipFiniteCheck)
 	params.copy_weights = cbool(opts.CopyWeights)
+	params.quantize = C.int32_t(opts.Quantize)
+	params.quantize_head = cbool(opts.QuantizeHead)
 	var progress *progressState
 	if opts.Progress != nil {
 		progress = &progressState{fn: opts.Progress}
@@ -188,6 +201,15 @@ type Context struct {
 
 // NewContext creates a context for maxSeqs sequences of up to maxContext
 // tokens each (0 keeps the library's default for either).
+// Save writes the weights as the model runs them (quantized ones in the
+// library's own format) as a checkpoint in directory dir (dsq_model_save;
+// a model on the CPU backend only).
+func (m *Model) Save(dir string) error {
+	cdir := C.CString(dir)
+	defer C.free(unsafe.Pointer(cdir))
+	return call(func() C.dsq_status { return C.dsq_model_save(m.p, cdir) })
+}
+
 func (m *Model) NewContext(maxSeqs, maxContext int) (*Context, error) {
 	var params C.dsq_ctx_params
 	if err := call(func() C.dsq_status {

@@ -362,3 +362,46 @@ func TestStepForkTruncate(t *testing.T) {
 		t.Fatalf("CUDAStream on the CPU backend: %v %v", s, err)
 	}
 }
+
+func TestQuantizeAtLoadAndSave(t *testing.T) {
+	// tests/data/quant_tiny/bf16 quantized to 4 bits (int8 head) at load,
+	// saved, loaded again: the same logits, bit for bit
+	src := filepath.Join(data, "quant_tiny", "bf16")
+	m, err := LoadWithOptions(src, LoadOptions{Backend: BackendCPU, Quantize: QuantizeQ4, QuantizeHead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	out := t.TempDir()
+	if err := m.Save(out); err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int32{5, 17, 300, 42, 7}
+	logits := func(m *Model) []float32 {
+		c, err := m.NewContext(1, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := c.Prefill(0, prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	want := logits(m)
+	s, err := Load(out, BackendCPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := logits(s)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("logit %d: %g after save, %g quantized at load", i, got[i], want[i])
+		}
+	}
+	if _, err := LoadWithOptions(out, LoadOptions{Backend: BackendCPU, Quantize: QuantizeInt8}); err == nil {
+		t.Fatal("quantizing a quantized checkpoint again was not refused")
+	}
+}

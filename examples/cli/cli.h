@@ -42,6 +42,10 @@ typedef struct cli_opts {
     int verbose;             /* --verbose: backend, shapes, timing, log     */
     int progress;            /* draw a load progress bar (stderr is a tty)  */
     int bench_sampling;      /* --sampling: CLI_BENCH_* (bench)             */
+    int32_t quantize;        /* --quantize: dsq_quantize (load-time)        */
+    int quantize_head;       /* --quantize-head / quantize --head           */
+    int32_t bits;            /* quantize --bits 8|4 (0: not given)          */
+    const char *in_dir, *out_dir; /* quantize IN_DIR OUT_DIR                */
 } cli_opts;
 
 /* How `dsqwen bench` picks each step's next tokens. */
@@ -192,5 +196,6 @@ int cli_input_has_libedit(void);
 int cli_generate(const cli_opts *o);
 int cli_chat(const cli_opts *o);
 int cli_bench(const cli_opts *o);
+int cli_quantize(const cli_opts *o);
 
 #endif

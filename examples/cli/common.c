@@ -78,6 +78,8 @@ int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_
     dsq_model_params mp = dsq_model_default_params();
     mp.backend = o->backend;
     mp.n_threads = o->threads;
+    mp.quantize = o->quantize;
+    mp.quantize_head = o->quantize_head;
     load_bar bar = { -1 };
     if (o->progress) {
         mp.progress = draw_load_bar;

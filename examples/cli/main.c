@@ -1,5 +1,6 @@
 /* main.c - `dsqwen`: command line front end of libdsqwen.
  *   dsqwen generate|chat|bench --model DIR [options] [PROMPT]
+ *   dsqwen quantize IN_DIR OUT_DIR --bits 8|4 [--head]
  * Every flag is checked here, before the model loads; a bad one is a usage
  * error (exit 2).  See cli.h for the exit codes. */
 #include <errno.h>
@@ -18,14 +19,14 @@
 #endif
 
 /* Which commands an option applies to. */
-enum { C_GEN = 1, C_CHAT = 2, C_BENCH = 4, C_ALL = 7, C_TEXT = C_GEN | C_CHAT };
+enum { C_GEN = 1, C_CHAT = 2, C_BENCH = 4, C_ALL = 7, C_TEXT = C_GEN | C_CHAT, C_QUANT = 8 };
 
 enum {
     OPT_MODEL = 256, OPT_BACKEND, OPT_KV, OPT_KV_LAYOUT, OPT_TEMP, OPT_TOP_P, OPT_TOP_K,
     OPT_MIN_P, OPT_PENALTY, OPT_PENALTY_N, OPT_SEED, OPT_MAX_TOKENS, OPT_CTX, OPT_THREADS,
     OPT_SHOW_THINK, OPT_HIDE_THINK, OPT_TOKENS, OPT_RAW, OPT_SYSTEM, OPT_BATCH, OPT_PROMPT_LEN,
     OPT_GREEDY, OPT_STOP, OPT_VERBOSE, OPT_NO_PROGRESS, OPT_VERSION, OPT_HELP,
-    OPT_SAMPLING
+    OPT_SAMPLING, OPT_QUANTIZE, OPT_QUANTIZE_HEAD, OPT_BITS, OPT_HEAD
 };
 
 typedef struct opt_doc {
@@ -46,8 +47,18 @@ static const opt_doc docs[] = {
       "KV cache layout (default static)" },
     { { "ctx", required_argument, NULL, OPT_CTX }, C_ALL, "N",
       "max tokens per sequence (default: the library's; bench: prompt + steps + 1)" },
-    { { "threads", required_argument, NULL, OPT_THREADS }, C_ALL, "N",
+    { { "threads", required_argument, NULL, OPT_THREADS }, C_ALL | C_QUANT, "N",
       "CPU threads (default 0 = all cores)" },
+    { { "quantize", required_argument, NULL, OPT_QUANTIZE }, C_ALL, "none|int8|q4",
+      "quantize the linear weights at load: int8 (one scale per row) or q4\n"
+      "(4-bit, groups of 128); default none (as the checkpoint stores them)" },
+    { { "quantize-head", no_argument, NULL, OPT_QUANTIZE_HEAD }, C_ALL, NULL,
+      "with --quantize: the output head too (int8)" },
+    { { "bits", required_argument, NULL, OPT_BITS }, C_QUANT, "8|4",
+      "8: int8 weights, one scale per output row; 4: 4-bit, groups of 128\n"
+      "inputs with a scale and a zero point (required)" },
+    { { "head", no_argument, NULL, OPT_HEAD }, C_QUANT, NULL,
+      "quantize the output head too (int8); default: kept as stored" },
     { { "max-tokens", required_argument, NULL, OPT_MAX_TOKENS }, C_ALL, "N",
       "tokens to generate per reply (default 512); bench: decode steps (default 64)" },
     { { "temperature", required_argument, NULL, OPT_TEMP }, C_TEXT, "T",
@@ -93,8 +104,8 @@ static const opt_doc docs[] = {
       "show backend, device, model shape, load time and library messages" },
     { { "no-progress", no_argument, NULL, OPT_NO_PROGRESS }, C_ALL, NULL,
       "no load progress bar (it is drawn only when stderr is a terminal)" },
-    { { "version", no_argument, NULL, OPT_VERSION }, C_ALL, NULL, "what is built in" },
-    { { "help", no_argument, NULL, OPT_HELP }, C_ALL, NULL, "this help" },
+    { { "version", no_argument, NULL, OPT_VERSION }, C_ALL | C_QUANT, NULL, "what is built in" },
+    { { "help", no_argument, NULL, OPT_HELP }, C_ALL | C_QUANT, NULL, "this help" },
 };
 #define N_DOCS (sizeof docs / sizeof docs[0])
 
@@ -122,6 +133,12 @@ static const cmd_doc cmds[] = {
       "Prefill and decode throughput at each batch size of --batch, an untimed\n"
       "warm-up first; --sampling says how next tokens are picked (default: in\n"
       "the library through dsq_step, on the GPU with CUDA)." },
+    { "quantize", C_QUANT, "dsqwen quantize IN_DIR OUT_DIR --bits 8|4 [--head] [options]",
+      "Write a quantized copy of the checkpoint in IN_DIR to OUT_DIR (created if\n"
+      "missing): model.safetensors with the library's own quantization_config\n"
+      "(docs/quantization.md), config.json and the tokenizer / generation\n"
+      "config files.  It loads again without re-quantizing.  The embedding stays\n"
+      "as stored.  An AWQ or GPTQ checkpoint cannot be quantized again." },
 };
 #define N_CMDS (sizeof cmds / sizeof cmds[0])
 
@@ -134,6 +151,7 @@ static void usage(FILE *f)
             "  generate   complete one prompt (argument, --tokens or stdin), streaming the reply\n"
             "  chat       interactive multi-turn chat on stdin\n"
             "  bench      prefill and decode throughput at the batch sizes of --batch\n"
+            "  quantize   write an int8 or 4-bit copy of a checkpoint (IN_DIR OUT_DIR --bits)\n"
             "  serve      OpenAI-compatible HTTP server (`dsqwen serve --help`)\n"
             "\n"
             "`dsqwen COMMAND --help` lists the options of a command.\n"
@@ -380,7 +398,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "help") == 0) {
         int k = argc > 2 ? find_cmd(argv[2]) : -1;
         if (argc > 2 && k < 0) {
-            fprintf(stderr, "dsqwen: unknown command '%s' (generate, chat or bench)\n", argv[2]);
+            fprintf(stderr, "dsqwen: unknown command '%s' (generate, chat, bench, quantize or serve)\n", argv[2]);
             return CLI_EXIT_USAGE;
         }
         if (k >= 0)
@@ -404,7 +422,7 @@ int main(int argc, char **argv)
     }
     int k = find_cmd(cmd);
     if (k < 0) {
-        fprintf(stderr, "dsqwen: unknown command '%s' (generate, chat or bench)\n", cmd);
+        fprintf(stderr, "dsqwen: unknown command '%s' (generate, chat, bench, quantize or serve)\n", cmd);
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
@@ -543,6 +561,23 @@ int main(int argc, char **argv)
             }
             stops[o.n_stops++] = optarg;
             break;
+        case OPT_QUANTIZE: {
+            static const char *const qn[] = { "none", "int8", "q4" };
+            bad = parse_choice("quantize", optarg, qn, 3, &o.quantize);
+            break;
+        }
+        case OPT_QUANTIZE_HEAD: o.quantize_head = 1; break;
+        case OPT_HEAD: o.quantize_head = 1; break;
+        case OPT_BITS:
+            if (strcmp(optarg, "8") == 0)
+                o.bits = 8;
+            else if (strcmp(optarg, "4") == 0)
+                o.bits = 4;
+            else {
+                fprintf(stderr, "dsqwen: --bits wants 8 or 4, got '%s'\n", optarg);
+                bad = 1;
+            }
+            break;
         case OPT_VERBOSE: o.verbose = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;
         case OPT_VERSION:
@@ -558,6 +593,29 @@ int main(int argc, char **argv)
     }
     if (bad)
         goto done;
+    if (cd->bit == C_QUANT) {
+        if (argc - optind != 2) {
+            fprintf(stderr, "dsqwen quantize: wants IN_DIR and OUT_DIR (see dsqwen quantize --help)\n");
+            goto done;
+        }
+        if (!o.bits) {
+            fprintf(stderr, "dsqwen quantize: --bits 8 or --bits 4 is required\n");
+            goto done;
+        }
+        o.in_dir = argv[optind];
+        o.out_dir = argv[optind + 1];
+        if (access(o.in_dir, R_OK) != 0) {
+            fprintf(stderr, "dsqwen quantize: '%s': %s\n", o.in_dir, strerror(errno));
+            rc = CLI_EXIT_FAIL;
+            goto done;
+        }
+        rc = cli_quantize(&o);
+        goto done;
+    }
+    if (o.quantize_head && o.quantize == DSQ_QUANTIZE_NONE) {
+        fprintf(stderr, "dsqwen %s: --quantize-head needs --quantize int8 or q4\n", cd->name);
+        goto done;
+    }
     if (optind < argc) {
         if (cd->bit != C_GEN || optind + 1 < argc || o.tokens) {
             fprintf(stderr, "dsqwen %s: unexpected argument '%s'%s\n", cd->name, argv[optind],

@@ -23,15 +23,15 @@ declarations of the whole C API for ffi.cdef().
 import os as _os
 
 from ._capi import (Backend, ChatMessage, Context, CtxInfo, CtxParams, DetokStream, DsqError,
-                    KvDtype, KvLayout, LogLevel, Model, ModelInfo, ModelParams, Role, Sampler,
-                    SampleParams, SamplerParams, Status, StepResult, Stopper, Tokenizer, argmax,
+                    KvDtype, KvLayout, LogLevel, Model, ModelInfo, ModelParams, Quantize, Role,
+                    Sampler, SampleParams, SamplerParams, Status, StepResult, Stopper, Tokenizer, argmax,
                     backend_available, build_features, chat_format, has_step, library_path,
                     load_library, set_log_callback, version)
 
 __version__ = "0.1.0"
 __all__ = ["Backend", "ChatMessage", "Context", "CtxInfo", "CtxParams", "DetokStream",
            "DsqError", "KvDtype", "KvLayout", "LogLevel", "Model", "ModelInfo", "ModelParams",
-           "Role", "SampleParams", "Sampler", "SamplerParams", "Status", "StepResult", "Stopper",
+           "Quantize", "Role", "SampleParams", "Sampler", "SamplerParams", "Status", "StepResult", "Stopper",
            "Tokenizer", "argmax", "backend_available", "build_features", "chat_format", "has_step", "library_path", "load_library", "set_log_callback", "version",
            "cdef", "cdef_path"]
 

@@ -212,6 +212,7 @@ _SIGNATURES = {
     "dsq_model_load": (_st, [C.c_char_p, _P(ModelParams), _P(_vp)]),
     "dsq_model_free": (None, [_vp]),
     "dsq_model_get_info": (_st, [_vp, _P(ModelInfo)]),
+    "dsq_model_save": (_st, [_vp, C.c_char_p]),
     "dsq_ctx_params_init": (_st, [_P(CtxParams), _u32]),
     "dsq_ctx_new": (_st, [_vp, _P(CtxParams), _P(_vp)]),
     "dsq_ctx_free": (None, [_vp]),
@@ -264,7 +265,8 @@ _SIGNATURES = {
 # calls that need them raise NotImplementedError.
 _STEP_FUNCS = {"dsq_seq_truncate", "dsq_seq_fork", "dsq_sample_params_init",
                "dsq_step_params_init", "dsq_step"}
-_OPTIONAL = _STEP_FUNCS | {"dsq_ctx_synchronize", "dsq_ctx_cuda_stream", "dsq_tp_unique_id"}
+_OPTIONAL = _STEP_FUNCS | {"dsq_ctx_synchronize", "dsq_ctx_cuda_stream", "dsq_tp_unique_id",
+                            "dsq_model_save"}
 
 # The major version this module was written against (DSQ_VERSION_MAJOR).
 _ABI_MAJOR = 0
@@ -542,8 +544,9 @@ class _Progress:
 class Model(_Handle):
     """A loaded model (dsq_model_load).  Keyword arguments set fields of
     dsq_model_params: backend (Backend or "auto"/"cpu"/"cuda"), device,
-    n_threads, load_tokenizer, skip_finite_check, copy_weights (see
-    dsq_model_params in dsqwen.h), and progress: a callable fn(fraction)
+    n_threads, load_tokenizer, skip_finite_check, copy_weights, quantize
+    (Quantize or "none"/"int8"/"q4": quantize linear weights at load) and
+    quantize_head (see dsq_model_params in dsqwen.h), and progress: a callable fn(fraction)
     called during the load with fractions in [0, 1], never decreasing,
     ending at 1.0; returning False cancels the load (DsqError with
     Status.ERR_CANCELLED), any other value continues, and an exception
@@ -554,9 +557,11 @@ class Model(_Handle):
     def __init__(self, path, progress=None, **params):
         if isinstance(params.get("backend"), str):
             params["backend"] = Backend[params["backend"].upper()]
+        if isinstance(params.get("quantize"), str):
+            params["quantize"] = Quantize[params["quantize"].upper()]
         if "progress_user" in params:
             raise TypeError("progress_user is managed by Model(progress=fn)")
-        for k in ("skip_finite_check", "copy_weights", "load_tokenizer"):
+        for k in ("skip_finite_check", "copy_weights", "load_tokenizer", "quantize_head"):
             if k in params:
                 params[k] = int(bool(params[k]))
         p = _params(ModelParams, params, "dsq_model_params")
@@ -584,6 +589,13 @@ class Model(_Handle):
         self.info = info  # ModelInfo; fixed for the model's life
         t = _L().dsq_model_tokenizer(self.handle)
         self.tokenizer = Tokenizer(t, owner=self) if t else None
+
+    def save(self, out_dir):
+        """Write the weights as the model runs them (quantized ones in the
+        library's own format) as a checkpoint in out_dir (dsq_model_save;
+        CPU backend only)."""
+        _check(_L().dsq_model_save(self.handle, os.fsencode(out_dir)),
+               "dsq_model_save(%s)" % out_dir)
 
     def context(self, **params):
         """A new Context; keywords set dsq_ctx_params fields."""

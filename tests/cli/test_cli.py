@@ -142,6 +142,43 @@ def test_generate_ok():
     check(out.startswith("<think>"), "reply does not open the thought", out)
 
 
+# ---- quantize -----------------------------------------------------------------------------
+
+QSRC = os.path.join(DATA, "quant_tiny", "bf16")
+
+
+def test_quantize_roundtrip():
+    # the written checkpoint loads as it is and decodes exactly as the same
+    # quantization done at load (test_quant_load checks the logits bit for bit)
+    import json
+    import shutil
+    import tempfile
+    tmp = tempfile.mkdtemp()
+    try:
+        for bits, q, head in (("4", "q4", True), ("8", "int8", False)):
+            out = os.path.join(tmp, "q" + bits)
+            _, err = expect(["quantize", QSRC, out, "--bits", bits] + (["--head"] if head else []), 0,
+                            err_has="wrote " + out)
+            qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
+            check(qc["quant_method"] == "dsqwen" and qc["bits"] == int(bits), "quantization_config", qc)
+            gen = ["generate", "--backend", "cpu", "--tokens", "5,17,300", "--greedy", "--max-tokens", "12"]
+            a, _ = expect(gen + ["--model", out], 0)
+            b, _ = expect(gen + ["--model", QSRC, "--quantize", q] + (["--quantize-head"] if head else []), 0)
+            check(a == b and a.strip(), "written checkpoint decodes differently", a, b)
+        # a quantized checkpoint is not quantized again (runtime failure: 1)
+        expect(["quantize", os.path.join(tmp, "q4"), os.path.join(tmp, "again"), "--bits", "8"], 1,
+               err_has="already quantized")
+    finally:
+        shutil.rmtree(tmp)
+    # usage errors: before anything loads
+    expect(["quantize", QSRC, "/nonexistent/out"], 2, err_has="--bits")
+    expect(["quantize", QSRC, "--bits", "3", "/tmp/x"], 2, err_has="--bits")
+    expect(["quantize", QSRC, "--bits", "4"], 2, err_has="IN_DIR and OUT_DIR")
+    expect(["quantize", "--model", QSRC, "a", "b", "--bits", "4"], 2, err_has="does not apply")
+    expect(["generate", "--model", TINY, "--quantize", "q5", "--tokens", "1"], 2, err_has="--quantize")
+    expect(["generate", "--model", TINY, "--quantize-head", "--tokens", "1"], 2, err_has="--quantize-head")
+
+
 # ---- chat -------------------------------------------------------------------------------
 
 def replies(out):

@@ -261,3 +261,23 @@ def test_build_features_and_backend_available(dsqwen):
     if "cuda" not in words:
         assert dsqwen.backend_available("cuda") is False
     assert dsqwen.backend_available(99) is False
+
+
+def test_quantize_at_load_and_save(dsqwen, tmp_path):
+    # Model(quantize=..., quantize_head=...) and Model.save: the saved
+    # checkpoint decodes bit for bit as the quantization done at load
+    src = os.path.join(ROOT, "tests", "data", "quant_tiny", "bf16")
+    prompt = [5, 17, 300, 42, 7]
+    with dsqwen.Model(src, backend="cpu", quantize="q4", quantize_head=True) as m:
+        dense = dsqwen.Model(src, backend="cpu")
+        assert m.info.weight_bytes < dense.info.weight_bytes
+        dense.close()
+        with m.context(max_context=64) as ctx:
+            want = ctx.prefill(prompt, logits="all")
+        m.save(str(tmp_path / "q4"))
+    with dsqwen.Model(str(tmp_path / "q4"), backend="cpu") as q:
+        with q.context(max_context=64) as ctx:
+            assert list(ctx.prefill(prompt, logits="all")) == list(want)
+    with pytest.raises(dsqwen.DsqError) as e:
+        dsqwen.Model(str(tmp_path / "q4"), backend="cpu", quantize=dsqwen.Quantize.INT8)
+    assert e.value.status == dsqwen.Status.ERR_UNSUPPORTED

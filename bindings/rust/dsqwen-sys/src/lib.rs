@@ -248,6 +248,7 @@ extern "C" {
                           out: *mut *mut dsq_model) -> dsq_status;
     pub fn dsq_model_free(model: *mut dsq_model);
     pub fn dsq_model_get_info(model: *const dsq_model, info: *mut dsq_model_info) -> dsq_status;
+    pub fn dsq_model_save(model: *const dsq_model, out_dir: *const c_char) -> dsq_status;
 
     pub fn dsq_ctx_params_init(params: *mut dsq_ctx_params, struct_size: u32) -> dsq_status;
     pub fn dsq_ctx_new(model: *mut dsq_model, params: *const dsq_ctx_params,

@@ -116,6 +116,18 @@ pub enum Backend {
     Cuda = ffi::DSQ_BACKEND_CUDA,
 }
 
+/// Weight quantization at load (dsq_quantize; docs/quantization.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Quantize {
+    /// As the checkpoint stores them (bf16/f16/f32, or its AWQ/GPTQ/dsqwen format).
+    None = ffi::DSQ_QUANTIZE_NONE,
+    /// int8, one scale per output row.
+    Int8 = ffi::DSQ_QUANTIZE_INT8,
+    /// 4-bit, groups of 128 inputs with a scale and a zero point.
+    Q4 = ffi::DSQ_QUANTIZE_Q4,
+}
+
 /// Settings of `Model::load_with` (dsq_model_params), built field by field
 /// from the library's defaults.  `'p` is the lifetime of the progress
 /// closure, which may borrow from the caller.
@@ -169,6 +181,19 @@ impl<'p> ModelParams<'p> {
     /// computing from the mapped files, which may then change (default false).
     pub fn copy_weights(mut self, yes: bool) -> Self {
         self.raw.copy_weights = yes as i32;
+        self
+    }
+
+    /// Quantize the linear weights at load (default Quantize::None); a
+    /// checkpoint that is already quantized refuses anything but None.
+    pub fn quantize(mut self, q: Quantize) -> Self {
+        self.raw.quantize = q as i32;
+        self
+    }
+
+    /// With `quantize`: the output head too, as int8 (default false).
+    pub fn quantize_head(mut self, yes: bool) -> Self {
+        self.raw.quantize_head = yes as i32;
         self
     }
 
@@ -267,6 +292,14 @@ impl Model {
     /// Sizes and special tokens of the model.
     pub fn info(&self) -> &ffi::dsq_model_info {
         &self.info
+    }
+
+    /// Write the weights as the model runs them (quantized ones in the
+    /// library's own format) as a checkpoint in directory `dir`
+    /// (dsq_model_save; a model on the CPU backend only).
+    pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let c_dir = c_path(dir.as_ref())?;
+        check(unsafe { ffi::dsq_model_save(self.raw.as_ptr(), c_dir.as_ptr()) })
     }
 
     /// The backend running the model (Auto resolved to Cpu or Cuda).

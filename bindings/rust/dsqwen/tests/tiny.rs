@@ -2,7 +2,7 @@
 //! 1000, no tokenizer; the R1 tokenizer of tests/data/model is loaded
 //! separately for text: ids below 1000 are ordinary tokens there).  The
 //! reference values come from Hugging Face transformers (golden.json).
-use dsqwen::{argmax, Backend, GenerateOptions, Model, ModelParams, Tokenizer};
+use dsqwen::{argmax, Backend, GenerateOptions, Model, ModelParams, Quantize, Tokenizer};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -234,4 +234,27 @@ fn step_fork_truncate() {
     // CPU backend: synchronous, no CUDA stream
     ctx.synchronize().unwrap();
     assert_eq!(ctx.cuda_stream().unwrap(), None);
+}
+
+#[test]
+fn quantize_at_load_and_save_round_trip() {
+    // tests/data/quant_tiny/bf16 quantized to 4 bits (int8 head) at load,
+    // saved, and loaded again: the same logits, bit for bit
+    let src = data().join("quant_tiny/bf16");
+    let params = ModelParams::new().backend(Backend::Cpu).quantize(Quantize::Q4).quantize_head(true);
+    let model = Model::load_with(&src, params).unwrap();
+    let dense = Model::load(&src, Backend::Cpu).unwrap();
+    assert!(model.info().weight_bytes < dense.info().weight_bytes);
+    let out = std::env::temp_dir().join(format!("dsqwen_rust_q4_{}", std::process::id()));
+    model.save(&out).unwrap();
+    let prompt = [5, 17, 300, 42, 7];
+    let mut p = Model::context_params();
+    p.max_context = 64;
+    let want = model.context(&p).unwrap().prefill(0, &prompt).unwrap();
+    let saved = Model::load(&out, Backend::Cpu).unwrap();
+    let got = saved.context(&p).unwrap().prefill(0, &prompt).unwrap();
+    assert_eq!(got, want);
+    let again = Model::load_with(&out, ModelParams::new().backend(Backend::Cpu).quantize(Quantize::Int8));
+    assert!(again.is_err());
+    std::fs::remove_dir_all(&out).unwrap();
 }
