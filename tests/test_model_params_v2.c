@@ -1,8 +1,9 @@
 /*
  * test_model_params_v2.c - the dsq_model_params fields of 0.2.0
  * (quantize, quantize_head, tp_*) and dsq_tp_unique_id(): defaults, values
- * refused before anything is loaded, and what this build cannot do yet
- * reported as DSQ_ERR_UNSUPPORTED with a message (never a silent ignore).
+ * refused before anything is loaded, and a combination the library cannot
+ * do (tensor parallelism of quantized weights) reported as
+ * DSQ_ERR_UNSUPPORTED with a message (never a silent ignore).
  */
 #include <stdio.h>
 #include <stdlib.h>
