@@ -9,60 +9,10 @@
  * 8 rows of K bf16) is small and read through L1; W goes through streaming
  * loads so it does not evict x or the KV cache from L2. */
 #include "common.cuh"
+#include "gemv_epilogue.cuh"
 
 #define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (a runtime choice) */
 #define GEMV_UNROLL 4
-
-template <int T, int R, int EPI>
-__device__ __forceinline__ void gemv_epilogue(float (&acc)[T][R], float *red, int row0, int N,
-                                              const float *__restrict__ bias, void *y)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int NW = blockDim.x >> 5;
-#pragma unroll
-    for (int t = 0; t < T; t++)
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            float v = dsq_warp_sum(acc[t][r]);
-            if (lane == 0)
-                red[(t * R + r) * NW + warp] = v;
-        }
-    __syncthreads();
-    if (EPI == DSQ_EPI_SILU_MUL) {
-        /* one thread per (token, gate/up pair) */
-        const int j = threadIdx.x;
-        if (j < T * (R / 2)) {
-            const int t = j / (R / 2), p = j % (R / 2);
-            const int n = row0 + 2 * p;
-            if (n + 1 < N) {
-                float g = 0.0f, u = 0.0f;
-                for (int w = 0; w < NW; w++) {
-                    g += red[(t * R + 2 * p) * NW + w];
-                    u += red[(t * R + 2 * p + 1) * NW + w];
-                }
-                float s = g / (1.0f + expf(-g));
-                static_cast<uint16_t *>(y)[(size_t)t * (N / 2) + n / 2] = dsq_f2bf(s * u);
-            }
-        }
-    } else {
-        const int j = threadIdx.x;
-        if (j < T * R) {
-            const int t = j / R, r = j % R;
-            const int n = row0 + r;
-            if (n < N) {
-                float v = 0.0f;
-                for (int w = 0; w < NW; w++)
-                    v += red[j * NW + w];
-                float *yo = static_cast<float *>(y) + (size_t)t * N + n;
-                if (EPI == DSQ_EPI_BIAS)
-                    v += bias[n];
-                if (EPI == DSQ_EPI_ADD)
-                    v += *yo;
-                *yo = v;
-            }
-        }
-    }
-}
 
 /* 16-byte path: K % 8 == 0, x and W 16-byte aligned. */
 template <int T, int R, int EPI>
@@ -131,7 +81,7 @@ gemv_vec_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
             }
         }
     }
-    gemv_epilogue<T, R, EPI>(acc, red, row0, N, bias, y);
+    gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
 }
 
 /* Scalar path for any K and alignment (odd test sizes, exotic configs). */
@@ -157,7 +107,7 @@ gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ 
                 acc[t][r] = fmaf(__uint_as_float((uint32_t)x[(size_t)t * K + k] << 16), wf, acc[t][r]);
         }
     }
-    gemv_epilogue<T, R, EPI>(acc, red, row0, N, bias, y);
+    gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
 }
 
 template <int T, int R, int EPI>

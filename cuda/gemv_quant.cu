@@ -20,68 +20,11 @@
 #include <cuda_fp16.h>
 
 #include "common.cuh"
+#include "gemv_epilogue.cuh"
 #include "gemv_quant.h"
 #include "quant_decode.cuh"
 
 #define QG_MAX_THREADS 256
-
-/* ---- shared epilogue --------------------------------------------------------- */
-
-/* Reduce acc over the block and apply the epilogue; rowscale (Q8's per-row
- * scale, or NULL) multiplies each row's sum before the bias. */
-template <int T, int R, int EPI>
-__device__ __forceinline__ void q_epilogue(float (&acc)[T][R], float *red, int row0, int N,
-                                           const float *__restrict__ rowscale,
-                                           const float *__restrict__ bias, void *y)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int NW = blockDim.x >> 5;
-#pragma unroll
-    for (int t = 0; t < T; t++)
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            float v = dsq_warp_sum(acc[t][r]);
-            if (lane == 0)
-                red[(t * R + r) * NW + warp] = v;
-        }
-    __syncthreads();
-    const int j = threadIdx.x;
-    if (EPI == DSQ_EPI_SILU_MUL) {
-        if (j < T * (R / 2)) {
-            const int t = j / (R / 2), p = j % (R / 2);
-            const int n = row0 + 2 * p;
-            if (n + 1 < N) {
-                float g = 0.0f, u = 0.0f;
-                for (int w = 0; w < NW; w++) {
-                    g += red[(t * R + 2 * p) * NW + w];
-                    u += red[(t * R + 2 * p + 1) * NW + w];
-                }
-                if (rowscale) {
-                    g *= rowscale[n];
-                    u *= rowscale[n + 1];
-                }
-                float s = g / (1.0f + expf(-g));
-                static_cast<uint16_t *>(y)[(size_t)t * (N / 2) + n / 2] = dsq_f2bf(s * u);
-            }
-        }
-    } else if (j < T * R) {
-        const int t = j / R, r = j % R;
-        const int n = row0 + r;
-        if (n < N) {
-            float v = 0.0f;
-            for (int w = 0; w < NW; w++)
-                v += red[j * NW + w];
-            if (rowscale)
-                v *= rowscale[n];
-            float *yo = static_cast<float *>(y) + (size_t)t * N + n;
-            if (EPI == DSQ_EPI_BIAS)
-                v += bias[n];
-            if (EPI == DSQ_EPI_ADD)
-                v += *yo;
-            *yo = v;
-        }
-    }
-}
 
 __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int i)
 {
@@ -139,7 +82,7 @@ gemv_q8_vec(const uint16_t *__restrict__ x, const int8_t *__restrict__ q,
             }
         }
     }
-    q_epilogue<T, R, EPI>(acc, red, row0, N, scales, bias, y);
+    gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, scales, bias, y);
 }
 
 /* Scalar path for any K and alignment. */
@@ -165,7 +108,7 @@ gemv_q8_scalar(const uint16_t *__restrict__ x, const int8_t *__restrict__ q,
                 acc[t][r] = fmaf(__uint_as_float((uint32_t)x[(size_t)t * K + k] << 16), wf, acc[t][r]);
         }
     }
-    q_epilogue<T, R, EPI>(acc, red, row0, N, scales, bias, y);
+    gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, scales, bias, y);
 }
 
 /* ---- Q4_G128 ------------------------------------------------------------------- */
@@ -240,7 +183,7 @@ gemv_q4_vec(const uint16_t *__restrict__ x, const uint8_t *__restrict__ q,
             for (int r = 0; r < R; r++)
                 acc[t][r] = fmaf(s[r], part[t][r], acc[t][r]);
     }
-    q_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
+    gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
 }
 
 /* Scalar path for any K and alignment: each weight dequantized exactly. */
@@ -271,7 +214,7 @@ gemv_q4_scalar(const uint16_t *__restrict__ x, const uint8_t *__restrict__ q,
                 acc[t][r] = fmaf(__uint_as_float((uint32_t)x[(size_t)t * K + k] << 16), wf, acc[t][r]);
         }
     }
-    q_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
+    gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
 }
 
 /* ---- launch ------------------------------------------------------------------------ */
