@@ -4,12 +4,18 @@
 # from the repository root on the H200 with .deps/ carried
 # (scripts/fetch_device_deps.sh makes it):
 #
-#   bash scripts/gpu_session.sh check   # build, every GPU test, full-size and
-#                                       # 7B-shape checks vs HF, memcheck, ctest
+#   bash scripts/gpu_session.sh check   # build, GPU kernel/e2e tests, the
+#                                       # full-size check vs HF, every ctest
+#   bash scripts/gpu_session.sh check2  # 7B-shape check vs HF, quantized
+#                                       # full-size check vs HF
+#   bash scripts/gpu_session.sh sanitize # compute-sanitizer memcheck/racecheck
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh fuzz    # the two slow libFuzzer targets on all
 #                                       # cores (issue 14's 10M executions)
+#
+# Order by value when device time is short: check, bench, check2, serve,
+# sanitize, fuzz.
 #
 # Each stage writes logs under $OUT (default /tmp/gpu_session/<stage>) and
 # prints a short table last.  The stages share nothing but the build
@@ -23,6 +29,12 @@ B=${BUILD_DIR:-/tmp/gs_build}
 mkdir -p "$OUT"
 [ -d .deps ] && source scripts/device_env.sh
 export DSQ_TEST_DATA=$ROOT/tests/data
+# NCCL for the tensor-parallel tests: the toolkit's, else the one that came
+# with torch (pip's nvidia-nccl); libdsqwen opens libnccl.so.2 at run time
+if ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
+    NC=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+    [ -n "$NC" ] && export LD_LIBRARY_PATH=$NC${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 T0=$(date +%s)
 el() { echo "$(( $(date +%s) - T0 )) s"; }
 
@@ -51,10 +63,33 @@ PY
 
 case "$stage" in
 check)
-    # gpu_check.sh: kernels, e2e (graphs on and off), full-size 1.5B and
-    # 7B-shape comparisons with HF fp32, memcheck/racecheck, then every ctest
-    # (test_cuda_step_greedy, _threads, _nccl, _quant* included)
-    OUT=$OUT BUILD_DIR=$B bash scripts/gpu_check.sh
+    # gpu_check.sh, first half: build, kernels, e2e (graphs on and off), the
+    # full-size 1.5B comparison with HF fp32, two contexts on two threads,
+    # then every ctest (test_cuda_step_greedy, _nccl, _tp's one-GPU cases,
+    # _quant, _quant_e2e included)
+    OUT=$OUT BUILD_DIR=$B SKIP_SHAPE7B=1 SKIP_MEMCHECK=1 bash scripts/gpu_check.sh
+    ;;
+check2)
+    # the 7B-shape comparison with HF fp32 (issue 9), then issue 10's
+    # quantized full-size check (every format vs HF fp32 on its dequantized
+    # weights, device_bytes, tok/s)
+    build
+    timeout 330 python3 tests/fixtures/shape_check.py --lib "$B/libdsqwen.so" \
+        --config tests/data/configs/r1-distill-qwen-7b.json --out "$OUT" >"$OUT/shape7b.log" 2>&1
+    echo "== shape7b rc=$? ($(el))"; tail -15 "$OUT/shape7b.log"
+    DSQWEN_LIBRARY=$B/libdsqwen.so timeout 240 python3 tests/fixtures/quant_fullsize_check.py \
+        --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" >"$OUT/quant_fullsize.log" 2>&1
+    echo "== quant_fullsize rc=$? ($(el))"; tail -25 "$OUT/quant_fullsize.log"
+    ;;
+sanitize)
+    build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_cuda_e2e" >"$OUT/memcheck.log" 2>&1
+    echo "== memcheck e2e rc=$? ($(el))"; grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_cuda_seq_ops" >"$OUT/memcheck_seq.log" 2>&1
+    echo "== memcheck seq_ops rc=$? ($(el))"; grep -E "ERROR SUMMARY" "$OUT/memcheck_seq.log"
+    DSQ_ATTN_QUICK=1 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_cuda_attention" \
+        >"$OUT/racecheck.log" 2>&1
+    echo "== racecheck attention rc=$? ($(el))"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/racecheck.log"
     ;;
 bench)
     build dsqwen dsqwen-cli bench_mixed_step
@@ -126,7 +161,7 @@ fuzz)
     done
     ;;
 *)
-    sed -n '2,16p' "$0"
+    sed -n '2,22p' "$0"
     exit 2
     ;;
 esac
