@@ -481,6 +481,34 @@ def test_prefix_eviction():
         s.kill()
 
 
+def test_prefix_pool_deadlock():
+    """A request that fits the empty pool alone, but not beside the cached
+    prefix it would fork from (the entry's partial last block), is admitted
+    (the entry dropped) instead of waiting forever at the head of the FIFO.
+    Pool of 4 blocks of 16; entry = 20 tokens (2 blocks); the request needs
+    64 tokens, 3 blocks of its own when forked: 2 + 3 > 4."""
+    s = Server("--ctx", "64", "--max-seqs", "1", "--kv-pool-tokens", "64",
+               "--prefix-cache", "1", "--prefix-min", "4", key=None)
+    try:
+        a = list(range(1000, 1020))
+        for p in (a, a + [5]):  # the second one caches the shared 20 tokens
+            st, _, js, text = s.post(CMPL, {"prompt": p, "max_tokens": 2})
+            check(st == 200, "warm-up request", text)
+        check(s.metrics()["dsqwen_prefix_cache_entries"] == 1, "a 20-token prefix cached",
+              s.metrics())
+        st, _, js, text = s.post(CMPL, {"prompt": a + [6], "max_tokens": 43, "ignore_eos": True},
+                                 timeout=60)
+        check(st == 200 and js["usage"]["completion_tokens"] == 43, "the pool-sized request ran",
+              text)
+        m = s.metrics()
+        check(m["dsqwen_prefix_cache_evictions_total"] >= 1 and m["dsqwen_queue_length"] == 0 and
+              m["dsqwen_sequences"] == m["dsqwen_prefix_cache_entries"], "entry dropped for it", m)
+        rc = s.stop()
+        check(rc == 0, f"exit status {rc}", "".join(s.err_lines[-30:]))
+    finally:
+        s.kill()
+
+
 def test_cancellation(s):
     """A client that goes away mid-stream: its sequence is freed (metrics)."""
     m0 = s.metrics()
@@ -657,6 +685,7 @@ def run_http():
              ("malformed", lambda: test_malformed(main)),
              ("prefix_cache", lambda: test_prefix_cache(main, ref)),
              ("prefix_eviction", test_prefix_eviction),
+             ("prefix_pool_deadlock", test_prefix_pool_deadlock),
              ("cancellation", lambda: test_cancellation(main)),
              ("slow_client", lambda: test_slow_client(main)),
              ("pool_full_429", lambda: test_pool_full_429(tiny)),
