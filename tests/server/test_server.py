@@ -205,6 +205,37 @@ def test_basics(s):
     check(st == 405, "GET on a POST endpoint is 405", st, text)
 
 
+def test_keepalive(s):
+    """GET /health, /metrics, /v1/models keep the connection open (HTTP/1.1
+    keep-alive, as Prometheus, probes and the openai client's pool use it),
+    and pipelined GETs are all answered."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60 * SLOW)
+    sock = None
+    for path in ("/health", "/metrics", "/v1/models", "/nope", "/health"):
+        c.request("GET", path, headers=s.headers())
+        r = c.getresponse()
+        r.read()
+        check(r.status in (200, 404), f"GET {path}", r.status)
+        check((r.getheader("Connection") or "").lower() != "close", f"GET {path} closed the "
+              "connection", r.getheaders())
+        check(sock is None or c.sock is sock, f"GET {path}: a new connection was made")
+        sock = c.sock
+    st, _, js, text = s.post(CHAT, chat_body("hi", max_tokens=2))
+    check(st == 200, "POST after GETs", text)
+    c.close()
+    raw = socket.create_connection(("127.0.0.1", s.port), timeout=60 * SLOW)
+    raw.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2 +
+                b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = b""
+    while True:
+        b = raw.recv(65536)
+        if not b:
+            break
+        got += b
+    raw.close()
+    check(got.count(b"HTTP/1.1 200") == 3, "three pipelined GETs answered", got)
+
+
 def test_auth(s):
     for key in ("", "wrong-key"):
         st, _, js, text = s.post(CHAT, chat_body("hi", max_tokens=2), key=key)
@@ -677,6 +708,7 @@ def run_http():
     tiny = Server("--ctx", "256", "--max-seqs", "2", "--kv-pool-tokens", "256",
                   "--max-queue", "0", "--retry-after", "2", "--reasoning-inline", key=None)
     tests = [("basics", lambda: test_basics(main)), ("auth", lambda: test_auth(main)),
+             ("keepalive", lambda: test_keepalive(main)),
              ("chat_nonstream", lambda: test_chat_nonstream(main)),
              ("chat_stream", lambda: test_chat_stream(main)),
              ("completions", lambda: test_completions(main)),
