@@ -434,6 +434,14 @@ def test_malformed(s):
     bad(chat_body("hello " * 3000), "messages", code="context_length_exceeded")
     # body over --max-body (65536)
     bad(None, status=413, raw=json.dumps(chat_body("y" * 70000)), code="body_too_large")
+    # U+0000 in a string: refused (cJSON's C strings would end there and
+    # drop the rest of the text without a word); an escaped backslash
+    # followed by "u0000" is plain text
+    bad(chat_body("a\u0000b", max_tokens=2), code="invalid_value")
+    bad({"messages": [{"role": "user\u0000x", "content": "a"}]}, code="invalid_value")
+    bad(None, raw='{"prompt": "a\x00b"}', path=CMPL, code="invalid_value")
+    st, _, js, text = s.post(CHAT, chat_body("a\\u0000b", max_tokens=2))
+    check(st == 200, "an escaped backslash before u0000 is text", text)
     # unknown fields are ignored
     st, _, js, text = s.post(CHAT, chat_body("x", max_tokens=2, frobnicate={"a": 1},
                                              user="me", logit_bias=None))
