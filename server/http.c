@@ -261,7 +261,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                                             : 404,
                                      "Method or path not supported.", "invalid_request_error",
                                      "not_found", 0);
-            return get_route(s, c, url);
+            /* answered on the next call, once MHD has the whole request:
+             * a response queued on the first call makes MHD close the
+             * connection (no keep-alive for /metrics scrapes, /health
+             * probes, models.list; pipelined requests dropped) */
+            if (!(k = calloc(1, sizeof *k)))
+                return MHD_NO;
+            k->s = s;
+            k->route = ROUTE_NONE;
+            k->fd = -1;
+            *con_cls = k;
+            return MHD_YES;
         }
         if (!post)
             return respond_error(c, 405, "Use POST.", "invalid_request_error",
@@ -282,6 +292,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         k->fd = -1;
         *con_cls = k;
         return MHD_YES;
+    }
+    if (k->route == ROUTE_NONE) {
+        if (*upload_size > 0) { /* a GET with a body: read and dropped */
+            *upload_size = 0;
+            return MHD_YES;
+        }
+        return get_route(s, c, url);
     }
     if (*upload_size > 0) {
         if (!k->too_big && k->body.len + *upload_size <= s->o.max_body) {

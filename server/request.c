@@ -435,6 +435,26 @@ static int parse_fields(srv *s, const cJSON *root, int chat, srv_req *r, perr *e
     return parse_stop(root, r, e);
 }
 
+/* A U+0000 in a JSON string (the escape \u0000, or a raw NUL byte): cJSON
+ * decodes it into a C string, which ends there, so the text after it would
+ * be dropped without a word ("a\u0000b" read as "a", a role
+ * "user\u0000x" as "user").  Backslashes occur only inside strings, and the
+ * character after one is skipped, so "\\u0000" (an escaped backslash) is
+ * not taken for one. */
+static int has_nul(const char *body, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (body[i] == '\0')
+            return 1;
+        if (body[i] == '\\') {
+            if (i + 5 < len && body[i + 1] == 'u' && !memcmp(body + i + 2, "0000", 4))
+                return 1;
+            i++;
+        }
+    }
+    return 0;
+}
+
 int srv_parse_request(srv *s, const char *body, size_t len, int chat, srv_req **out,
                       char **err_json)
 {
@@ -456,6 +476,12 @@ int srv_parse_request(srv *s, const char *body, size_t len, int chat, srv_req **
     snprintf(r->id, sizeof r->id, "%s-%lx%06llx", chat ? "chatcmpl" : "cmpl", (long)s->started,
              (unsigned long long)r->num);
 
+    if (has_nul(body, len)) {
+        fail(&e, NULL, "invalid_value",
+             "the request body has a U+0000 character (\\u0000 or a NUL byte); it is not "
+             "supported%s", NULL);
+        goto bad;
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     while (root && end && end < body + len &&

@@ -160,6 +160,19 @@ static void admit(srv *s)
         int64_t need = srv_req_blocks(s, r, shared);
         while (s->reserved_blocks + need > s->total_blocks && evict_one(s, best))
             ;
+        if (s->reserved_blocks + need > s->total_blocks && best >= 0 && s->n_active == 0) {
+            /* Nothing runs, so nothing will free blocks: the entry it would
+             * fork from is all that is left, and entry + request can exceed
+             * the pool (the entry's partial last block, or its tokens past
+             * the shared length) although the request alone fits.  Drop the
+             * entry and prefill in full rather than wait forever (and
+             * every request behind it in the FIFO). */
+            best = -1;
+            best_len = shared = 0;
+            need = srv_req_blocks(s, r, 0);
+            while (s->reserved_blocks + need > s->total_blocks && evict_one(s, -1))
+                ;
+        }
         if (s->reserved_blocks + need > s->total_blocks)
             break; /* FIFO: the head waits for room, nobody overtakes it */
 

@@ -205,6 +205,37 @@ def test_basics(s):
     check(st == 405, "GET on a POST endpoint is 405", st, text)
 
 
+def test_keepalive(s):
+    """GET /health, /metrics, /v1/models keep the connection open (HTTP/1.1
+    keep-alive, as Prometheus, probes and the openai client's pool use it),
+    and pipelined GETs are all answered."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60 * SLOW)
+    sock = None
+    for path in ("/health", "/metrics", "/v1/models", "/nope", "/health"):
+        c.request("GET", path, headers=s.headers())
+        r = c.getresponse()
+        r.read()
+        check(r.status in (200, 404), f"GET {path}", r.status)
+        check((r.getheader("Connection") or "").lower() != "close", f"GET {path} closed the "
+              "connection", r.getheaders())
+        check(sock is None or c.sock is sock, f"GET {path}: a new connection was made")
+        sock = c.sock
+    st, _, js, text = s.post(CHAT, chat_body("hi", max_tokens=2))
+    check(st == 200, "POST after GETs", text)
+    c.close()
+    raw = socket.create_connection(("127.0.0.1", s.port), timeout=60 * SLOW)
+    raw.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2 +
+                b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = b""
+    while True:
+        b = raw.recv(65536)
+        if not b:
+            break
+        got += b
+    raw.close()
+    check(got.count(b"HTTP/1.1 200") == 3, "three pipelined GETs answered", got)
+
+
 def test_auth(s):
     for key in ("", "wrong-key"):
         st, _, js, text = s.post(CHAT, chat_body("hi", max_tokens=2), key=key)
@@ -403,6 +434,14 @@ def test_malformed(s):
     bad(chat_body("hello " * 3000), "messages", code="context_length_exceeded")
     # body over --max-body (65536)
     bad(None, status=413, raw=json.dumps(chat_body("y" * 70000)), code="body_too_large")
+    # U+0000 in a string: refused (cJSON's C strings would end there and
+    # drop the rest of the text without a word); an escaped backslash
+    # followed by "u0000" is plain text
+    bad(chat_body("a\u0000b", max_tokens=2), code="invalid_value")
+    bad({"messages": [{"role": "user\u0000x", "content": "a"}]}, code="invalid_value")
+    bad(None, raw='{"prompt": "a\x00b"}', path=CMPL, code="invalid_value")
+    st, _, js, text = s.post(CHAT, chat_body("a\\u0000b", max_tokens=2))
+    check(st == 200, "an escaped backslash before u0000 is text", text)
     # unknown fields are ignored
     st, _, js, text = s.post(CHAT, chat_body("x", max_tokens=2, frobnicate={"a": 1},
                                              user="me", logit_bias=None))
@@ -475,6 +514,34 @@ def test_prefix_eviction():
               0 < m["dsqwen_kv_used_tokens"] <= m["dsqwen_kv_reserved_tokens"],
               "only cached prefixes hold KV, within what is reserved for them (less when "
               "an entry shares blocks with the entry it was forked from)", m)
+        rc = s.stop()
+        check(rc == 0, f"exit status {rc}", "".join(s.err_lines[-30:]))
+    finally:
+        s.kill()
+
+
+def test_prefix_pool_deadlock():
+    """A request that fits the empty pool alone, but not beside the cached
+    prefix it would fork from (the entry's partial last block), is admitted
+    (the entry dropped) instead of waiting forever at the head of the FIFO.
+    Pool of 4 blocks of 16; entry = 20 tokens (2 blocks); the request needs
+    64 tokens, 3 blocks of its own when forked: 2 + 3 > 4."""
+    s = Server("--ctx", "64", "--max-seqs", "1", "--kv-pool-tokens", "64",
+               "--prefix-cache", "1", "--prefix-min", "4", key=None)
+    try:
+        a = list(range(1000, 1020))
+        for p in (a, a + [5]):  # the second one caches the shared 20 tokens
+            st, _, js, text = s.post(CMPL, {"prompt": p, "max_tokens": 2})
+            check(st == 200, "warm-up request", text)
+        check(s.metrics()["dsqwen_prefix_cache_entries"] == 1, "a 20-token prefix cached",
+              s.metrics())
+        st, _, js, text = s.post(CMPL, {"prompt": a + [6], "max_tokens": 43, "ignore_eos": True},
+                                 timeout=60)
+        check(st == 200 and js["usage"]["completion_tokens"] == 43, "the pool-sized request ran",
+              text)
+        m = s.metrics()
+        check(m["dsqwen_prefix_cache_evictions_total"] >= 1 and m["dsqwen_queue_length"] == 0 and
+              m["dsqwen_sequences"] == m["dsqwen_prefix_cache_entries"], "entry dropped for it", m)
         rc = s.stop()
         check(rc == 0, f"exit status {rc}", "".join(s.err_lines[-30:]))
     finally:
@@ -649,6 +716,7 @@ def run_http():
     tiny = Server("--ctx", "256", "--max-seqs", "2", "--kv-pool-tokens", "256",
                   "--max-queue", "0", "--retry-after", "2", "--reasoning-inline", key=None)
     tests = [("basics", lambda: test_basics(main)), ("auth", lambda: test_auth(main)),
+             ("keepalive", lambda: test_keepalive(main)),
              ("chat_nonstream", lambda: test_chat_nonstream(main)),
              ("chat_stream", lambda: test_chat_stream(main)),
              ("completions", lambda: test_completions(main)),
@@ -657,6 +725,7 @@ def run_http():
              ("malformed", lambda: test_malformed(main)),
              ("prefix_cache", lambda: test_prefix_cache(main, ref)),
              ("prefix_eviction", test_prefix_eviction),
+             ("prefix_pool_deadlock", test_prefix_pool_deadlock),
              ("cancellation", lambda: test_cancellation(main)),
              ("slow_client", lambda: test_slow_client(main)),
              ("pool_full_429", lambda: test_pool_full_429(tiny)),
