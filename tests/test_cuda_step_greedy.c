@@ -7,10 +7,12 @@
  * which every sequence feeds back its own sampled token.  Per step:
  *  - the GPU's sampled id equals the argmax of the logits the same GPU call
  *    returns (lowest id on ties) -- exact, the issue's contract;
- *  - the GPU's id equals the CPU's id for the same sequence and step.
- * The GPU runs F16 KV, static and paged.  On a mismatch with the CPU the
- * message gives the CPU's margin between its top two logits, so a near tie
- * is told apart from a wrong kernel.
+ *  - the GPU's id equals the CPU's id for the same sequence and step, or,
+ *    at a near tie, scores within 2e-2 of max|logit| of the CPU's best by
+ *    the CPU's own logits (then both go on with the CPU's token); near ties
+ *    may be at most 2% of all picks.
+ * The GPU runs F16 KV, static and paged.  (The first H200 run hit one tie:
+ * batch 7, CPU top-2 margin 8.6e-4 against a GPU logit error of 7e-3.)
  * Exits 77 (skipped) without a CUDA build or device.
  */
 #include <math.h>
@@ -153,7 +155,7 @@ static void greedy_case(dsq_model *cpu, dsq_model *gpu, int layout, int32_t n)
     run rc, rg;
     run_init(&rc, cpu, DSQ_KV_STATIC, DSQ_KV_F32, n, nv);
     run_init(&rg, gpu, layout, DSQ_KV_F16, n, nv);
-    int32_t same = 0;
+    int32_t same = 0, ties = 0;
     for (int s = 0; s <= STEPS; s++) {
         step_all(&rc, n, nv, &greedy, s == 0 ? prompts : NULL, plen);
         step_all(&rg, n, nv, &greedy, s == 0 ? prompts : NULL, plen);
@@ -166,18 +168,38 @@ static void greedy_case(dsq_model *cpu, dsq_model *gpu, int layout, int32_t n)
             if (rc.out[i].token != argmax_lowest(cl, nv))
                 fail_msg("batch %d step %d seq %d: CPU sampled %d, argmax %d", n, s, i, rc.out[i].token,
                          argmax_lowest(cl, nv));
-            if (rg.out[i].token != rc.out[i].token)
-                fail_msg("%s batch %d step %d seq %d: GPU greedy %d, CPU greedy %d (CPU top-2 margin %.3g,"
-                         " GPU logit rel err %.3g)",
-                         layout == DSQ_KV_PAGED ? "paged" : "static", n, s, i, rg.out[i].token,
-                         rc.out[i].token, (double)top2_margin(cl, nv), dsq_rel_err(gl, cl, (size_t)nv));
+            if (rg.out[i].token != rc.out[i].token) {
+                /* A near tie on the CPU that the GPU's F16 rounding may
+                 * order either way: the GPU's pick must score within the
+                 * tiny model's GPU tolerance (2e-2 of max|logit|, the bound
+                 * test_cuda_e2e holds) of the CPU's best, by the CPU's own
+                 * logits.  Anything further apart is a wrong kernel. */
+                float amax = 0.0f;
+                for (int32_t k = 0; k < nv; k++)
+                    amax = fmaxf(amax, fabsf(cl[k]));
+                float gap = cl[rc.out[i].token] - cl[rg.out[i].token];
+                if (!(gap <= 2e-2f * amax))
+                    fail_msg("%s batch %d step %d seq %d: GPU greedy %d, CPU greedy %d (CPU logit gap %.3g of"
+                             " max|logit| %.3g, CPU top-2 margin %.3g, GPU logit rel err %.3g)",
+                             layout == DSQ_KV_PAGED ? "paged" : "static", n, s, i, rg.out[i].token,
+                             rc.out[i].token, (double)gap, (double)amax, (double)top2_margin(cl, nv),
+                             dsq_rel_err(gl, cl, (size_t)nv));
+                ties++;
+                /* both go on with the CPU's token so later steps compare
+                 * the same text */
+                rg.out[i].token = rc.out[i].token;
+                same--;
+            }
             same++;
             rc.next[i] = rc.out[i].token;
             rg.next[i] = rg.out[i].token;
         }
     }
-    printf("  %s F16 batch %2d: %d of %d greedy ids equal the CPU's over %d steps\n",
-           layout == DSQ_KV_PAGED ? "paged " : "static", n, same, n * (STEPS + 1), STEPS + 1);
+    printf("  %s F16 batch %2d: %d of %d greedy ids equal the CPU's over %d steps; %d near ties"
+           " (GPU pick within 2e-2 of max|logit| of the CPU's best)\n",
+           layout == DSQ_KV_PAGED ? "paged " : "static", n, same, n * (STEPS + 1), STEPS + 1, ties);
+    /* near ties are rare on random weights; many would hide a drift */
+    assert_true(ties * 50 <= n * (STEPS + 1));
     run_free(&rc);
     run_free(&rg);
     for (int32_t i = 0; i < n; i++)
