@@ -40,7 +40,7 @@ el() { echo "$(( $(date +%s) - T0 )) s"; }
 
 build() { # targets...
     timeout 420 bash -c "cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON \
-        >>$OUT/build.log 2>&1 && cmake --build $B -j16 ${*:+--target $*} >>$OUT/build.log 2>&1"
+        >>$OUT/build.log 2>&1 && cmake --build $B -j16 ${*:+--target} $* >>$OUT/build.log 2>&1"
     local rc=$?
     echo "== build rc=$rc ($(el))"
     [ $rc = 0 ] || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
