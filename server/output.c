@@ -608,5 +608,8 @@ char *srv_metrics_text(srv *s)
     hist_text(&b, "dsqwen_inter_token_latency_seconds", "Between a request's successive tokens.",
               &m->itl);
     hist_text(&b, "dsqwen_batch_size_steps", "Sequences per dsq_step call.", &m->batch);
+    hist_text(&b, "dsqwen_step_seconds", "Wall time inside each dsq_step call.", &m->step);
+    hist_text(&b, "dsqwen_host_seconds",
+              "Scheduler work per step outside dsq_step (admission, output formatting, locking).", &m->host);
     return b.p;
 }

@@ -333,6 +333,7 @@ typedef struct step_obs {
     int n_gen; /* tokens sampled */
     int mixed; /* prompt chunks beside decodes */
     int32_t n_prefill; /* prompt tokens in the step */
+    double step_s; /* wall time inside dsq_step */
 } step_obs;
 
 /* One dsq_step over the active requests (without the lock).  Requests that
@@ -389,7 +390,9 @@ static int run_step(srv *s, dsq_step_seq *e, dsq_step_out *out, srv_req **map, i
         obs->n_prefill += chunk[i];
     }
     obs->mixed = n_chunks > 0 && n_chunks < n;
+    double t_step = srv_now();
     dsq_status st = dsq_step(s->ctx, e, n, NULL, out);
+    obs->step_s = srv_now() - t_step;
     if (st != DSQ_OK) {
         /* cannot happen with the KV reservations; fail the batch's requests
          * rather than spin on the same error */
@@ -455,6 +458,9 @@ static void *sched_main(void *arg)
 
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        /* the host-time clock of this step starts here (after any wait for
+         * work, which is idleness, not overhead) */
+        double t_iter = srv_now();
         /* clients that went away: free their sequences before the next step */
         int n_done = 0;
         for (int i = 0; i < s->o.max_seqs; i++) {
@@ -504,7 +510,7 @@ static void *sched_main(void *arg)
         }
         pthread_mutex_unlock(&s->mu);
 
-        step_obs obs = { ttft, itl, 0, 0, 0, 0, 0 };
+        step_obs obs = { ttft, itl, 0, 0, 0, 0, 0, 0.0 };
         int n = run_step(s, e, out, map, chunk, done, &n_done, &obs);
         int32_t n_tok = 0;
         for (int i = 0; i < n; i++)
@@ -542,6 +548,8 @@ static void *sched_main(void *arg)
             s->m.last_batch = n;
             s->m.last_batch_tokens = n_tok;
             srv_hist_observe(&s->m.batch, (double)n);
+            srv_hist_observe(&s->m.step, obs.step_s);
+            srv_hist_observe(&s->m.host, srv_now() - t_iter - obs.step_s);
         }
         if (have_info) {
             s->m.kv_free_tokens = ci.kv_free_tokens;

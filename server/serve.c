@@ -18,6 +18,9 @@ static const double TTFT_LE[SRV_TTFT_BUCKETS - 1] = { 0.01, 0.025, 0.05, 0.1, 0.
 static const double ITL_LE[SRV_ITL_BUCKETS - 1] = { 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04,
                                                     0.08,  0.16,   0.32,  0.64, 1.28 };
 static const double BATCH_LE[SRV_BATCH_BUCKETS - 1] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
+/* step and host time per step: 50 us .. 1 s */
+static const double STEP_LE[SRV_STEP_BUCKETS - 1] = { 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.003,
+                                                      0.005,   0.0075, 0.01,   0.02,   0.05,  1.0 };
 
 enum {
     O_MODEL = 256, O_NAME, O_HOST, O_PORT, O_API_KEY, O_BACKEND, O_KV, O_CTX, O_MAX_SEQS,
@@ -325,6 +328,8 @@ int dsq_serve_main(int argc, char **argv)
     s->m.ttft = (srv_hist){ .le = TTFT_LE, .n = SRV_TTFT_BUCKETS - 1 };
     s->m.itl = (srv_hist){ .le = ITL_LE, .n = SRV_ITL_BUCKETS - 1 };
     s->m.batch = (srv_hist){ .le = BATCH_LE, .n = SRV_BATCH_BUCKETS - 1 };
+    s->m.step = (srv_hist){ .le = STEP_LE, .n = SRV_STEP_BUCKETS - 1 };
+    s->m.host = (srv_hist){ .le = STEP_LE, .n = SRV_STEP_BUCKETS - 1 };
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_sched, NULL);
 

@@ -124,6 +124,7 @@ typedef struct srv_req {
 #define SRV_TTFT_BUCKETS 13
 #define SRV_ITL_BUCKETS 12
 #define SRV_BATCH_BUCKETS 10
+#define SRV_STEP_BUCKETS 14
 typedef struct srv_hist {
     const double *le;           /* upper bounds, ascending                      */
     int n;
@@ -146,6 +147,10 @@ typedef struct srv_metrics {
     int64_t kv_capacity_tokens, kv_free_tokens, kv_reserved_tokens;
     int32_t active_seqs;         /* sequences held in the context (cache too)    */
     srv_hist ttft, itl, batch;
+    srv_hist step;               /* seconds inside dsq_step, per step          */
+    srv_hist host;               /* seconds of scheduler work around it, per step:
+                                  * the rest of a step's wall time, while the
+                                  * GPU waits                                  */
 } srv_metrics;
 
 /* ---- the server ------------------------------------------------------------ */

@@ -651,6 +651,16 @@ def test_load(s):
     check(m["dsqwen_mixed_steps_total"] > m0["dsqwen_mixed_steps_total"],
           "prompts were admitted in steps beside running decodes", m)
     check(m["dsqwen_active_requests"] == 0 and m["dsqwen_queue_length"] == 0, "all done", m)
+    steps = m["dsqwen_steps_total"] - m0["dsqwen_steps_total"]
+    for h in ("dsqwen_step_seconds", "dsqwen_host_seconds"):
+        check(m[h + "_count"] - m0[h + "_count"] == steps, f"{h} observed once per step", m)
+        check(m[h + '_bucket{le="+Inf"}'] == m[h + "_count"], f"{h} buckets are cumulative", m)
+    step_s = m["dsqwen_step_seconds_sum"] - m0["dsqwen_step_seconds_sum"]
+    host_s = m["dsqwen_host_seconds_sum"] - m0["dsqwen_host_seconds_sum"]
+    check(step_s > 0 and host_s >= 0 and step_s + host_s <= dt1 + dt2 + 1.0,
+          f"step {step_s:.3f} s + host {host_s:.3f} s within the waves' {dt1 + dt2:.2f} s", m)
+    print(f"  load: {steps:.0f} steps, {1e3 * step_s / steps:.2f} ms in dsq_step and "
+          f"{1e3 * host_s / steps:.3f} ms of scheduler work per step", flush=True)
     if not ASAN:  # ASan's quarantine holds freed memory on purpose
         check(rss2 - rss1 < 16 * 1024, f"RSS grew {rss2 - rss1} kB in the second wave")
     else:
