@@ -72,11 +72,36 @@ grep "dsqwen serve" "$OUT/serve.log" | head -3
 args=(--url http://127.0.0.1:$PORT --clients $CLIENTS --prompt-len $PROMPT --max-tokens $GEN
       --waves 2 --processes 16 --json "$OUT/serve.json")
 [ -n "${BENCH_TPS:-}" ] && args+=(--bench-tok-s $BENCH_TPS --bench-ms-step $BENCH_MS)
+# time inside dsq_step and the scheduler's own work per step, from
+# /metrics, as the difference over one run (the counters are cumulative)
+snap() {
+  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" |
+    awk '/^dsqwen_(step|host)_seconds_(sum|count) / {printf "%s=%s ", $1, $2}'
+}
+split_times() { # before after
+  python3 - "$1" "$2" <<'PY'
+import sys
+a, b = (dict(kv.split("=") for kv in x.split()) for x in sys.argv[1:3])
+d = {k: float(b[k]) - float(a.get(k, 0)) for k in b}
+n = d.get("dsqwen_step_seconds_count", 0)
+if n:
+    print(f"per step over {n:.0f} steps: {1e3 * d['dsqwen_step_seconds_sum'] / n:.3f} ms inside dsq_step, "
+          f"{1e3 * d['dsqwen_host_seconds_sum'] / n:.3f} ms of scheduler work")
+PY
+}
+m0=$(snap)
 timeout 900 python3 scripts/bench_serve.py "${args[@]}" 2>&1 | tee "$OUT/client.log"
 echo "== bench_serve rc=${PIPESTATUS[0]}"
+m1=$(snap); split_times "$m0" "$m1"
 # the same load with a 256-token prefix shared by every prompt (prefix cache)
 timeout 900 python3 scripts/bench_serve.py "${args[@]}" --shared-prefix 256 \
   --json "$OUT/serve_prefix.json" 2>&1 | tee "$OUT/client_prefix.log"
+m2=$(snap); split_times "$m1" "$m2"
+# plain streaming clients, as most OpenAI users are: no logprobs, so the
+# per-token chunks take the server's direct formatting path
+timeout 900 python3 scripts/bench_serve.py "${args[@]}" --no-logprobs \
+  --json "$OUT/serve_nolp.json" 2>&1 | tee "$OUT/client_nolp.log"
+m3=$(snap); split_times "$m2" "$m3"
 curl -s http://127.0.0.1:$PORT/metrics >"$OUT/metrics.txt" 2>/dev/null ||
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" >"$OUT/metrics.txt"
 grep -E "^dsqwen_(generation_tokens_total|prefix_cache_hit_tokens_total|steps_total|requests_total)" "$OUT/metrics.txt"

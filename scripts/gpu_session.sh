@@ -11,11 +11,13 @@
 #   bash scripts/gpu_session.sh sanitize # compute-sanitizer memcheck/racecheck
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
+#   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
+#                                       # (bf16 / INT8 / 4-bit weights; issues 8, 10)
 #   bash scripts/gpu_session.sh fuzz    # the slow libFuzzer targets on all
 #                                       # cores (issue 14's 10M executions)
 #
-# Order by value when device time is short: check, bench, check2, serve,
-# sanitize, fuzz.
+# Order by value when device time is short: check, bench, profile, check2,
+# serve, sanitize, fuzz.
 #
 # Each stage writes logs under $OUT (default /tmp/gpu_session/<stage>) and
 # prints a short table last.  The stages share nothing but the build
@@ -122,6 +124,25 @@ bench)
     ;;
 serve)
     OUT=$OUT BUILD_DIR=$B bash scripts/bench_serve.sh
+    ;;
+profile)
+    build dsqwen
+    fullsize_model
+    export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
+    prof() { # name args...
+        local name=$1
+        shift
+        timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/$name.json" "$@" \
+            >"$OUT/$name.log" 2>&1
+        echo "== $name rc=$? ($(el))"
+        head -14 "$OUT/$name.log"
+    }
+    prof bf16_b1_512 --batch 1 --context 512
+    prof q4_b1_512 --batch 1 --context 512 --quantize q4
+    prof int8_b1_512 --batch 1 --context 512 --quantize int8
+    prof bf16_b1_8192 --batch 1 --context 8192
+    prof bf16_b8_512 --batch 8 --context 512
+    prof q4_b64_1024 --batch 64 --context 1024 --quantize q4
     ;;
 fuzz)
     # The targets that cannot reach 10M executions on a 2-core machine.

@@ -104,6 +104,7 @@ typedef struct srv_req {
     int in_think;               /* split_reasoning: inside <think>..</think>    */
     int skip_ws;                /* drop whitespace right after </think>         */
     int sent_role;              /* chat stream: the role chunk went out         */
+    size_t stream_off;          /* stream: text bytes sent so far (text_offset) */
     double t_first, t_last;     /* when the first / latest token came           */
     srv_buf content, reasoning; /* non-streaming: the text so far               */
     void *lp_all;               /* non-streaming logprobs (cJSON array)         */

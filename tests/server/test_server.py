@@ -384,6 +384,25 @@ def test_logprobs(s):
     n = sum(len((c["choices"][0].get("logprobs") or {}).get("content") or [])
             for c in chunks if c["choices"])
     check(n == 3, "3 streamed logprob entries", chunks)
+    # streamed logprobs (written directly, not through cJSON) equal the
+    # whole reply's, entry for entry: chat with top-3, completions with top-2
+    # (greedy, so both runs sample the same tokens)
+    b = chat_body("tell me about logs", max_tokens=24, temperature=0, logprobs=True, top_logprobs=3)
+    whole = s.post(CHAT, b)[2]["choices"][0]["logprobs"]["content"]
+    st, chunks, done = s.stream(CHAT, dict(b, stream=True))
+    streamed = [e for c in chunks if c["choices"]
+                for e in ((c["choices"][0].get("logprobs") or {}).get("content") or [])]
+    check(st == 200 and done and streamed == whole, "streamed chat logprobs == the reply's",
+          streamed, whole)
+    b = {"prompt": "tell me about logs", "max_tokens": 24, "temperature": 0, "logprobs": 2}
+    whole = s.post(CMPL, b)[2]["choices"][0]["logprobs"]
+    st, chunks, done = s.stream(CMPL, dict(b, stream=True))
+    got = {k: [] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    for c in chunks:
+        if c["choices"] and c["choices"][0].get("logprobs"):
+            for k in got:
+                got[k] += c["choices"][0]["logprobs"][k]
+    check(st == 200 and done and got == whole, "streamed completion logprobs == the reply's", got, whole)
 
 
 def test_seed(s):
