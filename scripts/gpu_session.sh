@@ -76,10 +76,14 @@ check2)
     # quantized full-size check (every format vs HF fp32 on its dequantized
     # weights, device_bytes, tok/s)
     build
-    timeout 330 python3 tests/fixtures/shape_check.py --lib "$B/libdsqwen.so" \
+    timeout 330 python3 tests/fixtures/shape_check.py --lib "$B/libdsqwen.so" --variants "${SHAPE_VARIANTS:-nobias,bias}" \
         --config tests/data/configs/r1-distill-qwen-7b.json --out "$OUT" >"$OUT/shape7b.log" 2>&1
     echo "== shape7b rc=$? ($(el))"; tail -15 "$OUT/shape7b.log"
-    DSQWEN_LIBRARY=$B/libdsqwen.so timeout 240 python3 tests/fixtures/quant_fullsize_check.py \
+    # 2026-12-03 ran awq, gptq, gptq_sym (~150 s each; all pass): the rest
+    # first, QFORMATS=all for every format
+    QF=${QFORMATS:-gptq_v2,q8,q4}
+    [ "$QF" = all ] && QF=awq,gptq,gptq_sym,gptq_v2,q8,q4
+    DSQWEN_LIBRARY=$B/libdsqwen.so timeout 420 python3 tests/fixtures/quant_fullsize_check.py --formats "$QF" \
         --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" >"$OUT/quant_fullsize.log" 2>&1
     echo "== quant_fullsize rc=$? ($(el))"; tail -25 "$OUT/quant_fullsize.log"
     ;;
