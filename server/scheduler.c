@@ -326,20 +326,158 @@ static void retire_locked(srv *s, srv_req *r)
     srv_req_release_locked(s, r);
 }
 
-/* Latencies seen in one step, recorded under the lock afterwards. */
+/* ---- the output worker ----------------------------------------------------
+ *
+ * Turning a step's sampled ids into text and SSE bytes (srv_out_token: the
+ * stopper, detokenizing, JSON) is host work the device would wait for if it
+ * ran between steps.  So it runs on a second thread while the next step
+ * runs: the scheduler hands the worker step k's tokens as a job, starts step
+ * k+1, then waits for the job.  The worker publishes the bytes of replies
+ * that go on as soon as they are made (under s->mu) and says which replies
+ * ended (stop string or EOS); those were already entered in step k+1, whose
+ * token for them is dropped (it was inside the reply's KV reservation) before
+ * their sequences are freed.  Length limits and non-finite steps are decided
+ * by the scheduler itself, so such replies take no extra step.
+ *
+ * Ownership while a job runs: the worker touches only the job's requests'
+ * output fields (stopper, pending, content, n_gen, t_first/t_last, ...) and
+ * the output statics of output.c; the scheduler is inside dsq_step and
+ * touches no request field the worker writes (dsq_step reads r->feed,
+ * r->sp and r->prompt, which the worker never writes).  With --no-overlap
+ * the scheduler runs the job itself right after the step. */
+
+enum { END_NONE = 0, END_LENGTH, END_NONFINITE };
+
+typedef struct srv_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int posted;        /* handed to the worker, not finished                    */
+    int quit;
+    int n;             /* items; 0: no job                                      */
+    srv_req **req;     /* [max_seqs] NULL: dropped (the client went away)       */
+    dsq_step_out *o;   /* [max_seqs] the step's output for req[i]               */
+    int *end;          /* [max_seqs] in: END_*; out: 1 when the reply ended     */
+    srv_req **wake;    /* [max_seqs]                                            */
+} srv_job;
+
+/* The worker's part: text, JSON and the bytes of the replies that go on. */
+static void job_run(srv *s, srv_job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        srv_req *r = j->req[i];
+        if (!r)
+            continue;
+        if (j->end[i] == END_NONFINITE) {
+            srv_out_finish(s, r, NULL, 500, "the model produced no finite logit");
+            j->end[i] = 1;
+            continue;
+        }
+        const char *reason = srv_out_token(s, r, &j->o[i]);
+        if (!reason && j->end[i] == END_LENGTH)
+            reason = "length";
+        if (reason)
+            srv_out_finish(s, r, reason, 200, NULL);
+        j->end[i] = reason != NULL;
+    }
+    int n_wake = 0;
+    double now = srv_now();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < j->n; i++) {
+        srv_req *r = j->req[i];
+        if (!r)
+            continue;
+        if (r->t_first == 0.0) {
+            r->t_first = now;
+            srv_hist_observe(&s->m.ttft, now - r->t_arrive);
+        } else {
+            srv_hist_observe(&s->m.itl, now - r->t_last);
+        }
+        r->t_last = now;
+        /* an ended reply's last bytes go out when it is retired */
+        if (!j->end[i] && r->pending.len) {
+            srv_buf_add(&r->out, r->pending.p, r->pending.len);
+            r->pending.len = 0;
+            j->wake[n_wake++] = r;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    /* the scheduler's reference keeps them alive until the job is taken */
+    for (int i = 0; i < n_wake; i++)
+        wake(j->wake[i]);
+}
+
+static void *out_main(void *arg)
+{
+    srv *s = arg;
+    srv_job *j = s->job;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        while (!j->posted && !j->quit)
+            pthread_cond_wait(&j->cv, &j->mu);
+        if (!j->posted)
+            break; /* quit, nothing left */
+        pthread_mutex_unlock(&j->mu);
+        job_run(s, j);
+        pthread_mutex_lock(&j->mu);
+        j->posted = 0;
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+static void job_post(srv_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->posted = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void job_wait(srv_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    while (j->posted)
+        pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* After a job: replies that ended leave their sequences (a reply stopped by
+ * text may be in the step just run; its token there is dropped because its
+ * seq is gone) and wait in st_retire for the lock. */
+static void job_take(srv *s, srv_job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        srv_req *r = j->req[i];
+        if (r && j->end[i]) {
+            leave_seq(s, r);
+            s->st_retire[s->n_retire++] = r;
+        }
+    }
+    j->n = 0;
+}
+
+/* Under s->mu: the client of `r` went away; it is no longer in the job that
+ * waits to be run. */
+static void job_drop_locked(srv_job *j, const srv_req *r)
+{
+    for (int i = 0; i < j->n; i++)
+        if (j->req[i] == r)
+            j->req[i] = NULL;
+}
+
+/* What a step did, recorded under the lock afterwards. */
 typedef struct step_obs {
-    double *ttft, *itl;
-    int n_ttft, n_itl;
-    int n_gen; /* tokens sampled */
-    int mixed; /* prompt chunks beside decodes */
-    int32_t n_prefill; /* prompt tokens in the step */
-    double step_s; /* wall time inside dsq_step */
+    int n_gen;         /* tokens sampled                                         */
+    int mixed;         /* prompt chunks beside decodes                           */
+    int32_t n_prefill; /* prompt tokens in the step                              */
+    double step_s;     /* wall time inside dsq_step                              */
 } step_obs;
 
-/* One dsq_step over the active requests (without the lock).  Requests that
- * finish are listed in done[] (their sequences already removed). */
-static int run_step(srv *s, dsq_step_seq *e, dsq_step_out *out, srv_req **map, int32_t *chunk,
-                    srv_req **done, int *n_done, step_obs *obs)
+/* The step's entries: every generating request's next token, then prompt
+ * chunks, oldest request first, in the room the decodes leave.  Returns the
+ * number of entries. */
+static int plan_step(srv *s, dsq_step_seq *e, srv_req **map, int32_t *chunk, step_obs *obs)
 {
     int n = 0;
     int32_t budget = s->max_batch_tokens;
@@ -354,7 +492,6 @@ static int run_step(srv *s, dsq_step_seq *e, dsq_step_out *out, srv_req **map, i
         n++;
         budget--;
     }
-    /* prompt chunks, oldest request first, in the room the decodes leave */
     for (;;) {
         srv_req *r = NULL;
         for (int i = 0; i < s->o.max_seqs; i++) {
@@ -382,76 +519,68 @@ static int run_step(srv *s, dsq_step_seq *e, dsq_step_out *out, srv_req **map, i
         n++;
         budget -= c;
     }
-    if (n == 0)
-        return 0;
     int n_chunks = 0;
     for (int i = 0; i < n; i++) {
         n_chunks += chunk[i] > 0;
         obs->n_prefill += chunk[i];
     }
     obs->mixed = n_chunks > 0 && n_chunks < n;
-    double t_step = srv_now();
-    dsq_status st = dsq_step(s->ctx, e, n, NULL, out);
-    obs->step_s = srv_now() - t_step;
-    if (st != DSQ_OK) {
-        /* cannot happen with the KV reservations; fail the batch's requests
-         * rather than spin on the same error */
-        char msg[512];
-        snprintf(msg, sizeof msg, "dsq_step failed: %s: %s", dsq_status_string(st),
-                 dsq_ctx_last_error(s->ctx));
-        fprintf(stderr, "dsqwen serve: %s\n", msg);
-        for (int i = 0; i < n; i++) {
-            srv_out_finish(s, map[i], NULL, 500, msg);
-            leave_seq(s, map[i]);
-            done[(*n_done)++] = map[i];
-        }
-        return n;
-    }
-    double now = srv_now();
+    return n;
+}
+
+/* After the step: prompt progress, the next token to feed, and the job of
+ * the sampled tokens.  Replies that reach max_tokens (or get no finite
+ * logit) leave their sequences now; the job writes their last bytes. */
+static void take_step(srv *s, const dsq_step_out *out, srv_req **map, const int32_t *chunk, int n,
+                      step_obs *obs)
+{
+    srv_job *j = s->job;
+    j->n = 0;
     for (int i = 0; i < n; i++) {
         srv_req *r = map[i];
+        if (r->seq < 0)
+            continue; /* its reply ended in the job that ran beside the step */
         if (chunk[i] > 0) {
             r->n_fed += chunk[i];
             if (r->n_fed < r->n_prompt)
                 continue;
             r->state = REQ_DECODE;
         }
-        if (r->n_gen == 0)
-            obs->ttft[obs->n_ttft++] = now - r->t_arrive;
-        else
-            obs->itl[obs->n_itl++] = now - r->t_last;
-        r->t_last = now;
-        obs->n_gen += out[i].token >= 0;
-        const char *reason = NULL;
-        int err = 0;
+        int end = END_NONE;
         if (out[i].token < 0) {
-            srv_out_finish(s, r, NULL, 500, "the model produced no finite logit");
-            err = 1;
+            end = END_NONFINITE;
         } else {
-            reason = srv_out_token(s, r, &out[i]);
-            if (!reason && r->n_gen >= r->max_tokens)
-                reason = "length";
-        }
-        if (reason)
-            srv_out_finish(s, r, reason, 200, NULL);
-        if (reason || err) {
-            leave_seq(s, r);
-            done[(*n_done)++] = r;
-        } else {
+            obs->n_gen++;
+            r->n_sampled++;
             r->feed = out[i].token;
+            if (r->n_sampled >= r->max_tokens)
+                end = END_LENGTH;
         }
+        j->req[j->n] = r;
+        j->o[j->n] = out[i];
+        j->end[j->n] = end;
+        j->n++;
+        if (end != END_NONE)
+            leave_seq(s, r); /* retired after the job (job_take) */
     }
-    return n;
+}
+
+/* Under s->mu: replies that ended in a finished job. */
+static void retire_ended_locked(srv *s)
+{
+    for (int i = 0; i < s->n_retire; i++)
+        retire_locked(s, s->st_retire[i]);
+    s->n_retire = 0;
 }
 
 static void *sched_main(void *arg)
 {
     srv *s = arg;
+    srv_job *j = s->job;
     dsq_step_seq *e = s->st_e;
     dsq_step_out *out = s->st_out;
-    srv_req **map = s->st_map, **done = s->st_done, **wake_list = s->st_wake;
+    srv_req **map = s->st_map;
     int32_t *chunk = s->st_chunk;
-    double *ttft = s->st_ttft, *itl = s->st_itl;
     dsq_ctx_info ci;
     memset(&ci, 0, sizeof ci);
     ci.struct_size = sizeof ci;
@@ -461,11 +590,12 @@ static void *sched_main(void *arg)
         /* the host-time clock of this step starts here (after any wait for
          * work, which is idleness, not overhead) */
         double t_iter = srv_now();
+        retire_ended_locked(s);
         /* clients that went away: free their sequences before the next step */
-        int n_done = 0;
         for (int i = 0; i < s->o.max_seqs; i++) {
             srv_req *r = s->active[i];
             if (r && r->cancelled) {
+                job_drop_locked(j, r);
                 leave_seq(s, r);
                 retire_locked(s, r);
             }
@@ -487,6 +617,15 @@ static void *sched_main(void *arg)
         for (srv_req *r = s->wait_head; r; r = r->next)
             s->wait_tail = r;
         if (s->stopping) {
+            /* the job waiting to run finishes its replies first (the worker
+             * is idle: jobs only run beside a step) */
+            if (j->n > 0) {
+                pthread_mutex_unlock(&s->mu);
+                job_run(s, j);
+                job_take(s, j);
+                pthread_mutex_lock(&s->mu);
+                retire_ended_locked(s);
+            }
             for (int i = 0; i < s->o.max_seqs; i++) {
                 srv_req *r = s->active[i];
                 if (r) {
@@ -498,7 +637,7 @@ static void *sched_main(void *arg)
             break;
         }
         admit(s);
-        if (s->n_active == 0) {
+        if (s->n_active == 0 && j->n == 0) {
             s->m.last_batch = s->m.last_batch_tokens = 0;
             if (dsq_ctx_get_info(s->ctx, &ci) == DSQ_OK) {
                 s->m.kv_free_tokens = ci.kv_free_tokens;
@@ -510,26 +649,49 @@ static void *sched_main(void *arg)
         }
         pthread_mutex_unlock(&s->mu);
 
-        step_obs obs = { ttft, itl, 0, 0, 0, 0, 0, 0.0 };
-        int n = run_step(s, e, out, map, chunk, done, &n_done, &obs);
+        step_obs obs = { 0, 0, 0, 0.0 };
+        int n = plan_step(s, e, map, chunk, &obs);
+        int had_job = j->n > 0;
+        if (had_job)
+            job_post(j); /* the previous step's tokens, beside this step */
+        dsq_status st = DSQ_OK;
+        if (n > 0) {
+            double t_step = srv_now();
+            st = dsq_step(s->ctx, e, n, NULL, out);
+            obs.step_s = srv_now() - t_step;
+        }
+        if (had_job) {
+            job_wait(j);
+            job_take(s, j);
+        }
+        if (st != DSQ_OK) {
+            /* cannot happen with the KV reservations; fail the batch's
+             * requests rather than spin on the same error */
+            char msg[512];
+            snprintf(msg, sizeof msg, "dsq_step failed: %s: %s", dsq_status_string(st),
+                     dsq_ctx_last_error(s->ctx));
+            fprintf(stderr, "dsqwen serve: %s\n", msg);
+            for (int i = 0; i < n; i++) {
+                if (map[i]->seq < 0)
+                    continue;
+                srv_out_finish(s, map[i], NULL, 500, msg);
+                leave_seq(s, map[i]);
+                s->st_retire[s->n_retire++] = map[i];
+            }
+        } else {
+            take_step(s, out, map, chunk, n, &obs);
+            if (s->o.no_overlap && j->n > 0) { /* the output work now, not beside the next step */
+                job_run(s, j);
+                job_take(s, j);
+            }
+        }
         int32_t n_tok = 0;
         for (int i = 0; i < n; i++)
             n_tok += e[i].n_tokens;
         int have_info = dsq_ctx_get_info(s->ctx, &ci) == DSQ_OK;
 
         pthread_mutex_lock(&s->mu);
-        /* publish this step's bytes; the HTTP threads are woken after the
-         * lock is dropped (they need it to copy) */
-        int n_wake = 0;
-        for (int i = 0; i < n; i++) {
-            srv_req *r = map[i];
-            if (r->state != REQ_DONE && r->seq >= 0 && r->pending.len) {
-                srv_buf_add(&r->out, r->pending.p, r->pending.len);
-                r->pending.len = 0;
-                wake_list[n_wake++] = r;
-            }
-        }
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && st == DSQ_OK; i++) {
             srv_req *r = map[i];
             if (r->seq >= 0 && r->cache_at > 0 && r->n_fed >= r->n_prompt)
                 make_prefix(s, r);
@@ -537,12 +699,7 @@ static void *sched_main(void *arg)
         s->m.gen_tokens += (uint64_t)obs.n_gen;
         s->m.mixed_steps += (uint64_t)obs.mixed;
         s->m.prefill_tokens += (uint64_t)obs.n_prefill;
-        for (int i = 0; i < n_done; i++)
-            retire_locked(s, done[i]);
-        for (int i = 0; i < obs.n_ttft; i++)
-            srv_hist_observe(&s->m.ttft, obs.ttft[i]);
-        for (int i = 0; i < obs.n_itl; i++)
-            srv_hist_observe(&s->m.itl, obs.itl[i]);
+        retire_ended_locked(s);
         if (n > 0) {
             s->m.steps++;
             s->m.last_batch = n;
@@ -556,16 +713,33 @@ static void *sched_main(void *arg)
             s->m.active_seqs = ci.n_active_seqs;
         }
         s->m.kv_reserved_tokens = s->reserved_blocks * s->block;
-        if (n_wake > 0) {
-            /* still active, so the scheduler's reference keeps them alive */
-            pthread_mutex_unlock(&s->mu);
-            for (int i = 0; i < n_wake; i++)
-                wake(wake_list[i]);
-            pthread_mutex_lock(&s->mu);
-        }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+static srv_job *job_new(int cap)
+{
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->req = calloc((size_t)cap, sizeof *j->req);
+    j->o = calloc((size_t)cap, sizeof *j->o);
+    j->end = calloc((size_t)cap, sizeof *j->end);
+    j->wake = calloc((size_t)cap, sizeof *j->wake);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    if (!j->req || !j->o || !j->end || !j->wake) {
+        free(j->req);
+        free(j->o);
+        free(j->end);
+        free(j->wake);
+        pthread_mutex_destroy(&j->mu);
+        pthread_cond_destroy(&j->cv);
+        free(j);
+        return NULL;
+    }
+    return j;
 }
 
 int srv_sched_start(srv *s)
@@ -579,21 +753,33 @@ int srv_sched_start(srv *s)
     s->st_e = calloc(cap, sizeof *s->st_e);
     s->st_out = calloc(cap, sizeof *s->st_out);
     s->st_map = calloc(cap, sizeof *s->st_map);
-    s->st_done = calloc(cap, sizeof *s->st_done);
-    s->st_wake = calloc(cap, sizeof *s->st_wake);
     s->st_chunk = calloc(cap, sizeof *s->st_chunk);
-    s->st_ttft = calloc(cap, sizeof *s->st_ttft);
-    s->st_itl = calloc(cap, sizeof *s->st_itl);
+    /* every active request, plus the ones a job ends: never more than
+     * max_seqs between two retirements */
+    s->st_retire = calloc(cap, sizeof *s->st_retire);
+    s->job = job_new(s->o.max_seqs);
     if (!s->active || !s->free_seqs || !s->prefix || !s->hist || !s->hist_len || !s->st_e ||
-        !s->st_out || !s->st_map || !s->st_done || !s->st_wake || !s->st_chunk || !s->st_ttft ||
-        !s->st_itl)
+        !s->st_out || !s->st_map || !s->st_chunk || !s->st_retire || !s->job)
         return -1; /* srv_sched_free() releases what was made */
     for (int32_t i = 0; i < s->o.max_seqs; i++)
         s->free_seqs[s->n_free_seqs++] = s->o.max_seqs - 1 - i; /* 0 on top */
     for (int i = 0; i < s->o.prefix_slots; i++)
         s->prefix[i].seq = -1;
-    if (pthread_create(&s->sched_thread, NULL, sched_main, s) != 0)
+    if (!s->o.no_overlap) {
+        if (pthread_create(&s->out_thread, NULL, out_main, s) != 0)
+            return -1;
+        s->out_thread_up = 1;
+    }
+    if (pthread_create(&s->sched_thread, NULL, sched_main, s) != 0) {
+        pthread_mutex_lock(&s->job->mu);
+        s->job->quit = 1;
+        pthread_cond_broadcast(&s->job->cv);
+        pthread_mutex_unlock(&s->job->mu);
+        if (s->out_thread_up)
+            pthread_join(s->out_thread, NULL);
+        s->out_thread_up = 0;
         return -1;
+    }
     return 0;
 }
 
@@ -609,11 +795,19 @@ void srv_sched_free(srv *s)
     free(s->st_e);
     free(s->st_out);
     free(s->st_map);
-    free(s->st_done);
-    free(s->st_wake);
     free(s->st_chunk);
-    free(s->st_ttft);
-    free(s->st_itl);
+    free(s->st_retire);
+    if (s->job) {
+        free(s->job->req);
+        free(s->job->o);
+        free(s->job->end);
+        free(s->job->wake);
+        pthread_mutex_destroy(&s->job->mu);
+        pthread_cond_destroy(&s->job->cv);
+        free(s->job);
+    }
+    s->job = NULL;
+    s->st_retire = NULL;
     s->hist = NULL;
     s->hist_len = NULL;
     s->prefix = NULL;
@@ -628,6 +822,14 @@ void srv_sched_stop(srv *s)
     pthread_cond_signal(&s->cv_sched);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->sched_thread, NULL);
+    if (s->out_thread_up) {
+        pthread_mutex_lock(&s->job->mu);
+        s->job->quit = 1;
+        pthread_cond_broadcast(&s->job->cv);
+        pthread_mutex_unlock(&s->job->mu);
+        pthread_join(s->out_thread, NULL);
+        s->out_thread_up = 0;
+    }
     /* /metrics may still be asked (the listener closes after this): it
      * sees no prefix array */
     pthread_mutex_lock(&s->mu);

@@ -25,7 +25,7 @@ static const double STEP_LE[SRV_STEP_BUCKETS - 1] = { 0.00005, 0.0001, 0.0002, 0
 enum {
     O_MODEL = 256, O_NAME, O_HOST, O_PORT, O_API_KEY, O_BACKEND, O_KV, O_CTX, O_MAX_SEQS,
     O_POOL, O_BATCH, O_CHUNK, O_QUEUE, O_RETRY, O_PREFIX, O_PREFIX_MIN, O_MAX_BODY, O_MAX_CONN,
-    O_THREADS, O_INLINE, O_VERBOSE, O_HELP
+    O_THREADS, O_INLINE, O_VERBOSE, O_NO_OVERLAP, O_HELP
 };
 
 static const struct option longopts[] = {
@@ -50,6 +50,7 @@ static const struct option longopts[] = {
     { "threads", required_argument, NULL, O_THREADS },
     { "reasoning-inline", no_argument, NULL, O_INLINE },
     { "verbose", no_argument, NULL, O_VERBOSE },
+    { "no-overlap", no_argument, NULL, O_NO_OVERLAP },
     { "help", no_argument, NULL, O_HELP },
     { NULL, 0, NULL, 0 },
 };
@@ -87,6 +88,9 @@ static void usage(FILE *f)
         "  --threads N               CPU backend threads (default 0 = all cores)\n"
         "  --reasoning-inline        keep <think>...</think> in 'content' instead of\n"
         "                            returning it as 'reasoning_content'\n"
+        "  --no-overlap              format each step's tokens before the next step\n"
+        "                            instead of while it runs (lower latency per\n"
+        "                            token, lower throughput; for comparison)\n"
         "  --verbose                 the library's log messages\n"
         "\n"
         "exit status: 0 stopped by SIGINT/SIGTERM, 1 runtime failure, 2 usage error\n",
@@ -142,6 +146,7 @@ int srv_parse_args(int argc, char **argv, srv_opts *o)
         case O_API_KEY: o->api_key = optarg[0] ? optarg : NULL; break;
         case O_INLINE: o->reasoning_inline = 1; break;
         case O_VERBOSE: o->verbose = 1; break;
+        case O_NO_OVERLAP: o->no_overlap = 1; break;
         case O_HELP: usage(stdout); return 0;
         case O_BACKEND:
             if (!strcmp(optarg, "auto")) o->backend = DSQ_BACKEND_AUTO;

@@ -58,6 +58,7 @@ typedef struct srv_opts {
     int32_t threads;            /* --threads (CPU backend)                      */
     int reasoning_inline;       /* --reasoning-inline: <think> text in content  */
     int verbose;
+    int no_overlap;             /* --no-overlap: output work between steps      */
 } srv_opts;
 
 /* Parse argv (argv[0] is "serve").  Returns -1 to go on, else an exit code
@@ -105,7 +106,10 @@ typedef struct srv_req {
     int skip_ws;                /* drop whitespace right after </think>         */
     int sent_role;              /* chat stream: the role chunk went out         */
     size_t stream_off;          /* stream: text bytes sent so far (text_offset) */
-    double t_first, t_last;     /* when the first / latest token came           */
+    double t_first, t_last;     /* when the first / latest token's bytes were
+                                   published (output worker)                    */
+    int32_t n_sampled;          /* tokens sampled so far (scheduler; n_gen is
+                                   the output side's count)                     */
     srv_buf content, reasoning; /* non-streaming: the text so far               */
     void *lp_all;               /* non-streaming logprobs (cJSON array)         */
     srv_buf pending;            /* stream bytes made this step, moved to `out`  */
@@ -207,10 +211,13 @@ typedef struct srv {
      * starts */
     dsq_step_seq *st_e;
     dsq_step_out *st_out;
-    struct srv_req **st_map, **st_done, **st_wake;
+    struct srv_req **st_map;
     int32_t *st_chunk;
-    double *st_ttft, *st_itl;
-    pthread_t sched_thread;
+    struct srv_job *job;        /* the output worker's job (scheduler.c)        */
+    srv_req **st_retire;        /* [o.max_seqs] replies ended, to retire       */
+    int n_retire;
+    pthread_t sched_thread, out_thread;
+    int out_thread_up;
 } srv;
 
 /* scheduler.c */

@@ -405,6 +405,62 @@ def test_logprobs(s):
     check(st == 200 and done and got == whole, "streamed completion logprobs == the reply's", got, whole)
 
 
+def test_overlap_equal(main, ref):
+    """The output worker (formatting step k's tokens beside step k+1, the
+    default, `main`) and --no-overlap (`ref`) give the same replies: text,
+    finish reason, usage, log-probs -- stop strings (found one step late
+    with the overlap), max_tokens, streamed and not, concurrently."""
+    base = {"prompt": "The quick brown fox", "max_tokens": 40, "temperature": 0}
+    full = main.post(CMPL, base)[2]["choices"][0]["text"]
+    stop = full[10:13] if len(full) >= 16 else "\u2603"
+    bodies = [(CMPL, dict(base, stop=[stop], logprobs=1)),
+              (CMPL, dict(base, max_tokens=7)),
+              (CHAT, chat_body("count to ten", max_tokens=30, temperature=0, stop=["5"])),
+              (CHAT, chat_body("hello there", max_tokens=12, temperature=0, logprobs=True,
+                               top_logprobs=2))]
+
+    def reply(srv, path, b, stream):
+        if not stream:
+            js = srv.post(path, dict(b, stream=False))[2]
+            ch = js["choices"][0]
+            text = ch.get("text") if path == CMPL else (ch["message"].get("reasoning_content") or "") + \
+                "|" + (ch["message"].get("content") or "")
+            return text, ch["finish_reason"], js["usage"]["completion_tokens"], ch["logprobs"]
+        st, chunks, done = srv.stream(path, dict(b, stream=True, stream_options={"include_usage": True}))
+        check(st == 200 and done, "stream completed", chunks)
+        usage = [c["usage"] for c in chunks if c.get("usage")][-1]["completion_tokens"]
+        fin = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+        if path == CMPL:
+            text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+        else:
+            content, reasoning, _ = collect_chat_stream(chunks)
+            text = reasoning + "|" + content
+        return text, fin, usage, None
+
+    results = {}
+
+    def run(srv, key, path, b, stream):
+        results[key] = reply(srv, path, b, stream)
+
+    ts = []
+    for i, (path, b) in enumerate(bodies):
+        for stream in (False, True):
+            for srv, name in ((main, "main"), (ref, "ref")):
+                ts.append(threading.Thread(target=run, args=(srv, (name, i, stream), path, b, stream)))
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120 * SLOW)
+    for i in range(len(bodies)):
+        for stream in (False, True):
+            a, r = results.get(("main", i, stream)), results.get(("ref", i, stream))
+            check(a is not None and a == r, f"request {i} (stream={stream}): overlap == --no-overlap", a, r)
+    check(results[("main", 0, False)][1] == "stop" or stop not in full[:10], "the stop string ended it",
+          results[("main", 0, False)])
+    check(results[("main", 1, True)][1:3] == ("length", 7), "max_tokens ends it at 7 tokens",
+          results[("main", 1, True)])
+
+
 def test_seed(s):
     b = chat_body("random words", max_tokens=12, temperature=1.0, seed=1234)
     a1 = s.post(CHAT, b)[2]["choices"][0]["message"]
@@ -741,7 +797,7 @@ def test_shutdown_midstream(tiny):
 def run_http():
     main = Server("--ctx", "2048", "--max-seqs", "8", "--batch-tokens", "256",
                   "--prefill-chunk", "32", "--prefix-min", "16", "--max-body", "65536")
-    ref = Server("--ctx", "2048", "--max-seqs", "2", "--prefix-cache", "0", key=None)
+    ref = Server("--ctx", "2048", "--max-seqs", "2", "--prefix-cache", "0", "--no-overlap", key=None)
     tiny = Server("--ctx", "256", "--max-seqs", "2", "--kv-pool-tokens", "256",
                   "--max-queue", "0", "--retry-after", "2", "--reasoning-inline", key=None)
     tests = [("basics", lambda: test_basics(main)), ("auth", lambda: test_auth(main)),
@@ -751,6 +807,7 @@ def run_http():
              ("completions", lambda: test_completions(main)),
              ("stop_strings", lambda: test_stop_strings(main)),
              ("logprobs", lambda: test_logprobs(main)), ("seed", lambda: test_seed(main)),
+             ("overlap_equal", lambda: test_overlap_equal(main, ref)),
              ("malformed", lambda: test_malformed(main)),
              ("prefix_cache", lambda: test_prefix_cache(main, ref)),
              ("prefix_eviction", test_prefix_eviction),
