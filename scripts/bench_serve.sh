@@ -102,6 +102,23 @@ m2=$(snap); split_times "$m1" "$m2"
 timeout 900 python3 scripts/bench_serve.py "${args[@]}" --no-logprobs \
   --json "$OUT/serve_nolp.json" 2>&1 | tee "$OUT/client_nolp.log"
 m3=$(snap); split_times "$m2" "$m3"
+python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
+  >"$OUT/metrics_overlap.txt" 2>/dev/null
+kill -TERM $SPID; wait $SPID; echo "== server exit $?"
+# the same plain load with the output work between steps (--no-overlap),
+# to see what the output worker buys
+$CLI serve --model $M --port $PORT --max-seqs $CLIENTS --ctx $CTX --kv $KV \
+  --batch-tokens 512 --prefill-chunk 256 --no-overlap >"$OUT/serve_nooverlap.log" 2>&1 &
+SPID=$!
+for i in $(seq 300); do
+  grep -q "listening on" "$OUT/serve_nooverlap.log" && break
+  kill -0 $SPID 2>/dev/null || break
+  sleep 0.5
+done
+m4=$(snap)
+timeout 900 python3 scripts/bench_serve.py "${args[@]}" --no-logprobs \
+  --json "$OUT/serve_nooverlap.json" 2>&1 | tee "$OUT/client_nooverlap.log"
+m5=$(snap); split_times "$m4" "$m5"
 curl -s http://127.0.0.1:$PORT/metrics >"$OUT/metrics.txt" 2>/dev/null ||
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" >"$OUT/metrics.txt"
 grep -E "^dsqwen_(generation_tokens_total|prefix_cache_hit_tokens_total|steps_total|requests_total)" "$OUT/metrics.txt"
