@@ -60,14 +60,19 @@ read -r BENCH_MS BENCH_TPS < <(awk -v b=$CLIENTS '$1 == b && $2 ~ /^[0-9]+$/ {pr
 echo "bench: ${BENCH_TPS:-?} tok/s, ${BENCH_MS:-?} ms/step"
 
 CTX=$(( PROMPT + GEN + 16 ))
-$CLI serve --model $M --port $PORT --max-seqs $CLIENTS --ctx $CTX --kv $KV \
-  --batch-tokens 512 --prefill-chunk 256 >"$OUT/serve.log" 2>&1 &
-SPID=$!
-for i in $(seq 300); do
-  grep -q "listening on" "$OUT/serve.log" && break
-  kill -0 $SPID 2>/dev/null || break
-  sleep 0.5
-done
+start_server() { # LOG extra-args...: sets SPID once it listens
+  local log=$1
+  shift
+  $CLI serve --model $M --port $PORT --max-seqs $CLIENTS --ctx $CTX --kv $KV \
+    --batch-tokens 512 --prefill-chunk 256 "$@" >"$log" 2>&1 &
+  SPID=$!
+  for i in $(seq 300); do
+    grep -q "listening on" "$log" && break
+    kill -0 $SPID 2>/dev/null || break
+    sleep 0.5
+  done
+}
+start_server "$OUT/serve.log"
 grep "dsqwen serve" "$OUT/serve.log" | head -3
 args=(--url http://127.0.0.1:$PORT --clients $CLIENTS --prompt-len $PROMPT --max-tokens $GEN
       --waves 2 --processes 16 --json "$OUT/serve.json")
@@ -107,14 +112,7 @@ python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/
 kill -TERM $SPID; wait $SPID; echo "== server exit $?"
 # the same plain load with the output work between steps (--no-overlap),
 # to see what the output worker buys
-$CLI serve --model $M --port $PORT --max-seqs $CLIENTS --ctx $CTX --kv $KV \
-  --batch-tokens 512 --prefill-chunk 256 --no-overlap >"$OUT/serve_nooverlap.log" 2>&1 &
-SPID=$!
-for i in $(seq 300); do
-  grep -q "listening on" "$OUT/serve_nooverlap.log" && break
-  kill -0 $SPID 2>/dev/null || break
-  sleep 0.5
-done
+start_server "$OUT/serve_nooverlap.log" --no-overlap
 m4=$(snap)
 timeout 900 python3 scripts/bench_serve.py "${args[@]}" --no-logprobs \
   --json "$OUT/serve_nooverlap.json" 2>&1 | tee "$OUT/client_nooverlap.log"
