@@ -162,8 +162,8 @@ fuzz)
                 >>"$OUT/build.log" 2>&1 &&
             FB=/tmp/gs_fuzz/tests
     fi
-    TARGETS=${FUZZ_TARGETS:-tokenize tokenize_regex tokenizer stopper}
-    JOBS=${FUZZ_JOBS:-4}
+    TARGETS=${FUZZ_TARGETS:-tokenize tokenize_regex}
+    JOBS=${FUZZ_JOBS:-8}
     SECS=${FUZZ_SECONDS:-480}
     for t in $TARGETS; do
         # each job logs to fuzz-N.log in the working directory: one per target
