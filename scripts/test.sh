@@ -27,9 +27,8 @@ echo "== ctest (release) =="
 # GCC 12's TSan cannot map its shadow under the high mmap randomisation of
 # recent kernels ("unexpected memory mapping").
 echo "== build (TSan, CPU backend) =="
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=thread -DDSQ_CUDA=OFF \
-      -DDSQ_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build build-tsan -j"$JOBS" --target test_threads test_cpu_ops test_cpu_e2e test_step
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=thread -DDSQ_CUDA=OFF >/dev/null
+cmake --build build-tsan -j"$JOBS" --target test_threads test_cpu_ops test_cpu_e2e test_step dsqwen-cli
 echo "== ctest (TSan: tests labelled threads) =="
 NOASLR=""
 if command -v setarch >/dev/null 2>&1 && setarch "$(uname -m)" -R true 2>/dev/null; then
@@ -37,6 +36,15 @@ if command -v setarch >/dev/null 2>&1 && setarch "$(uname -m)" -R true 2>/dev/nu
 fi
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
    $NOASLR ctest -L threads --no-tests=error --output-on-failure -j"$JOBS")
+# `dsqwen serve` (HTTP threads, the scheduler, the output worker) under TSan,
+# with the release build's demo model; skipped when serve was not built
+if [ -x build-tsan/examples/dsqwen ] && build-tsan/examples/dsqwen serve --help >/dev/null 2>&1; then
+  echo "== dsqwen serve under TSan (tests/server/test_server.py http) =="
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" $NOASLR \
+    python3 tests/server/test_server.py build-tsan/examples/dsqwen build/tests/cli-demo-model http --sanitized
+else
+  echo "dsqwen serve under TSan: SKIPPED -- built without serve (libmicrohttpd-dev missing)"
+fi
 
 echo "== build (ASan + UBSan, CPU backend) =="
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=ON -DDSQ_CUDA=OFF >/dev/null
