@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "attention.h"
+#include "pdl.cuh"
 
 namespace dsq_attn {
 

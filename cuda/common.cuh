@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "pdl.cuh"
 
 /* bf16 -> fp32 is a shift: the two halves of a 32-bit word hold two bf16s,
  * the low half is the element with the lower index (little endian). */

@@ -1,6 +1,7 @@
 /* device_once.cu - per-device one-time setup (kernel attributes), so a
  * context on a second GPU gets its own shared-memory opt-ins. */
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "kernels.h"
 
@@ -27,4 +28,28 @@ extern "C" cudaError_t dsq_cu_once_per_device(dsq_cu_once *o, cudaError_t (*fn)(
     }
     pthread_mutex_unlock(&once_mutex);
     return e;
+}
+
+/* PDL (cuda/pdl.cuh): on for devices of compute capability 9.0 and later,
+ * unless DSQ_CUDA_PDL=0 (a measurement knob).  Cached per device: 0 not yet
+ * known, 1 off, 2 on. */
+static int pdl_state[DSQ_CU_MAX_DEVICES];
+
+extern "C" int dsq_pdl_enabled(void)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DSQ_CU_MAX_DEVICES)
+        return 0;
+    int st = __atomic_load_n(&pdl_state[dev], __ATOMIC_RELAXED);
+    if (st == 0) {
+        int major = 0;
+        const char *env = getenv("DSQ_CUDA_PDL");
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            major = 0;
+        }
+        st = major >= 9 && !(env && env[0] == '0') ? 2 : 1;
+        __atomic_store_n(&pdl_state[dev], st, __ATOMIC_RELAXED);
+    }
+    return st == 2;
 }

@@ -1,0 +1,61 @@
+/* pdl.cuh - programmatic dependent launch (Hopper and later).
+ *
+ * A kernel launched with dsq_launch_pdl() may start while the kernel before
+ * it on the stream is still finishing, so its launch, block scheduling and
+ * any prologue that reads nothing the previous kernel writes (weights, for a
+ * product) overlap that kernel's tail.  The rules that keep this correct:
+ *
+ *  - every block of a kernel launched with dsq_launch_pdl() executes
+ *    dsq_pdl_wait() before it reads anything an earlier kernel of the stream
+ *    wrote or writes anything an earlier kernel reads, and on every path,
+ *    early exits included (griddepcontrol.wait returns once the previous
+ *    grid has completed and its memory is visible; a kernel that skipped it
+ *    could complete before its predecessor, and the next kernel, which waits
+ *    only for its own predecessor, would race);
+ *  - dsq_pdl_trigger() lets the next kernel launch; kernels call it after
+ *    their wait, so at most one dependent grid waits at a time.
+ *
+ * On devices before sm_90, or with DSQ_CUDA_PDL=0 in the environment (a
+ * measurement knob), the attribute is not set and both calls are no-ops. */
+#ifndef DSQ_CUDA_PDL_CUH
+#define DSQ_CUDA_PDL_CUH
+
+#include <cuda_runtime.h>
+
+__device__ __forceinline__ void dsq_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void dsq_pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether launches on the current device get the PDL attribute (cuda/status.cu). */
+extern "C" int dsq_pdl_enabled(void);
+
+/* kern<<<grid, block, smem, s>>>(args...) with the programmatic-serialization
+ * attribute where dsq_pdl_enabled(); returns the launch's error. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t dsq_launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                         cudaStream_t s, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = dsq_pdl_enabled() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
+}
+
+#endif /* DSQ_CUDA_PDL_CUH */
