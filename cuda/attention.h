@@ -104,6 +104,17 @@ cudaError_t dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, int64_t k_st
                               const void *v, int64_t v_stride, const int32_t *tok_seq,
                               const int32_t *pos, int32_t n_tokens, cudaStream_t stream);
 
+/* RoPE and the KV write fused (one launch): qkv fp32 [n_tokens][row_stride]
+ * holds the q|k|v product (n_q_heads q heads, then the cache's n_kv_heads k
+ * and v heads, head_dim columns each); q and k heads are rotated as
+ * dsq_cu_rope does (inv_freq device fp32 [head_dim/2]), the whole row is
+ * stored to out, bf16 [n_tokens][row_stride], and k and v go into the cache
+ * exactly as dsq_attn_kv_write would store the bf16 values.  pos / tok_seq
+ * as for dsq_attn_kv_write.  Launched with PDL (cuda/pdl.cuh). */
+cudaError_t dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
+                                   const int32_t *pos, const int32_t *tok_seq, int32_t n_tokens,
+                                   int32_t n_q_heads, const float *inv_freq, void *out, cudaStream_t stream);
+
 /* Causal prefill attention over a varlen batch, K/V read from the cache (so a
  * prompt may extend a sequence that already holds tokens).  kv_write for
  * these tokens must have run first (same stream).

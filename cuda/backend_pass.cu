@@ -27,7 +27,29 @@ static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
     e.stream = cc->stream;
     e.wq_tile = cc->wq_tile;
     e.wq_tile_elems = cc->wq_tile_elems;
+    e.norm_x = NULL;
+    e.norm_rows = NULL;
+    e.norm_w = NULL;
+    e.norm_eps = 0.0f;
     return e;
+}
+
+/* The product reads rmsnorm(cc->x) * norm (norm NULL: cc->xn as it is). */
+static void with_norm(dsq_cu_linear_env *e, const cu_ctx *cc, const dsq_config *cf, const float *norm)
+{
+    if (!norm)
+        return;
+    e->norm_x = cc->x;
+    e->norm_w = norm;
+    e->norm_eps = cf->rms_eps;
+}
+
+/* Whether op i of the recipe is a DSQ_OP_NORM the next op can take over
+ * (a product op reading xn, which then normalises its own input). */
+static int norm_deferred(const dsq_arch *a, int32_t i)
+{
+    return a->recipe[i].kind == DSQ_OP_NORM && i + 1 < a->n_ops &&
+           (a->recipe[i + 1].kind == DSQ_OP_QKV_ROPE || a->recipe[i + 1].kind == DSQ_OP_GATED_FFN);
 }
 
 /* x += in W^T (+ b): fused into the product's epilogue, or (resid_after,
@@ -73,8 +95,11 @@ static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int
     return DSQ_OK;
 }
 
-/* One recipe op of layer l over the pass's T rows. */
-static dsq_status run_op(dsq_ctx *c, const cu_pass *p, const dsq_op *op, const cu_op_data *d, int32_t l)
+/* One recipe op of layer l over the pass's T rows.  norm (NULL: none): the
+ * weight of a DSQ_OP_NORM that was deferred to this product op, which then
+ * normalises cc->x into its input itself (or inside the GEMV). */
+static dsq_status run_op(dsq_ctx *c, const cu_pass *p, const dsq_op *op, const cu_op_data *d, int32_t l,
+                         const float *norm)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
     const cu_model *cm = (const cu_model *)c->model->be;
@@ -86,15 +111,14 @@ static dsq_status run_op(dsq_ctx *c, const cu_pass *p, const dsq_op *op, const c
     case DSQ_OP_NORM:
         return dsq_cu_rmsnorm(cc->x, NULL, T, E, d->norm, cf->rms_eps, cc->xn, s);
     case DSQ_OP_QKV_ROPE: {
-        const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_small);
+        dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_small);
+        with_norm(&env, cc, cf, norm);
         DSQ_TRY(dsq_cu_linear(&d->w, cc->xn, d->bias, T, DSQ_EPI_BIAS, cc->qkv, &env));
-        DSQ_TRY(dsq_cu_rope(cc->qkv, QKV, p->pos, T, H + KV, H + 2 * KV, D, cm->inv_freq, cc->qkvb, s));
         dsq_attn_kv kv = cc->kv[l];
         kv.block_table = p->bt;
         kv.bt_stride = p->bt_stride;
-        CU_TRY(dsq_attn_kv_write(&kv, cc->qkvb + (size_t)H * D, QKV, cc->qkvb + (size_t)(H + KV) * D, QKV, p->tseq,
-                                 p->pos, T, s),
-               "KV cache write");
+        CU_TRY(dsq_attn_rope_kv_write(&kv, cc->qkv, QKV, p->pos, p->tseq, T, H, cm->inv_freq, cc->qkvb, s),
+               "RoPE and KV cache write");
         return DSQ_OK;
     }
     case DSQ_OP_ATTEND:
@@ -102,7 +126,8 @@ static dsq_status run_op(dsq_ctx *c, const cu_pass *p, const dsq_op *op, const c
     case DSQ_OP_LINEAR_RESID:
         return linear_resid(cc, d, op->in == DSQ_IN_ACT ? cc->act : cc->attn, T);
     case DSQ_OP_GATED_FFN: {
-        const dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_gu);
+        dsq_cu_linear_env env = lin_env(cc, cc->gemv_max_gu);
+        with_norm(&env, cc, cf, norm);
         return dsq_cu_linear(&d->w, cc->xn, NULL, T, DSQ_EPI_SILU_MUL, cc->act, &env);
     }
     }
@@ -136,8 +161,12 @@ static dsq_status enqueue_pass(dsq_ctx *c, const cu_pass *p)
     DSQ_TRY(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
     DSQ_TRY(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
     for (int32_t l = 0; l < cf->n_layers; l++)
-        for (int32_t i = 0; i < a->n_ops; i++)
-            DSQ_TRY(run_op(c, p, &a->recipe[i], &cm->layers[l].op[i], l));
+        for (int32_t i = 0; i < a->n_ops; i++) {
+            if (norm_deferred(a, i))
+                continue; /* the next op normalises its input */
+            const float *norm = i > 0 && norm_deferred(a, i - 1) ? cm->layers[l].op[i - 1].norm : NULL;
+            DSQ_TRY(run_op(c, p, &a->recipe[i], &cm->layers[l].op[i], l, norm));
+        }
     if (p->NL == 0)
         return DSQ_OK;
     /* head: final norm of the wanted rows only, then the first chunk of lm_head */
@@ -173,7 +202,7 @@ dsq_status cu_enqueue_segment(dsq_ctx *c, const cu_pass *p, int32_t seg, int add
             const cu_op_data *d = &cm->layers[l].op[i];
             if (op->kind != DSQ_OP_LINEAR_RESID) {
                 if (k == seg)
-                    DSQ_TRY(run_op(c, p, op, d, l));
+                    DSQ_TRY(run_op(c, p, op, d, l, NULL));
                 continue;
             }
             if (k == seg - 1) /* the previous segment's product, all-reduced */

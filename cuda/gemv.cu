@@ -1,90 +1,168 @@
 /* gemv.cu - y = epilogue(x W^T) for a handful of rows of x (decode at small
- * batch), where the product is bound by streaming W once from memory.
+ * batch), where the product is bound by streaming W once from memory;
+ * optionally with the RMSNorm that produces x folded in (x computed from the
+ * fp32 residual rows inside each block).
  *
  * Work split: a block of NT threads (64..256) owns R consecutive output rows
  * n (all T tokens at once, so W is read exactly once); its threads split K in
- * 16-byte pieces (8 bf16) strided by the block, up to 4 pieces per row in
- * flight before the first use.  Partial sums are reduced in the warp, then across the 8 warps
- * in shared memory, and the epilogue runs on the reduced values.  x (at most
- * 8 rows of K bf16) is small and read through L1; W goes through streaming
- * loads so it does not evict x or the KV cache from L2. */
+ * 16-byte pieces (8 bf16) strided by the block, GEMV_UNROLL pieces per row
+ * loaded at once (predicated, so short rows -- K = 1536 is 3 pieces per
+ * thread at 64 threads -- still have every load in flight before the first
+ * use).  Partial sums are reduced in the warp, then across the warps in
+ * shared memory, and the epilogue runs on the reduced values.  x (at most 8
+ * rows of K bf16) is small and read through L1; W goes through streaming
+ * loads so it does not evict x or the KV cache from L2.
+ *
+ * Programmatic dependent launch (pdl.cuh): W never depends on an earlier
+ * kernel, so each block issues its first W loads before dsq_pdl_wait() and
+ * the weight stream starts while the previous kernel drains.
+ *
+ * Fused RMSNorm (NORM): each block first computes the normalised bf16 rows
+ * bf16(nw * (x * rsqrt(mean(x^2) + eps))) into shared memory, exactly the
+ * arithmetic of norm.cu but with the block's own summation order, and the
+ * block then loops over row groups (grid = the blocks that fit at once), so
+ * the norm is computed once per resident block, not once per row group. */
 #include "common.cuh"
 #include "gemv_epilogue.cuh"
 
 #define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (a runtime choice) */
 #define GEMV_UNROLL 4
 
-/* 16-byte path: K % 8 == 0, x and W 16-byte aligned. */
-template <int T, int R, int EPI>
-__global__ void __launch_bounds__(GEMV_MAX_THREADS)
-gemv_vec_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
-                const float *__restrict__ bias, int N, int K, void *y)
+namespace {
+
+struct GemvArgs {
+    const uint16_t *x;   /* bf16 [T][K] (not NORM) */
+    const float *xr;     /* NORM: fp32 residual rows [*][K] */
+    const int32_t *rows; /* NORM: row of xr for token t, or NULL (t) */
+    const float *nw;     /* NORM: fp32 norm weight [K] */
+    float eps;
+    const uint16_t *w; /* bf16 [N][K] */
+    const float *bias; /* fp32 [N] (BIAS) */
+    int N, K;
+    void *y;
+};
+
+/* W pieces v + u*NT (u < GEMV_UNROLL) of the R rows of group g; pieces
+ * past the row are zero. */
+template <int R>
+__device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], const GemvArgs &a, int g, int v, int K8)
 {
-    __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
-    const int row0 = blockIdx.x * R;
-    const int K8 = K / 8;
-    const uint4 *wr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) /* rows past N repeat the last one; never stored */
-        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
-    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
-
-    float acc[T][R];
-#pragma unroll
-    for (int t = 0; t < T; t++)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            acc[t][r] = 0.0f;
-
     const int NT = blockDim.x;
-    int v = threadIdx.x;
-    for (; v + (GEMV_UNROLL - 1) * NT < K8; v += GEMV_UNROLL * NT) {
-        uint4 wv[GEMV_UNROLL][R];
+#pragma unroll
+    for (int r = 0; r < R; r++) { /* rows past N repeat the last one; never stored */
+        const uint4 *wr = reinterpret_cast<const uint4 *>(a.w + (size_t)min(g * R + r, a.N - 1) * a.K);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                wv[u][r] = __ldcs(wr[r] + v + u * NT);
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-#pragma unroll
-            for (int t = 0; t < T; t++) {
-                float xf[8];
-                dsq_unpack8(__ldg(xv + (size_t)t * K8 + v + u * NT), xf);
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    float wf[8];
-                    dsq_unpack8(wv[u][r], wf);
-#pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        acc[t][r] = fmaf(xf[e], wf[e], acc[t][r]);
-                }
-            }
-        }
+            wv[u][r] = v + u * NT < K8 ? __ldcs(wr + v + u * NT) : make_uint4(0, 0, 0, 0);
     }
-    for (; v < K8; v += NT) {
-        uint4 wv[R];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            wv[r] = __ldcs(wr[r] + v);
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            float xf[8];
-            dsq_unpack8(__ldg(xv + (size_t)t * K8 + v), xf);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                float wf[8];
-                dsq_unpack8(wv[r], wf);
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    acc[t][r] = fmaf(xf[e], wf[e], acc[t][r]);
-            }
-        }
-    }
-    gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
 }
 
-/* Scalar path for any K and alignment (odd test sizes, exotic configs). */
+/* xs[t][:] = bf16(nw * (xr[row t] * rsqrt(mean(xr[row t]^2) + eps))) for the
+ * block's T tokens (K % 8 == 0; xr rows 16-byte aligned). */
+template <int T>
+__device__ __forceinline__ void norm_rows(const GemvArgs &a, uint16_t *xs, float *red)
+{
+    const int NT = blockDim.x, NW = NT >> 5, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int K4 = a.K / 4;
+    float ss[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const float4 *xr = reinterpret_cast<const float4 *>(a.xr + (size_t)(a.rows ? a.rows[t] : t) * a.K);
+        float s = 0.0f;
+        for (int i = threadIdx.x; i < K4; i += NT) {
+            const float4 v = xr[i];
+            s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        s = dsq_warp_sum(s);
+        if (lane == 0)
+            red[t * NW + warp] = s;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        float s = 0.0f;
+        for (int w = 0; w < NW; w++)
+            s += red[t * NW + w];
+        ss[t] = s;
+    }
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        /* HF: variance = mean(x^2); x * rsqrt(variance + eps); then weight * (.) */
+        const float inv = rsqrtf(ss[t] / (float)a.K + a.eps);
+        const float4 *xr = reinterpret_cast<const float4 *>(a.xr + (size_t)(a.rows ? a.rows[t] : t) * a.K);
+        const float4 *nw = reinterpret_cast<const float4 *>(a.nw);
+        uint2 *o = reinterpret_cast<uint2 *>(xs + (size_t)t * a.K);
+        for (int i = threadIdx.x; i < K4; i += NT) {
+            const float4 v = xr[i], g = nw[i];
+            o[i] = make_uint2((uint32_t)dsq_f2bf(g.x * (v.x * inv)) | (uint32_t)dsq_f2bf(g.y * (v.y * inv)) << 16,
+                              (uint32_t)dsq_f2bf(g.z * (v.z * inv)) | (uint32_t)dsq_f2bf(g.w * (v.w * inv)) << 16);
+        }
+    }
+    __syncthreads(); /* xs complete; red free again */
+}
+
+/* 16-byte path: K % 8 == 0, x and W 16-byte aligned.  Block b computes row
+ * groups b, b + gridDim.x, ... */
+template <int T, int R, int EPI, bool NORM>
+__global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
+{
+    __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
+    extern __shared__ uint4 xs_dyn[]; /* NORM: bf16 [T][K] */
+    const int K8 = a.K / 8, NT = blockDim.x;
+    const int ngroups = (a.N + R - 1) / R;
+    int g = blockIdx.x;
+
+    uint4 wv[GEMV_UNROLL][R];
+    load_w<R>(wv, a, g, threadIdx.x, K8); /* before the wait: weights are constant */
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
+    if (NORM)
+        norm_rows<T>(a, reinterpret_cast<uint16_t *>(xs_dyn), red);
+    const uint4 *xv = NORM ? xs_dyn : reinterpret_cast<const uint4 *>(a.x);
+
+    for (;;) {
+        float acc[T][R];
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[t][r] = 0.0f;
+        for (int v = threadIdx.x;;) {
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                if (v + u * NT < K8) {
+#pragma unroll
+                    for (int t = 0; t < T; t++) {
+                        float xf[8];
+                        dsq_unpack8(NORM ? xv[(size_t)t * K8 + v + u * NT] : __ldg(xv + (size_t)t * K8 + v + u * NT),
+                                    xf);
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float wf[8];
+                            dsq_unpack8(wv[u][r], wf);
+#pragma unroll
+                            for (int e = 0; e < 8; e++)
+                                acc[t][r] = fmaf(xf[e], wf[e], acc[t][r]);
+                        }
+                    }
+                }
+            }
+            v += GEMV_UNROLL * NT;
+            if (v >= K8)
+                break;
+            load_w<R>(wv, a, g, v, K8);
+        }
+        gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, nullptr, a.bias, a.y);
+        g += gridDim.x;
+        if (g >= ngroups)
+            break;
+        load_w<R>(wv, a, g, threadIdx.x, K8);
+        __syncthreads(); /* the epilogue's reads of red are done */
+    }
+}
+
+/* Scalar path for any K and alignment (odd test sizes, exotic configs);
+ * launched without PDL. */
 template <int T, int R, int EPI>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ w,
@@ -110,43 +188,74 @@ gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ 
     gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
 }
 
+/* Blocks of a NORM launch: as many as are resident at once (each computes
+ * the norm once), at most one per row group.  The occupancy is cached per
+ * kernel instance and block size (it does not depend on the device's SM
+ * count, which is read per call). */
 template <int T, int R, int EPI>
-static void launch_rows(bool vec, int nt, const uint16_t *x, const uint16_t *w, const float *bias, int N, int K,
-                        void *y, cudaStream_t s)
+static unsigned norm_grid(int nt, size_t smem, unsigned groups)
 {
-    const unsigned blocks = (unsigned)((N + R - 1) / R);
+    static int per_sm[3]; /* nt 64, 128, 256; 0 = not yet known */
+    const int i = nt == 64 ? 0 : nt == 128 ? 1 : 2;
+    int b = __atomic_load_n(&per_sm[i], __ATOMIC_RELAXED);
+    if (b <= 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_vec_kernel<T, R, EPI, true>, nt, smem) !=
+                cudaSuccess || b <= 0) {
+            (void)cudaGetLastError();
+            b = 1;
+        }
+        __atomic_store_n(&per_sm[i], b, __ATOMIC_RELAXED);
+    }
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+                                                  cudaSuccess || sms <= 0) {
+        (void)cudaGetLastError();
+        sms = 1;
+    }
+    const unsigned cap = (unsigned)b * (unsigned)sms;
+    return groups < cap ? groups : cap;
+}
+
+template <int T, int R, int EPI>
+static cudaError_t launch_rows(bool vec, bool norm, int nt, const GemvArgs &a, cudaStream_t s)
+{
+    const unsigned groups = (unsigned)((a.N + R - 1) / R);
+    if constexpr (T <= DSQ_GEMV_NORM_MAX_TOKENS) {
+        if (norm) {
+            const size_t smem = (size_t)T * a.K * 2;
+            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true>, dim3(norm_grid<T, R, EPI>(nt, smem, groups)),
+                                  dim3(nt), smem, s, a);
+        }
+    }
     if (vec)
-        gemv_vec_kernel<T, R, EPI><<<blocks, nt, 0, s>>>(x, w, bias, N, K, y);
-    else
-        gemv_scalar_kernel<T, R, EPI><<<blocks, GEMV_MAX_THREADS, 0, s>>>(x, w, bias, N, K, y);
+        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false>, dim3(groups), dim3(nt), 0, s, a);
+    gemv_scalar_kernel<T, R, EPI><<<groups, GEMV_MAX_THREADS, 0, s>>>(a.x, a.w, a.bias, a.N, a.K, a.y);
+    return cudaGetLastError();
 }
 
 template <int T, int EPI>
-static void launch_gemv(bool vec, int nt, int r, const uint16_t *x, const uint16_t *w, const float *bias, int N,
-                        int K, void *y, cudaStream_t s)
+static cudaError_t launch_gemv(bool vec, bool norm, int nt, int r, const GemvArgs &a, cudaStream_t s)
 {
     /* rows per block: 8 only for 1-2 tokens (registers), 2 or 4 otherwise */
     if (r >= 8 && T <= 2)
-        launch_rows<T, (T <= 2 ? 8 : 4), EPI>(vec, nt, x, w, bias, N, K, y, s);
-    else if (r >= 4)
-        launch_rows<T, 4, EPI>(vec, nt, x, w, bias, N, K, y, s);
-    else
-        launch_rows<T, 2, EPI>(vec, nt, x, w, bias, N, K, y, s);
+        return launch_rows<T, (T <= 2 ? 8 : 4), EPI>(vec, norm, nt, a, s);
+    if (r >= 4)
+        return launch_rows<T, 4, EPI>(vec, norm, nt, a, s);
+    return launch_rows<T, 2, EPI>(vec, norm, nt, a, s);
 }
 
 template <int EPI>
-static void dispatch_tokens(int T, bool vec, int nt, int r, const uint16_t *x, const uint16_t *w,
-                            const float *bias, int N, int K, void *y, cudaStream_t s)
+static cudaError_t dispatch_tokens(int T, bool vec, bool norm, int nt, int r, const GemvArgs &a, cudaStream_t s)
 {
     switch (T) {
-    case 1: launch_gemv<1, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
-    case 2: launch_gemv<2, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
-    case 3: launch_gemv<3, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
-    case 4: launch_gemv<4, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
-    case 5: launch_gemv<5, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
-    case 6: launch_gemv<6, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
-    case 7: launch_gemv<7, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
-    default: launch_gemv<8, EPI>(vec, nt, r, x, w, bias, N, K, y, s); break;
+    case 1: return launch_gemv<1, EPI>(vec, norm, nt, r, a, s);
+    case 2: return launch_gemv<2, EPI>(vec, norm, nt, r, a, s);
+    case 3: return launch_gemv<3, EPI>(vec, norm, nt, r, a, s);
+    case 4: return launch_gemv<4, EPI>(vec, norm, nt, r, a, s);
+    case 5: return launch_gemv<5, EPI>(vec, false, nt, r, a, s);
+    case 6: return launch_gemv<6, EPI>(vec, false, nt, r, a, s);
+    case 7: return launch_gemv<7, EPI>(vec, false, nt, r, a, s);
+    default: return launch_gemv<8, EPI>(vec, false, nt, r, a, s);
     }
 }
 
@@ -166,35 +275,79 @@ static void default_cfg(int T, int K, int *nt, int *r)
     }
 }
 
-extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
-                                      int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
-                                      cudaStream_t stream)
+static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi, int nt, int r, cudaStream_t stream)
 {
+    const int N = a.N, K = a.K;
     if (T < 1 || T > DSQ_GEMV_MAX_TOKENS)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: %d rows; the kernel takes 1..%d", T, DSQ_GEMV_MAX_TOKENS);
     if (N < 1 || K < 1)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: empty matrix %d x %d", N, K);
     if (epi == DSQ_EPI_SILU_MUL && N % 2 != 0)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: silu*mul needs an even row count (got %d)", N);
-    if (epi == DSQ_EPI_BIAS && !bias)
+    if (epi == DSQ_EPI_BIAS && !a.bias)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: bias epilogue without a bias");
     if (nt <= 0 || r <= 0)
         default_cfg(T, K, &nt, &r);
     if (nt != 64 && nt != 128 && nt != 256)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256)", nt);
-    const bool vec = K % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w & 15) == 0;
+    const bool vec = K % 8 == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;
+    if (norm && !(K % 8 == 0 && ((uintptr_t)a.xr & 15) == 0 && ((uintptr_t)a.nw & 15) == 0 &&
+                  ((uintptr_t)a.w & 15) == 0 && T <= DSQ_GEMV_NORM_MAX_TOKENS &&
+                  (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: %d rows of %d (needs K %% 8 == 0, 16-byte aligned data, "
+                        "T <= %d, T*K*2 <= %d)", T, K, DSQ_GEMV_NORM_MAX_TOKENS, DSQ_GEMV_NORM_MAX_SMEM);
+    cudaError_t e = cudaSuccess;
     switch (epi) {
-    case DSQ_EPI_STORE: dispatch_tokens<DSQ_EPI_STORE>(T, vec, nt, r, x, w, bias, N, K, y, stream); break;
-    case DSQ_EPI_BIAS: dispatch_tokens<DSQ_EPI_BIAS>(T, vec, nt, r, x, w, bias, N, K, y, stream); break;
-    case DSQ_EPI_ADD: dispatch_tokens<DSQ_EPI_ADD>(T, vec, nt, r, x, w, bias, N, K, y, stream); break;
-    case DSQ_EPI_SILU_MUL: dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, nt, r, x, w, bias, N, K, y, stream); break;
+    case DSQ_EPI_STORE: e = dispatch_tokens<DSQ_EPI_STORE>(T, vec, norm, nt, r, a, stream); break;
+    case DSQ_EPI_BIAS: e = dispatch_tokens<DSQ_EPI_BIAS>(T, vec, norm, nt, r, a, stream); break;
+    case DSQ_EPI_ADD: e = dispatch_tokens<DSQ_EPI_ADD>(T, vec, norm, nt, r, a, stream); break;
+    case DSQ_EPI_SILU_MUL: e = dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, norm, nt, r, a, stream); break;
     default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
     }
-    return DSQ_CU_LAUNCHED("gemv kernel");
+    return dsq_cu_status(e, norm ? "gemv+norm kernel" : "gemv kernel");
+}
+
+} // namespace
+
+extern "C" int dsq_cu_gemv_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const dsq_bf16 *w)
+{
+    return T >= 1 && T <= DSQ_GEMV_NORM_MAX_TOKENS && K % 8 == 0 && (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
+           ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && ((uintptr_t)w & 15) == 0;
+}
+
+extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
+                                      int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
+                                      cudaStream_t stream)
+{
+    GemvArgs a = {};
+    a.x = x;
+    a.w = w;
+    a.bias = bias;
+    a.N = N;
+    a.K = K;
+    a.y = y;
+    return run(a, false, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
                                   int32_t N, int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream)
 {
     return dsq_cu_gemv_cfg(x, w, bias, T, N, K, epi, y, 0, 0, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                           const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
+                                           dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
+{
+    GemvArgs a = {};
+    a.xr = xr;
+    a.rows = rows;
+    a.nw = nw;
+    a.eps = eps;
+    a.w = w;
+    a.bias = bias;
+    a.N = N;
+    a.K = K;
+    a.y = y;
+    return run(a, true, T, epi, nt, r, stream);
 }

@@ -129,6 +129,20 @@ dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bi
                            int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                            cudaStream_t stream);
 
+/* The same with the RMSNorm that makes x folded in (batch-1 decode: one
+ * launch instead of two, and the weight stream starts before the norm):
+ * x[t] = bf16(nw * (xr[r] * rsqrt(mean(xr[r]^2) + eps))), r = rows ? rows[t]
+ * : t, computed in each block (the arithmetic of dsq_cu_rmsnorm, with the
+ * block's own summation order).  xr fp32 [*][K], rows device int32 [T] or
+ * NULL, nw fp32 [K].  Only where dsq_cu_gemv_norm_ok(); nt = r = 0 picks
+ * the default block shape. */
+#define DSQ_GEMV_NORM_MAX_TOKENS 4
+#define DSQ_GEMV_NORM_MAX_SMEM (40 * 1024) /* T*K bf16 in shared memory */
+int dsq_cu_gemv_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const dsq_bf16 *w);
+dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
+                                dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);
+
 /* ---- gemm.cu: many rows, cuBLASLt ------------------------------------------- */
 
 /* A cuBLASLt handle, its workspace and a cache of chosen algorithms (so the
@@ -162,6 +176,15 @@ typedef struct dsq_cu_linear_env {
      * small: the quantized GEMV over groups of DSQ_QGEMV_MAX rows */
     dsq_bf16 *wq_tile;
     int64_t wq_tile_elems;
+    /* RMSNorm before the product (norm_w NULL: none; x is the input as
+     * given).  With norm_w, x (bf16 [T][cols], written here) becomes
+     * dsq_cu_rmsnorm(norm_x, norm_rows, T, cols, norm_w, norm_eps), or the
+     * norm is folded into the GEMV (dsq_cu_gemv_norm_cfg: bf16 weights,
+     * T <= gemv_max, dsq_cu_gemv_norm_ok) and x is not written. */
+    const float *norm_x;     /* fp32 residual rows [*][cols] */
+    const int32_t *norm_rows; /* device int32 [T] or NULL */
+    const float *norm_w;     /* fp32 [cols] */
+    float norm_eps;
 } dsq_cu_linear_env;
 
 /* Most rows the quantized GEMV kernels take (cuda/gemv_quant.h). */

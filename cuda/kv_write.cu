@@ -12,6 +12,7 @@
 
 #include "attention.h"
 #include "attention_tile.cuh"
+#include "rope.cuh"
 
 namespace dsq_attn {
 
@@ -97,6 +98,74 @@ __global__ void __launch_bounds__(128)
     }
 }
 
+/* RoPE and the KV write in one launch (decode steps: one kernel instead of
+ * two).  grid (T, n_q + 2 n_kv), block D/2 threads: thread i rotates the
+ * pair (i, i + D/2) of one head (q and k heads; v heads only converted),
+ * stores the bf16 row as dsq_cu_rope does, and for k and v heads stores
+ * the bf16-rounded values into the cache exactly as kv_write_kernel does
+ * (fp16, or int8 with the head's max |x| / 127 as scale). */
+template <int D, bool INT8>
+__global__ void __launch_bounds__(64)
+    rope_kv_write_kernel(KvArgs a, const float *__restrict__ qkv, int64_t stride, const int32_t *__restrict__ pos,
+                         const int32_t *__restrict__ tok_seq, int n_q, const float *__restrict__ inv_freq,
+                         __nv_bfloat16 *__restrict__ out)
+{
+    constexpr int half = D / 2;
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
+    const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+    const int64_t base = (int64_t)t * stride + (int64_t)h * D;
+    float x0 = qkv[base + i], x1 = qkv[base + i + half];
+    const int p = pos[t];
+    if (h < n_q + a.n_kv)
+        dsq_rope_pair(x0, x1, p, inv_freq[i]);
+    const __nv_bfloat16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
+    out[base + i] = b0;
+    out[base + i + half] = b1;
+    if (h < n_q)
+        return;
+    const int is_v = h >= n_q + a.n_kv;
+    const int kh = h - n_q - (is_v ? a.n_kv : 0);
+    const int64_t row = kv_row(a, tok_seq[t], p);
+    const int64_t off = (row * a.n_kv + kh) * D;
+    const float f0 = __bfloat162float(b0), f1 = __bfloat162float(b1);
+    if (!INT8) {
+        __half *dst = (__half *)(is_v ? a.v : a.k) + off;
+        dst[i] = __float2half_rn(f0);
+        dst[i + half] = __float2half_rn(f1);
+        return;
+    }
+    float amax = fmaxf(fabsf(f0), fabsf(f1));
+    bool finite = isfinite(f0) && isfinite(f1);
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+    finite = __all_sync(0xffffffffu, finite);
+    if (half > 32) { /* two warps: combine through shared memory */
+        __shared__ float wmax[2];
+        __shared__ int wfin[2];
+        if ((i & 31) == 0) {
+            wmax[i >> 5] = amax;
+            wfin[i >> 5] = finite;
+        }
+        __syncthreads();
+        amax = fmaxf(wmax[0], wmax[1]);
+        finite = wfin[0] && wfin[1];
+    }
+    /* as kv_write_kernel: a head with any NaN/Inf is zeros with a NaN scale */
+    const float scale = finite ? amax / 127.0f : __int_as_float(0x7fffffff);
+    int q0 = 0, q1 = 0;
+    if (scale > 0.f) {
+        q0 = (int)fminf(fmaxf(rintf(__fdiv_rn(f0, scale)), -127.f), 127.f);
+        q1 = (int)fminf(fmaxf(rintf(__fdiv_rn(f1, scale)), -127.f), 127.f);
+    }
+    int8_t *dst = (int8_t *)(is_v ? a.v : a.k) + off;
+    dst[i] = (int8_t)q0;
+    dst[i + half] = (int8_t)q1;
+    if (i == 0)
+        (is_v ? (float *)a.vs : (float *)a.ks)[row * a.n_kv + kh] = scale;
+}
+
 } /* namespace dsq_attn */
 
 using namespace dsq_attn;
@@ -140,4 +209,32 @@ extern "C" cudaError_t dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, i
                                                                    tok_seq, pos, (int)n_items);
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
+                                              const int32_t *pos, const int32_t *tok_seq, int32_t n_tokens,
+                                              int32_t n_q_heads, const float *inv_freq, void *out,
+                                              cudaStream_t stream)
+{
+    if (n_tokens < 0 || !kv_ok(kv) || n_q_heads < 0)
+        return cudaErrorInvalidValue;
+    if (n_tokens == 0)
+        return cudaSuccess;
+    const int D = kv->head_dim;
+    const int64_t heads = (int64_t)n_q_heads + 2 * kv->n_kv_heads;
+    if (!qkv || !pos || !tok_seq || !inv_freq || !out || row_stride < heads * D || heads > 65535)
+        return cudaErrorInvalidValue;
+    KvArgs a = kv_args(kv);
+    const dim3 grid((unsigned)n_tokens, (unsigned)heads), block((unsigned)(D / 2));
+    __nv_bfloat16 *o = (__nv_bfloat16 *)out;
+    const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
+    if (D == 128)
+        return i8 ? dsq_launch_pdl(rope_kv_write_kernel<128, true>, grid, block, 0, stream, a, qkv, row_stride, pos,
+                                   tok_seq, (int)n_q_heads, inv_freq, o)
+                  : dsq_launch_pdl(rope_kv_write_kernel<128, false>, grid, block, 0, stream, a, qkv, row_stride,
+                                   pos, tok_seq, (int)n_q_heads, inv_freq, o);
+    return i8 ? dsq_launch_pdl(rope_kv_write_kernel<64, true>, grid, block, 0, stream, a, qkv, row_stride, pos,
+                               tok_seq, (int)n_q_heads, inv_freq, o)
+              : dsq_launch_pdl(rope_kv_write_kernel<64, false>, grid, block, 0, stream, a, qkv, row_stride, pos,
+                               tok_seq, (int)n_q_heads, inv_freq, o);
 }

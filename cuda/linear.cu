@@ -51,6 +51,7 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
         d.data = env->wq_tile;
         d.scales = d.zeros = NULL;
         dsq_cu_linear_env e = *env;
+        e.norm_w = NULL; /* made by dsq_cu_linear already */
         e.gemv_max = 0; /* T > 8 here: cuBLASLt */
         return linear_bf16(&d, x, bias, T, epi, y, &e);
     }
@@ -71,6 +72,18 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
     if ((epi == DSQ_EPI_SILU_MUL) != (W->layout == DSQ_WL_GATE_UP))
         return dsq_fail(DSQ_ERR_INTERNAL, "CUDA linear: the SwiGLU epilogue needs a gate/up interleaved "
                         "weight and only it (layout %d)", (int)W->layout);
+    if (env->norm_w) {
+        const int32_t K = (int32_t)W->cols;
+        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max &&
+            dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, (const dsq_bf16 *)W->data))
+            return dsq_cu_gemv_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
+                                        (const dsq_bf16 *)W->data, bias, T, (int32_t)W->rows, K, epi, y, 0, 0,
+                                        env->stream);
+        dsq_status st = dsq_cu_rmsnorm(env->norm_x, env->norm_rows, T, K, env->norm_w, env->norm_eps,
+                                       (dsq_bf16 *)x, env->stream);
+        if (st != DSQ_OK)
+            return st;
+    }
     switch (W->format) {
     case DSQ_WF_BF16:
         return linear_bf16(W, x, bias, T, epi, y, env);

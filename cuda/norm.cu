@@ -9,6 +9,8 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const int32_t *__res
                                uint16_t *__restrict__ out)
 {
     __shared__ float red[32];
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
     const int t = blockIdx.x;
     const int r = rows ? rows[t] : t;
     const float *xr = x + (size_t)r * E;
@@ -31,6 +33,7 @@ extern "C" dsq_status dsq_cu_rmsnorm(const float *x, const int32_t *rows, int32_
     if (T <= 0)
         return DSQ_OK;
     int threads = E >= 1024 ? 512 : E >= 256 ? 256 : 64;
-    rmsnorm_kernel<<<(unsigned)T, threads, 0, stream>>>(x, rows, E, w, eps, out);
-    return DSQ_CU_LAUNCHED("rmsnorm kernel");
+    return dsq_cu_status(dsq_launch_pdl(rmsnorm_kernel, dim3((unsigned)T), dim3(threads), 0, stream, x, rows, E, w,
+                                        eps, (uint16_t *)out),
+                         "rmsnorm kernel");
 }

@@ -1,12 +1,11 @@
 /* rope.cu - rotary position embedding (neox form) on q and k in fp32, fused
  * with the bf16 conversion of the whole q|k|v row that attention consumes. */
 #include "common.cuh"
+#include "rope.cuh"
 
 /* grid (T, n_heads), block >= D/2 threads: thread i handles the pair
  * (i, i + D/2) of one head of one token.  Heads below n_rot_heads (q, then
- * k) are rotated, the rest (v) only converted.  The angle is computed as HF
- * does: (float)pos times fp32 inv_freq, one rounding, then full-precision
- * sincosf (positions reach thousands of radians; __sincosf would drift). */
+ * k) are rotated, the rest (v) only converted (rope.cuh: the rotation). */
 __global__ void rope_kernel(const float *__restrict__ qkv, int32_t row_stride,
                             const int32_t *__restrict__ pos, int32_t n_rot_heads, int32_t D,
                             const float *__restrict__ inv_freq, uint16_t *__restrict__ out)
@@ -17,16 +16,8 @@ __global__ void rope_kernel(const float *__restrict__ qkv, int32_t row_stride,
         return;
     const size_t base = (size_t)t * row_stride + (size_t)h * D;
     float a = qkv[base + i], b = qkv[base + i + half];
-    if (h < n_rot_heads) {
-        const float ang = (float)pos[t] * inv_freq[i];
-        float s, c;
-        sincosf(ang, &s, &c);
-        /* q*cos + rotate_half(q)*sin, rotate_half(q) = (-q[half:], q[:half]) */
-        const float ra = a * c - b * s;
-        const float rb = b * c + a * s;
-        a = ra;
-        b = rb;
-    }
+    if (h < n_rot_heads)
+        dsq_rope_pair(a, b, pos[t], inv_freq[i]);
     out[base + i] = dsq_f2bf(a);
     out[base + i + half] = dsq_f2bf(b);
 }

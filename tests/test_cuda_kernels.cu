@@ -23,6 +23,7 @@
 extern "C" {
 #include "testutil.h"
 }
+#include "attention.h"
 #include "internal.h"
 #include "kernels.h"
 
@@ -430,6 +431,188 @@ static void test_gemv(void **state)
             }
 }
 
+/* GEMV with the RMSNorm folded in (dsq_cu_gemv_norm_cfg) against a double
+ * reference of rmsnorm-then-product.  The kernel rounds the normalised row
+ * to bf16 (as the unfused pair does), so beyond the product's own rounding
+ * each term may be off by a bf16 rounding of x: tolerance 2^-8 sum|x w|.
+ * N up to 17920 (the gate/up shape) makes the blocks loop over row groups. */
+static void run_gemv_norm(int T, int N, int K, dsq_epilogue epi, int gather, int nt, int r)
+{
+    if (epi == DSQ_EPI_SILU_MUL && N % 2)
+        N++;
+    const int R = T + 2; /* residual rows to gather from */
+    float *xr = rand_f32((size_t)R * K, 3.0f), *nw = rand_f32(K, 1.5f);
+    float *wf;
+    uint16_t *wh = rand_bf16((size_t)N * K, 1.0f, &wf);
+    float *bias = rand_f32(N, 1.0f);
+    int32_t rows[DSQ_GEMV_NORM_MAX_TOKENS];
+    for (int t = 0; t < T; t++)
+        rows[t] = gather ? (int32_t)(rng_next() % R) : t;
+    const size_t ny = epi == DSQ_EPI_SILU_MUL ? (size_t)T * (N / 2) : (size_t)T * N;
+    float *y0 = rand_f32(ny, 5.0f);
+    void *dxr = dev_copy(xr, (size_t)R * K * 4), *dnw = dev_copy(nw, K * 4), *dw = dev_copy(wh, (size_t)N * K * 2);
+    void *db = dev_copy(bias, N * 4), *drows = dev_copy(rows, sizeof rows);
+    void *dy = epi == DSQ_EPI_ADD ? dev_copy(y0, ny * 4) : dev_nan(epi == DSQ_EPI_SILU_MUL ? ny * 2 : ny * 4);
+    assert_true(dsq_cu_gemv_norm_ok(T, K, dxr, (const float *)dnw, (const dsq_bf16 *)dw));
+    DS(dsq_cu_gemv_norm_cfg((const float *)dxr, gather ? (const int32_t *)drows : NULL, (const float *)dnw, 1e-6f,
+                            (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, r, 0));
+    float *got = (float *)malloc(ny * 4);
+    if (epi == DSQ_EPI_SILU_MUL) {
+        uint16_t *o = (uint16_t *)malloc(ny * 2);
+        to_host(o, dy, ny * 2);
+        for (size_t i = 0; i < ny; i++)
+            got[i] = bf(o[i]);
+        free(o);
+    } else {
+        to_host(got, dy, ny * 4);
+    }
+    /* x: the exact normalised rows (as float for product_ref) */
+    float *x = (float *)malloc((size_t)T * K * 4);
+    for (int t = 0; t < T; t++) {
+        const float *v = xr + (size_t)rows[t] * K;
+        double ss = 0;
+        for (int k = 0; k < K; k++)
+            ss += (double)v[k] * v[k];
+        const double inv = 1.0 / sqrt(ss / K + 1e-6);
+        for (int k = 0; k < K; k++)
+            x[(size_t)t * K + k] = (float)(nw[k] * (v[k] * inv));
+    }
+    double *ref = (double *)malloc(ny * 8), *tol = (double *)malloc(ny * 8);
+    product_ref(x, wf, bias, y0, T, N, K, epi, ref, tol);
+    /* product_ref's tol is 2e-6 sum|x w| (+ the bf16 output bound for
+     * silu*mul); add the bf16 rounding of x, 2^-8 of the same sum */
+    for (int t = 0; t < T; t++) {
+        if (epi == DSQ_EPI_SILU_MUL) {
+            for (int i = 0; i < N / 2; i++) {
+                double ag = 0, au = 0, g = 0, u = 0;
+                for (int k = 0; k < K; k++) {
+                    const double xv = x[(size_t)t * K + k];
+                    g += xv * wf[(size_t)(2 * i) * K + k];
+                    u += xv * wf[(size_t)(2 * i + 1) * K + k];
+                    ag += fabs(xv * wf[(size_t)(2 * i) * K + k]);
+                    au += fabs(xv * wf[(size_t)(2 * i + 1) * K + k]);
+                }
+                tol[(size_t)t * (N / 2) + i] += (1.1 * ag * fabs(u) + fabs(g) * au + ag * au / 256) / 256;
+            }
+            continue;
+        }
+        for (int n = 0; n < N; n++) {
+            double a = 0;
+            for (int k = 0; k < K; k++)
+                a += fabs((double)x[(size_t)t * K + k] * wf[(size_t)n * K + k]);
+            tol[(size_t)t * N + n] += a / 256;
+        }
+    }
+    static const char *en[] = {"store", "bias", "add", "silu*mul"};
+    char name[96];
+    snprintf(name, sizeof name, "gemv+norm T=%d N=%d K=%d %s%s nt=%d r=%d", T, N, K, en[epi],
+             gather ? " gathered" : "", nt, r);
+    check(name, got, ref, tol, ny);
+    cudaFree(dxr); cudaFree(dnw); cudaFree(dw); cudaFree(db); cudaFree(drows); cudaFree(dy);
+    free(xr); free(nw); free(wh); free(wf); free(bias); free(y0); free(got); free(x); free(ref); free(tol);
+}
+
+static void test_gemv_norm(void **state)
+{
+    (void)state;
+    const int shapes[][2] = {{37, 8}, {35, 1000}, {2048, 1536}, {17920, 1536}, {33, 3584}};
+    for (int T = 1; T <= DSQ_GEMV_NORM_MAX_TOKENS; T++)
+        for (int s = 0; s < 5; s++)
+            for (int e = 0; e < 4; e++) {
+                if (shapes[s][0] > 10000 && (T > 1 || (e != DSQ_EPI_SILU_MUL && e != DSQ_EPI_STORE)))
+                    continue; /* the long case once per epilogue class */
+                run_gemv_norm(T, shapes[s][0], shapes[s][1], (dsq_epilogue)e, (T + e) % 2, 0, 0);
+            }
+    const int nts[] = {64, 128, 256}, rs[] = {2, 4, 8};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int T = 1; T <= DSQ_GEMV_NORM_MAX_TOKENS; T += 3) {
+                run_gemv_norm(T, 35, 1000, DSQ_EPI_SILU_MUL, 1, nts[a], rs[b]);
+                run_gemv_norm(T, 37, 2056, DSQ_EPI_BIAS, 0, nts[a], rs[b]);
+            }
+    /* what the fused path refuses, the caller must route elsewhere */
+    assert_false(dsq_cu_gemv_norm_ok(DSQ_GEMV_NORM_MAX_TOKENS + 1, 1536, (void *)16, (const float *)16,
+                                     (const dsq_bf16 *)16));
+    assert_false(dsq_cu_gemv_norm_ok(1, 1001, (void *)16, (const float *)16, (const dsq_bf16 *)16));
+    assert_false(dsq_cu_gemv_norm_ok(1, 1536, (void *)20, (const float *)16, (const dsq_bf16 *)16));
+}
+
+/* The fused RoPE + KV write against the two kernels it replaces (rope, then
+ * kv_write: each checked against the CPU above / in test_cuda_attention):
+ * the bf16 rows, the cache bytes and the INT8 scales must be identical.
+ * A paged layout (block size 4, scrambled block table), poisoned caches,
+ * odd token counts, head_dim 64 and 128, F16 and INT8, one NaN head. */
+static void test_rope_kv_write(void **state)
+{
+    (void)state;
+    for (int D = 64; D <= 128; D += 64)
+        for (int i8 = 0; i8 < 2; i8++)
+            for (int T = 1; T <= 7; T += 3) {
+                const int NQ = 6, KV = 2, stride = (NQ + 2 * KV) * D + 8, BS = 4, NSEQ = 2, NBLK = 16;
+                float *x = rand_f32((size_t)T * stride, 3.0f);
+                if (T == 4)
+                    x[(size_t)2 * stride + (NQ + KV) * D + 5] = NAN; /* token 2's first v head */
+                int32_t pos[8], seq[8], bt[NSEQ * (NBLK / NSEQ)];
+                for (int j = 0; j < NBLK; j++) /* a permutation of the blocks */
+                    bt[j] = (j * 5 + 3) % NBLK;
+                for (int t = 0; t < T; t++) {
+                    seq[t] = t % NSEQ;
+                    pos[t] = (int32_t)(t / NSEQ * 8 + rng_next() % 8); /* distinct rows: T <= 7 */
+                }
+                float *fq = (float *)malloc(D / 2 * 4);
+                for (int i = 0; i < D / 2; i++)
+                    fq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)D);
+                const size_t eb = i8 ? 1 : 2, cache = (size_t)NBLK * BS * KV * D * eb, sc = (size_t)NBLK * BS * KV * 4;
+                void *dx = dev_copy(x, (size_t)T * stride * 4), *dp = dev_copy(pos, sizeof pos),
+                     *ds = dev_copy(seq, sizeof seq), *dbt = dev_copy(bt, sizeof bt), *df = dev_copy(fq, D / 2 * 4);
+                void *o1 = dev_nan((size_t)T * stride * 2), *o2 = dev_nan((size_t)T * stride * 2);
+                void *k1 = dev_nan(cache), *v1 = dev_nan(cache), *k2 = dev_nan(cache), *v2 = dev_nan(cache);
+                void *ks1 = dev_nan(sc), *vs1 = dev_nan(sc), *ks2 = dev_nan(sc), *vs2 = dev_nan(sc);
+                dsq_attn_kv kv;
+                memset(&kv, 0, sizeof kv);
+                kv.block_table = (const int32_t *)dbt;
+                kv.bt_stride = NBLK / NSEQ;
+                kv.block_size = BS;
+                kv.n_kv_heads = KV;
+                kv.head_dim = D;
+                kv.dtype = i8 ? DSQ_ATTN_KV_INT8 : DSQ_ATTN_KV_F16;
+                kv.k = k1, kv.v = v1, kv.k_scale = i8 ? (float *)ks1 : NULL, kv.v_scale = i8 ? (float *)vs1 : NULL;
+                DS(dsq_cu_rope((const float *)dx, stride, (const int32_t *)dp, T, NQ + KV, NQ + 2 * KV, D,
+                               (const float *)df, (dsq_bf16 *)o1, 0));
+                CU(dsq_attn_kv_write(&kv, (const uint16_t *)o1 + (size_t)NQ * D, stride,
+                                     (const uint16_t *)o1 + (size_t)(NQ + KV) * D, stride, (const int32_t *)ds,
+                                     (const int32_t *)dp, T, 0));
+                kv.k = k2, kv.v = v2, kv.k_scale = i8 ? (float *)ks2 : NULL, kv.v_scale = i8 ? (float *)vs2 : NULL;
+                CU(dsq_attn_rope_kv_write(&kv, (const float *)dx, stride, (const int32_t *)dp, (const int32_t *)ds, T,
+                                          NQ, (const float *)df, o2, 0));
+                CU(cudaDeviceSynchronize());
+                struct { void *a, *b; size_t n; const char *what; } cmp[] = {
+                    {o1, o2, (size_t)T * stride * 2, "bf16 rows"}, {k1, k2, cache, "K cache"},
+                    {v1, v2, cache, "V cache"}, {ks1, ks2, i8 ? sc : 0, "K scales"}, {vs1, vs2, i8 ? sc : 0, "V scales"}};
+                for (int c = 0; c < 5; c++) {
+                    if (!cmp[c].n)
+                        continue;
+                    unsigned char *ha = (unsigned char *)malloc(cmp[c].n), *hb = (unsigned char *)malloc(cmp[c].n);
+                    to_host(ha, cmp[c].a, cmp[c].n);
+                    to_host(hb, cmp[c].b, cmp[c].n);
+                    size_t diff = 0;
+                    for (size_t j = 0; j < cmp[c].n; j++)
+                        diff += ha[j] != hb[j];
+                    printf("  rope+kv_write D=%d %s T=%d %-9s bytes differing from rope;kv_write: %zu of %zu\n", D,
+                           i8 ? "int8" : "f16 ", T, cmp[c].what, diff, cmp[c].n);
+                    if (diff)
+                        fail_msg("fused RoPE + KV write differs from the unfused kernels (%s)", cmp[c].what);
+                    free(ha);
+                    free(hb);
+                }
+                void *all[] = {dx, dp, ds, dbt, df, o1, o2, k1, v1, k2, v2, ks1, vs1, ks2, vs2};
+                for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+                    cudaFree(all[j]);
+                free(x);
+                free(fq);
+            }
+}
+
 static void test_gemm(void **state)
 {
     (void)state;
@@ -609,7 +792,7 @@ int main(void)
     printf("random seed %llu (set DSQ_TEST_SEED to repeat)\n", (unsigned long long)g_rng);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embed),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv), cmocka_unit_test(test_gemv_norm), cmocka_unit_test(test_rope_kv_write),
         cmocka_unit_test(test_gemm),    cmocka_unit_test(test_linear_dispatch),
         cmocka_unit_test(test_product_timing),
     };
