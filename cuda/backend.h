@@ -146,6 +146,7 @@ typedef struct cu_ctx {
      * (crossovers measured on the H200 by test_cuda_kernels' timing table):
      * the small matrices (qkv, o, down), the wide gate/up, the lm_head */
     int32_t gemv_max_small, gemv_max_gu, gemv_max_head;
+    int32_t gemv_mma_min;  /* GEMV products of >= this many rows on the tensor cores (0: never) */
     int32_t max_tokens;    /* max_batch_tokens */
     int32_t max_bseqs;     /* sequences one batch may hold: min(max_seqs, max_tokens) */
     int32_t bt_max;        /* longest block-table row (static: 1) */

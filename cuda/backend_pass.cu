@@ -24,6 +24,7 @@ static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
     e.gemm = cc->gemm;
     e.gu_scratch = cc->gu;
     e.gemv_max = gemv_max;
+    e.mma_min = cc->gemv_mma_min;
     e.stream = cc->stream;
     e.wq_tile = cc->wq_tile;
     e.wq_tile_elems = cc->wq_tile_elems;

@@ -24,6 +24,7 @@
  * the norm is computed once per resident block, not once per row group. */
 #include "common.cuh"
 #include "gemv_epilogue.cuh"
+#include "gemv_norm.cuh"
 
 #define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (a runtime choice) */
 #define GEMV_UNROLL 4
@@ -57,50 +58,6 @@ __device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], const GemvAr
     }
 }
 
-/* xs[t][:] = bf16(nw * (xr[row t] * rsqrt(mean(xr[row t]^2) + eps))) for the
- * block's T tokens (K % 8 == 0; xr rows 16-byte aligned). */
-template <int T>
-__device__ __forceinline__ void norm_rows(const GemvArgs &a, uint16_t *xs, float *red)
-{
-    const int NT = blockDim.x, NW = NT >> 5, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int K4 = a.K / 4;
-    float ss[T];
-#pragma unroll
-    for (int t = 0; t < T; t++) {
-        const float4 *xr = reinterpret_cast<const float4 *>(a.xr + (size_t)(a.rows ? a.rows[t] : t) * a.K);
-        float s = 0.0f;
-        for (int i = threadIdx.x; i < K4; i += NT) {
-            const float4 v = xr[i];
-            s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-        s = dsq_warp_sum(s);
-        if (lane == 0)
-            red[t * NW + warp] = s;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int t = 0; t < T; t++) {
-        float s = 0.0f;
-        for (int w = 0; w < NW; w++)
-            s += red[t * NW + w];
-        ss[t] = s;
-    }
-#pragma unroll
-    for (int t = 0; t < T; t++) {
-        /* HF: variance = mean(x^2); x * rsqrt(variance + eps); then weight * (.) */
-        const float inv = rsqrtf(ss[t] / (float)a.K + a.eps);
-        const float4 *xr = reinterpret_cast<const float4 *>(a.xr + (size_t)(a.rows ? a.rows[t] : t) * a.K);
-        const float4 *nw = reinterpret_cast<const float4 *>(a.nw);
-        uint2 *o = reinterpret_cast<uint2 *>(xs + (size_t)t * a.K);
-        for (int i = threadIdx.x; i < K4; i += NT) {
-            const float4 v = xr[i], g = nw[i];
-            o[i] = make_uint2((uint32_t)dsq_f2bf(g.x * (v.x * inv)) | (uint32_t)dsq_f2bf(g.y * (v.y * inv)) << 16,
-                              (uint32_t)dsq_f2bf(g.z * (v.z * inv)) | (uint32_t)dsq_f2bf(g.w * (v.w * inv)) << 16);
-        }
-    }
-    __syncthreads(); /* xs complete; red free again */
-}
-
 /* 16-byte path: K % 8 == 0, x and W 16-byte aligned.  Block b computes row
  * groups b, b + gridDim.x, ... */
 template <int T, int R, int EPI, bool NORM>
@@ -117,7 +74,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
     dsq_pdl_wait();
     dsq_pdl_trigger();
     if (NORM)
-        norm_rows<T>(a, reinterpret_cast<uint16_t *>(xs_dyn), red);
+        gemv_norm_rows<T>(a.xr, a.rows, a.nw, a.eps, T, a.K, reinterpret_cast<uint16_t *>(xs_dyn), a.K, red);
     const uint4 *xv = NORM ? xs_dyn : reinterpret_cast<const uint4 *>(a.x);
 
     for (;;) {

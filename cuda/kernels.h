@@ -143,6 +143,20 @@ dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows, const floa
                                 const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
                                 dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);
 
+/* ---- gemv_mma.cu: 2..8 rows on the tensor cores ----------------------------- */
+
+/* The same products as dsq_cu_gemv / dsq_cu_gemv_norm_cfg through
+ * mma.sync (bf16 in, fp32 accumulate; sm_80 and later), for T <= 8 rows
+ * where dsq_cu_gemv_mma_ok(T, K, x or xr, w): K % 32 == 0, 16-byte aligned
+ * data.  The norm variant also needs T*(K+32)*2 <= DSQ_GEMV_NORM_MAX_SMEM.
+ * nt: threads per block (multiple of 32, <= 256), 0 = default. */
+int dsq_cu_gemv_mma_ok(int32_t T, int32_t K, const void *x, const dsq_bf16 *w);
+dsq_status dsq_cu_gemv_mma(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T, int32_t N,
+                           int32_t K, dsq_epilogue epi, void *y, int nt, cudaStream_t stream);
+dsq_status dsq_cu_gemv_mma_norm(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
+                                dsq_epilogue epi, void *y, int nt, cudaStream_t stream);
+
 /* ---- gemm.cu: many rows, cuBLASLt ------------------------------------------- */
 
 /* A cuBLASLt handle, its workspace and a cache of chosen algorithms (so the
@@ -170,6 +184,8 @@ typedef struct dsq_cu_linear_env {
     dsq_gemm *gemm;      /* the context's cuBLASLt handle */
     float *gu_scratch;   /* fp32 [T][N], SILU_MUL on the cuBLASLt path */
     int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt */
+    int32_t mma_min;     /* bf16 GEMV with mma_min <= T: on the tensor cores
+                            (gemv_mma.cu) where it applies; 0: never */
     cudaStream_t stream;
     /* quantized weights (Q8_ROW / Q4_G128) with T > DSQ_QGEMV_MAX: the
      * matrix dequantized to bf16 here, then the cuBLASLt path; NULL or too

@@ -8,8 +8,11 @@ static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const floa
 {
     const dsq_bf16 *w = (const dsq_bf16 *)W->data;
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
-    if (T <= env->gemv_max)
+    if (T <= env->gemv_max) {
+        if (env->mma_min > 0 && T >= env->mma_min && dsq_cu_gemv_mma_ok(T, K, x, w))
+            return dsq_cu_gemv_mma(x, w, bias, T, N, K, epi, y, 0, env->stream);
         return dsq_cu_gemv(x, w, bias, T, N, K, epi, y, env->stream);
+    }
     if (epi == DSQ_EPI_SILU_MUL) {
         dsq_status st = dsq_gemm_run(env->gemm, x, w, NULL, T, N, K, DSQ_EPI_STORE, env->gu_scratch, env->stream);
         if (st != DSQ_OK)
@@ -74,11 +77,18 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
                         "weight and only it (layout %d)", (int)W->layout);
     if (env->norm_w) {
         const int32_t K = (int32_t)W->cols;
-        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max &&
-            dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, (const dsq_bf16 *)W->data))
-            return dsq_cu_gemv_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
-                                        (const dsq_bf16 *)W->data, bias, T, (int32_t)W->rows, K, epi, y, 0, 0,
-                                        env->stream);
+        const dsq_bf16 *w = (const dsq_bf16 *)W->data;
+        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max) {
+            if (env->mma_min > 0 && T >= env->mma_min) {
+                if (dsq_cu_gemv_mma_ok(T, K, env->norm_x, w) && ((uintptr_t)env->norm_w & 15) == 0 &&
+                    (size_t)T * (K + 32) * 2 <= DSQ_GEMV_NORM_MAX_SMEM)
+                    return dsq_cu_gemv_mma_norm(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps, w, bias, T,
+                                                (int32_t)W->rows, K, epi, y, 0, env->stream);
+            } else if (dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, w)) {
+                return dsq_cu_gemv_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps, w, bias, T,
+                                            (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
+            }
+        }
         dsq_status st = dsq_cu_rmsnorm(env->norm_x, env->norm_rows, T, K, env->norm_w, env->norm_eps,
                                        (dsq_bf16 *)x, env->stream);
         if (st != DSQ_OK)

@@ -383,7 +383,9 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
         dy = dev_nan(epi == DSQ_EPI_SILU_MUL ? ny * 2 : ny * 4);
     const uint16_t *xin = dx + (misalign ? 1 : 0);
     const float *xref = xf + (misalign ? 1 : 0);
-    if (use_gemm)
+    if (use_gemm == 2)
+        DS(dsq_cu_gemv_mma(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, 0));
+    else if (use_gemm)
         DS(dsq_gemm_run(g, xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, (float *)dy, 0));
     else
         DS(dsq_cu_gemv_cfg(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, r, 0));
@@ -401,7 +403,7 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
     product_ref(xref, wf, bias, y0, T, N, K, epi, ref, tol);
     static const char *en[] = {"store", "bias", "add", "silu*mul"};
     char name[96];
-    snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s nt=%d r=%d", use_gemm ? "gemm" : "gemv", T, N, K, en[epi],
+    snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s nt=%d r=%d", use_gemm == 2 ? "gemv-mma" : use_gemm ? "gemm" : "gemv", T, N, K, en[epi],
              misalign ? " unaligned" : "", nt, r);
     check(name, got, ref, tol, ny);
     cudaFree(dx); cudaFree(dw); cudaFree(db); cudaFree(dy);
@@ -436,7 +438,7 @@ static void test_gemv(void **state)
  * to bf16 (as the unfused pair does), so beyond the product's own rounding
  * each term may be off by a bf16 rounding of x: tolerance 2^-8 sum|x w|.
  * N up to 17920 (the gate/up shape) makes the blocks loop over row groups. */
-static void run_gemv_norm(int T, int N, int K, dsq_epilogue epi, int gather, int nt, int r)
+static void run_gemv_norm(int T, int N, int K, dsq_epilogue epi, int gather, int nt, int r, int mma = 0)
 {
     if (epi == DSQ_EPI_SILU_MUL && N % 2)
         N++;
@@ -445,7 +447,7 @@ static void run_gemv_norm(int T, int N, int K, dsq_epilogue epi, int gather, int
     float *wf;
     uint16_t *wh = rand_bf16((size_t)N * K, 1.0f, &wf);
     float *bias = rand_f32(N, 1.0f);
-    int32_t rows[DSQ_GEMV_NORM_MAX_TOKENS];
+    int32_t rows[DSQ_GEMV_MAX_TOKENS];
     for (int t = 0; t < T; t++)
         rows[t] = gather ? (int32_t)(rng_next() % R) : t;
     const size_t ny = epi == DSQ_EPI_SILU_MUL ? (size_t)T * (N / 2) : (size_t)T * N;
@@ -453,9 +455,15 @@ static void run_gemv_norm(int T, int N, int K, dsq_epilogue epi, int gather, int
     void *dxr = dev_copy(xr, (size_t)R * K * 4), *dnw = dev_copy(nw, K * 4), *dw = dev_copy(wh, (size_t)N * K * 2);
     void *db = dev_copy(bias, N * 4), *drows = dev_copy(rows, sizeof rows);
     void *dy = epi == DSQ_EPI_ADD ? dev_copy(y0, ny * 4) : dev_nan(epi == DSQ_EPI_SILU_MUL ? ny * 2 : ny * 4);
-    assert_true(dsq_cu_gemv_norm_ok(T, K, dxr, (const float *)dnw, (const dsq_bf16 *)dw));
-    DS(dsq_cu_gemv_norm_cfg((const float *)dxr, gather ? (const int32_t *)drows : NULL, (const float *)dnw, 1e-6f,
-                            (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, r, 0));
+    if (mma) {
+        assert_true(dsq_cu_gemv_mma_ok(T, K, dxr, (const dsq_bf16 *)dw));
+        DS(dsq_cu_gemv_mma_norm((const float *)dxr, gather ? (const int32_t *)drows : NULL, (const float *)dnw, 1e-6f,
+                                (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, 0));
+    } else {
+        assert_true(dsq_cu_gemv_norm_ok(T, K, dxr, (const float *)dnw, (const dsq_bf16 *)dw));
+        DS(dsq_cu_gemv_norm_cfg((const float *)dxr, gather ? (const int32_t *)drows : NULL, (const float *)dnw, 1e-6f,
+                                (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, r, 0));
+    }
     float *got = (float *)malloc(ny * 4);
     if (epi == DSQ_EPI_SILU_MUL) {
         uint16_t *o = (uint16_t *)malloc(ny * 2);
@@ -505,7 +513,7 @@ static void run_gemv_norm(int T, int N, int K, dsq_epilogue epi, int gather, int
     }
     static const char *en[] = {"store", "bias", "add", "silu*mul"};
     char name[96];
-    snprintf(name, sizeof name, "gemv+norm T=%d N=%d K=%d %s%s nt=%d r=%d", T, N, K, en[epi],
+    snprintf(name, sizeof name, "gemv%s+norm T=%d N=%d K=%d %s%s nt=%d r=%d", mma ? "-mma" : "", T, N, K, en[epi],
              gather ? " gathered" : "", nt, r);
     check(name, got, ref, tol, ny);
     cudaFree(dxr); cudaFree(dnw); cudaFree(dw); cudaFree(db); cudaFree(drows); cudaFree(dy);
@@ -542,6 +550,37 @@ static void test_gemv_norm(void **state)
  * the bf16 rows, the cache bytes and the INT8 scales must be identical.
  * A paged layout (block size 4, scrambled block table), poisoned caches,
  * odd token counts, head_dim 64 and 128, F16 and INT8, one NaN head. */
+/* The tensor-core GEMV (gemv_mma.cu), plain and with the norm folded in,
+ * against the same references: every T, odd N (partial 16-row tiles),
+ * block sizes, the gate/up shape (blocks loop over tiles with the norm). */
+static void test_gemv_mma(void **state)
+{
+    (void)state;
+    const int shapes[][2] = {{3, 32}, {17, 1536}, {34, 1024}, {1001, 1536}, {37, 8960}};
+    for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++)
+        for (int s = 0; s < 5; s++)
+            for (int e = 0; e < 4; e++) {
+                if (T != 1 && T != 3 && T != 8 && s != 1)
+                    continue;
+                run_product(NULL, 2, T, shapes[s][0], shapes[s][1], (dsq_epilogue)e, 0);
+            }
+    const int nts[] = {32, 96, 128, 256};
+    for (int a = 0; a < 4; a++)
+        for (int T = 2; T <= DSQ_GEMV_MAX_TOKENS; T += 3) {
+            run_product(NULL, 2, T, 35, 2048, DSQ_EPI_SILU_MUL, 0, nts[a]);
+            run_product(NULL, 2, T, 37, 1056, DSQ_EPI_ADD, 0, nts[a]);
+        }
+    for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++) {
+        run_gemv_norm(T, 37, 1536, DSQ_EPI_BIAS, T % 2, 0, 0, 1);
+        run_gemv_norm(T, 2048, 1536, (dsq_epilogue)(T % 4), (T + 1) % 2, 0, 0, 1);
+    }
+    run_gemv_norm(8, 17920, 1536, DSQ_EPI_SILU_MUL, 1, 0, 0, 1);
+    run_gemv_norm(5, 17920, 1536, DSQ_EPI_STORE, 0, 128, 0, 1);
+    assert_false(dsq_cu_gemv_mma_ok(9, 1536, (void *)16, (const dsq_bf16 *)16));
+    assert_false(dsq_cu_gemv_mma_ok(2, 1544, (void *)16, (const dsq_bf16 *)16));
+    assert_false(dsq_cu_gemv_mma_ok(2, 1536, (void *)24, (const dsq_bf16 *)16));
+}
+
 static void test_rope_kv_write(void **state)
 {
     (void)state;
@@ -708,6 +747,8 @@ static float time_product(int method, int nt, int r, dsq_gemm *g, const void *dx
         const dsq_bf16 *w = (const dsq_bf16 *)((const char *)dw + (size_t)((it + 3) % copies) * wb);
         if (method == 0)
             DS(dsq_cu_gemv_cfg((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, r, 0));
+        else if (method == 2)
+            DS(dsq_cu_gemv_mma((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, 0));
         else
             DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, (float *)dy, 0));
     }
@@ -740,8 +781,9 @@ static void test_product_timing(void **state)
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
     printf("\n  product timing, us per call (GB/s of weights streamed); gemv default block shape, best\n"
-           "  (threads x rows per block) of the shapes tried, cuBLASLt\n");
-    printf("  %-20s %3s %13s %20s %13s  %s\n", "shape", "T", "gemv default", "gemv best", "cuBLASLt", "faster");
+           "  (threads x rows per block) of the shapes tried, tensor-core GEMV (best block, 0 = default), cuBLASLt\n");
+    printf("  %-20s %3s %13s %20s %17s %13s  %s\n", "shape", "T", "gemv default", "gemv best", "mma best (nt)",
+           "cuBLASLt", "faster");
     for (int s = 0; s < 5; s++) {
         const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
         const int copies = (int)(pool / wb) < 1 ? 1 : (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
@@ -761,15 +803,26 @@ static void test_product_timing(void **state)
                             ub = u, bnt = nts[a], br = rs[b];
                     }
             }
+            float um = -1;
+            int mnt = 0;
+            if (T <= DSQ_GEMV_MAX_TOKENS) {
+                const int mts[] = {0, 128, 256};
+                for (int a = 0; a < 3; a++) {
+                    float u = time_product(2, mts[a], 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                    if (um < 0 || u < um)
+                        um = u, mnt = mts[a];
+                }
+            }
             uc = time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
-            char a[32] = "-", b[40] = "-", c[32];
+            char a[32] = "-", b[40] = "-", c[32], m[40] = "-";
             if (ud >= 0) {
                 snprintf(a, sizeof a, "%6.1f (%4.0f)", ud, wb / (ud * 1e3));
                 snprintf(b, sizeof b, "%6.1f (%4.0f) %3dx%d", ub, wb / (ub * 1e3), bnt, br);
+                snprintf(m, sizeof m, "%6.1f (%4.0f) %3d", um, wb / (um * 1e3), mnt);
             }
             snprintf(c, sizeof c, "%6.1f (%4.0f)", uc, wb / (uc * 1e3));
-            printf("  %-20s %3d %13s %20s %13s  %s\n", sh[s].name, T, a, b, c,
-                   ub >= 0 && ub < uc ? "gemv" : "cuBLASLt");
+            const char *best = ub >= 0 && ub < uc && ub <= um ? "gemv" : um >= 0 && um < uc ? "mma" : "cuBLASLt";
+            printf("  %-20s %3d %13s %20s %17s %13s  %s\n", sh[s].name, T, a, b, m, c, best);
         }
     }
     cudaEventDestroy(e0);
@@ -792,7 +845,8 @@ int main(void)
     printf("random seed %llu (set DSQ_TEST_SEED to repeat)\n", (unsigned long long)g_rng);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embed),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv), cmocka_unit_test(test_gemv_norm), cmocka_unit_test(test_rope_kv_write),
+        cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv), cmocka_unit_test(test_gemv_norm),
+        cmocka_unit_test(test_gemv_mma), cmocka_unit_test(test_rope_kv_write),
         cmocka_unit_test(test_gemm),    cmocka_unit_test(test_linear_dispatch),
         cmocka_unit_test(test_product_timing),
     };

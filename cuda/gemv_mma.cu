@@ -1,0 +1,261 @@
+/* gemv_mma.cu - y = epilogue(x W^T) for 2..8 rows of x on the tensor cores.
+ *
+ * Why: with 8 rows the FMA GEMV (gemv.cu) spends more issue slots on
+ * unpacking bf16 and on fp32 FMAs (4 per weight byte) than the SM has per
+ * byte of bandwidth, so it streams W at about a third of the bandwidth.
+ * mma.sync m16n8k16 (bf16 in, fp32 accumulate) does the 16 rows x 8 tokens
+ * x 16 k of a step in one instruction per warp.
+ *
+ * Layout: a block owns one tile of 16 consecutive rows of W; its warps split
+ * K in chunks of 32 (chunk c to warp c % warps), MMA_UNROLL chunks per warp
+ * loaded at once.  Lane (g = lane / 4, q = lane % 4) loads 16 bytes of rows
+ * g and g + 8 and of x row (token) g at columns 32c + 8q .. 32c + 8q + 7.
+ * The k order inside an MMA is free (the product sums over k), so those
+ * registers are the A and B fragments as they are: the first MMA of the
+ * chunk takes the lane's columns 8q + 0..3, the second 8q + 4..7, and A and
+ * B agree on which logical k each column plays.  Tokens g >= T are zeros.
+ * The accumulators C[16 rows][8 tokens] of the warps are summed in shared
+ * memory, then the epilogue runs per (row, token).
+ *
+ * With NORM the block first writes its T normalised rows to shared memory
+ * (gemv_norm.cuh; rows padded by 64 bytes so the 8 token rows of a load hit
+ * different banks) and then loops over row tiles, like gemv.cu's NORM path.
+ * Weights are loaded before dsq_pdl_wait() (pdl.cuh). */
+#include "common.cuh"
+#include "gemv_norm.cuh"
+
+#define MMA_UNROLL 4
+#define MMA_MAX_WARPS 8
+
+namespace {
+
+struct MmaArgs {
+    const uint16_t *x; /* bf16 [T][K] (not NORM) */
+    const float *xr;   /* NORM: fp32 residual rows [*][K] */
+    const int32_t *rows;
+    const float *nw;
+    float eps;
+    const uint16_t *w; /* bf16 [N][K] */
+    const float *bias;
+    int T, N, K;
+    void *y;
+};
+
+__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+/* chunks c0 + u*NWp (u < MMA_UNROLL) of this lane's two rows of tile `tile` */
+__device__ __forceinline__ void load_tile_w(uint4 (&wa)[MMA_UNROLL], uint4 (&wb)[MMA_UNROLL], const MmaArgs &a,
+                                            int tile, int c0, int NWp, int KC)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const uint4 *ra = reinterpret_cast<const uint4 *>(a.w + (size_t)min(tile * 16 + g, a.N - 1) * a.K) + q;
+    const uint4 *rb = reinterpret_cast<const uint4 *>(a.w + (size_t)min(tile * 16 + g + 8, a.N - 1) * a.K) + q;
+#pragma unroll
+    for (int u = 0; u < MMA_UNROLL; u++) {
+        const int c = c0 + u * NWp;
+        wa[u] = c < KC ? __ldcs(ra + 4 * c) : make_uint4(0, 0, 0, 0);
+        wb[u] = c < KC ? __ldcs(rb + 4 * c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <int EPI, bool NORM>
+__global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
+{
+    __shared__ float red[MMA_MAX_WARPS * 16 * 8]; /* [warp][row 16][token 8] */
+    extern __shared__ uint4 xs_dyn[];              /* NORM: bf16 [T][K + 32] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, NWp = blockDim.x >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const int KC = a.K / 32, ntiles = (a.N + 15) / 16, xstride = NORM ? a.K + 32 : a.K;
+    int tile = blockIdx.x;
+
+    uint4 wa[MMA_UNROLL], wb[MMA_UNROLL];
+    load_tile_w(wa, wb, a, tile, warp, NWp, KC); /* before the wait: weights are constant */
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
+    const uint16_t *xbase;
+    if (NORM) {
+        gemv_norm_rows<DSQ_GEMV_MAX_TOKENS>(a.xr, a.rows, a.nw, a.eps, a.T, a.K, reinterpret_cast<uint16_t *>(xs_dyn),
+                                            xstride, red);
+        xbase = reinterpret_cast<const uint16_t *>(xs_dyn);
+    } else {
+        xbase = a.x;
+    }
+    /* this lane's token row (g < T), 16-byte pieces */
+    const uint4 *xrow = g < a.T ? reinterpret_cast<const uint4 *>(xbase + (size_t)g * xstride) + q : nullptr;
+
+    for (;;) {
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c0 = warp;;) {
+#pragma unroll
+            for (int u = 0; u < MMA_UNROLL; u++) {
+                const int ch = c0 + u * NWp;
+                if (ch < KC) {
+                    uint4 xv = make_uint4(0, 0, 0, 0);
+                    if (xrow)
+                        xv = NORM ? xrow[4 * ch] : __ldg(xrow + 4 * ch);
+                    mma_bf16(c, wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+                    mma_bf16(c, wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+                }
+            }
+            c0 += MMA_UNROLL * NWp;
+            if (c0 >= KC)
+                break;
+            load_tile_w(wa, wb, a, tile, c0, NWp, KC);
+        }
+        /* C fragment: c0,c1 = rows g, tokens 2q, 2q+1; c2,c3 = row g + 8 */
+        float *rw = red + warp * 128;
+        rw[g * 8 + 2 * q] = c[0];
+        rw[g * 8 + 2 * q + 1] = c[1];
+        rw[(g + 8) * 8 + 2 * q] = c[2];
+        rw[(g + 8) * 8 + 2 * q + 1] = c[3];
+        __syncthreads();
+        const int n0 = tile * 16;
+        if (EPI == DSQ_EPI_SILU_MUL) {
+            for (int j = threadIdx.x; j < 8 * a.T; j += blockDim.x) { /* (gate, up) row pairs 2p, 2p+1 */
+                const int t = j / 8, p = j % 8, n = n0 + 2 * p;
+                if (n + 1 < a.N) {
+                    float gs = 0.0f, us = 0.0f;
+                    for (int w = 0; w < NWp; w++) {
+                        gs += red[w * 128 + (2 * p) * 8 + t];
+                        us += red[w * 128 + (2 * p + 1) * 8 + t];
+                    }
+                    const float s = gs / (1.0f + expf(-gs));
+                    static_cast<uint16_t *>(a.y)[(size_t)t * (a.N / 2) + n / 2] = dsq_f2bf(s * us);
+                }
+            }
+        } else {
+            for (int j = threadIdx.x; j < 16 * a.T; j += blockDim.x) {
+                const int t = j / 16, r = j % 16, n = n0 + r;
+                if (n < a.N) {
+                    float v = 0.0f;
+                    for (int w = 0; w < NWp; w++)
+                        v += red[w * 128 + r * 8 + t];
+                    float *yo = static_cast<float *>(a.y) + (size_t)t * a.N + n;
+                    if (EPI == DSQ_EPI_BIAS)
+                        v += a.bias[n];
+                    if (EPI == DSQ_EPI_ADD)
+                        v += *yo;
+                    *yo = v;
+                }
+            }
+        }
+        tile += gridDim.x;
+        if (tile >= ntiles)
+            break;
+        load_tile_w(wa, wb, a, tile, warp, NWp, KC);
+        __syncthreads(); /* red is read above before the next tile writes it */
+    }
+}
+
+/* resident blocks of a NORM launch (see gemv.cu's norm_grid) */
+template <int EPI>
+static unsigned mma_norm_grid(int nt, size_t smem, unsigned tiles)
+{
+    static int per_sm[MMA_MAX_WARPS + 1];
+    const int i = nt / 32;
+    int b = __atomic_load_n(&per_sm[i], __ATOMIC_RELAXED);
+    if (b <= 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_mma_kernel<EPI, true>, nt, smem) != cudaSuccess ||
+            b <= 0) {
+            (void)cudaGetLastError();
+            b = 1;
+        }
+        __atomic_store_n(&per_sm[i], b, __ATOMIC_RELAXED);
+    }
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+                                                  cudaSuccess || sms <= 0) {
+        (void)cudaGetLastError();
+        sms = 1;
+    }
+    const unsigned cap = (unsigned)b * (unsigned)sms;
+    return tiles < cap ? tiles : cap;
+}
+
+template <int EPI>
+static cudaError_t launch(const MmaArgs &a, bool norm, int nt, cudaStream_t s)
+{
+    const unsigned tiles = (unsigned)((a.N + 15) / 16);
+    if (norm) {
+        const size_t smem = (size_t)a.T * (a.K + 32) * 2;
+        return dsq_launch_pdl(gemv_mma_kernel<EPI, true>, dim3(mma_norm_grid<EPI>(nt, smem, tiles)), dim3(nt), smem,
+                              s, a);
+    }
+    return dsq_launch_pdl(gemv_mma_kernel<EPI, false>, dim3(tiles), dim3(nt), 0, s, a);
+}
+
+static dsq_status run(const MmaArgs &a, bool norm, dsq_epilogue epi, int nt, cudaStream_t stream)
+{
+    if (!dsq_cu_gemv_mma_ok(a.T, a.K, norm ? (const void *)a.xr : (const void *)a.x, (const dsq_bf16 *)a.w) ||
+        a.N < 1 || (norm && ((uintptr_t)a.nw & 15)))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv (tensor cores): %d rows of %d x %d (needs 1..%d rows, K %% 32 == 0, "
+                        "16-byte aligned data)", a.T, a.N, a.K, DSQ_GEMV_MAX_TOKENS);
+    if (norm && (size_t)a.T * (a.K + 32) * 2 > DSQ_GEMV_NORM_MAX_SMEM)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm (tensor cores): %d rows of %d do not fit shared memory", a.T, a.K);
+    if (epi == DSQ_EPI_SILU_MUL && a.N % 2 != 0)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: silu*mul needs an even row count (got %d)", a.N);
+    if (epi == DSQ_EPI_BIAS && !a.bias)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: bias epilogue without a bias");
+    if (nt <= 0) /* few tiles (o, down, qkv): more warps per tile keep enough loads in flight */
+        nt = (a.N + 15) / 16 < 512 ? 256 : 128;
+    if (nt % 32 || nt < 32 || nt > MMA_MAX_WARPS * 32)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv (tensor cores): block of %d threads", nt);
+    cudaError_t e;
+    switch (epi) {
+    case DSQ_EPI_STORE: e = launch<DSQ_EPI_STORE>(a, norm, nt, stream); break;
+    case DSQ_EPI_BIAS: e = launch<DSQ_EPI_BIAS>(a, norm, nt, stream); break;
+    case DSQ_EPI_ADD: e = launch<DSQ_EPI_ADD>(a, norm, nt, stream); break;
+    case DSQ_EPI_SILU_MUL: e = launch<DSQ_EPI_SILU_MUL>(a, norm, nt, stream); break;
+    default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
+    }
+    return dsq_cu_status(e, norm ? "gemv+norm (tensor cores) kernel" : "gemv (tensor cores) kernel");
+}
+
+} // namespace
+
+extern "C" int dsq_cu_gemv_mma_ok(int32_t T, int32_t K, const void *x, const dsq_bf16 *w)
+{
+    return T >= 1 && T <= DSQ_GEMV_MAX_TOKENS && K >= 32 && K % 32 == 0 && ((uintptr_t)x & 15) == 0 &&
+           ((uintptr_t)w & 15) == 0;
+}
+
+extern "C" dsq_status dsq_cu_gemv_mma(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T, int32_t N,
+                                      int32_t K, dsq_epilogue epi, void *y, int nt, cudaStream_t stream)
+{
+    MmaArgs a = {};
+    a.x = x;
+    a.w = w;
+    a.bias = bias;
+    a.T = T;
+    a.N = N;
+    a.K = K;
+    a.y = y;
+    return run(a, false, epi, nt, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_mma_norm(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                           const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
+                                           dsq_epilogue epi, void *y, int nt, cudaStream_t stream)
+{
+    MmaArgs a = {};
+    a.xr = xr;
+    a.rows = rows;
+    a.nw = nw;
+    a.eps = eps;
+    a.w = w;
+    a.bias = bias;
+    a.T = T;
+    a.N = N;
+    a.K = K;
+    a.y = y;
+    return run(a, true, epi, nt, stream);
+}
