@@ -140,8 +140,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->gemv_max_small = 8;
     cc->gemv_max_gu = 2;
     cc->gemv_max_head = 2;
-    /* 2..8 rows: tensor-core GEMV (gemv_mma.cu), on sm_80 and later */
-    cc->gemv_mma_min = 2;
+    /* 5..8 rows: tensor-core GEMV (gemv_mma.cu), on sm_80 and later */
+    cc->gemv_mma_min = 5; /* T 2..4: the FMA GEMV is as fast (test_cuda_kernels timing) */
     {
         int major = 0;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cc->device) != cudaSuccess) {
@@ -154,6 +154,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *mma_env = getenv("DSQ_CUDA_GEMV_MMA"); /* measurement knob: fewest rows for the MMA GEMV, 0 = off */
     if (mma_env && *mma_env)
         cc->gemv_mma_min = atoi(mma_env) < 0 ? 0 : atoi(mma_env);
+    const char *fuse_env = getenv("DSQ_CUDA_NORM_FUSE"); /* measurement knob: 0 = rmsnorm kernel always */
+    cc->norm_fuse = !(fuse_env && fuse_env[0] == '0');
     const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: one limit for all; 0 = cuBLASLt only */
     if (env && *env) {
         int v = atoi(env);

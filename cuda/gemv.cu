@@ -109,11 +109,15 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                 break;
             load_w<R>(wv, a, g, v, K8);
         }
+        /* the next group's first weights go out before this group's
+         * epilogue, so its reductions overlap the loads */
+        const int next = g + gridDim.x;
+        if (next < ngroups)
+            load_w<R>(wv, a, next, threadIdx.x, K8);
         gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, nullptr, a.bias, a.y);
-        g += gridDim.x;
+        g = next;
         if (g >= ngroups)
             break;
-        load_w<R>(wv, a, g, threadIdx.x, K8);
         __syncthreads(); /* the epilogue's reads of red are done */
     }
 }

@@ -111,6 +111,9 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
                 break;
             load_tile_w(wa, wb, a, tile, c0, NWp, KC);
         }
+        const int next = tile + gridDim.x; /* its first weights go out before this tile's epilogue */
+        if (next < ntiles)
+            load_tile_w(wa, wb, a, next, warp, NWp, KC);
         /* C fragment: c0,c1 = rows g, tokens 2q, 2q+1; c2,c3 = row g + 8 */
         float *rw = red + warp * 128;
         rw[g * 8 + 2 * q] = c[0];
@@ -148,10 +151,9 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
                 }
             }
         }
-        tile += gridDim.x;
+        tile = next;
         if (tile >= ntiles)
             break;
-        load_tile_w(wa, wb, a, tile, warp, NWp, KC);
         __syncthreads(); /* red is read above before the next tile writes it */
     }
 }

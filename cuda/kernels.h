@@ -201,6 +201,7 @@ typedef struct dsq_cu_linear_env {
     const int32_t *norm_rows; /* device int32 [T] or NULL */
     const float *norm_w;     /* fp32 [cols] */
     float norm_eps;
+    int32_t norm_fuse;        /* 0: never fold the norm into the GEMV (measurement) */
 } dsq_cu_linear_env;
 
 /* Most rows the quantized GEMV kernels take (cuda/gemv_quant.h). */

@@ -3,13 +3,22 @@
 #include "gemv_quant.h"
 #include "kernels.h"
 
+/* The tensor-core GEMV for this product: mma_min <= T rows, and short
+ * rows only -- with K = 8960 (down) the 96 tiles of 16 rows leave the
+ * H200's 132 SMs short of loads in flight (19.4 us vs 17.0 for the FMA
+ * GEMV at 8 rows; qkv 4.8 vs 6.3, o 4.1 vs 6.0: test_cuda_kernels). */
+static int use_mma(const dsq_cu_linear_env *env, int32_t T, int32_t K)
+{
+    return env->mma_min > 0 && T >= env->mma_min && K <= 4096;
+}
+
 static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
                               dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
     const dsq_bf16 *w = (const dsq_bf16 *)W->data;
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
     if (T <= env->gemv_max) {
-        if (env->mma_min > 0 && T >= env->mma_min && dsq_cu_gemv_mma_ok(T, K, x, w))
+        if (use_mma(env, T, K) && dsq_cu_gemv_mma_ok(T, K, x, w))
             return dsq_cu_gemv_mma(x, w, bias, T, N, K, epi, y, 0, env->stream);
         return dsq_cu_gemv(x, w, bias, T, N, K, epi, y, env->stream);
     }
@@ -78,13 +87,11 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
     if (env->norm_w) {
         const int32_t K = (int32_t)W->cols;
         const dsq_bf16 *w = (const dsq_bf16 *)W->data;
-        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max) {
-            if (env->mma_min > 0 && T >= env->mma_min) {
-                if (dsq_cu_gemv_mma_ok(T, K, env->norm_x, w) && ((uintptr_t)env->norm_w & 15) == 0 &&
-                    (size_t)T * (K + 32) * 2 <= DSQ_GEMV_NORM_MAX_SMEM)
-                    return dsq_cu_gemv_mma_norm(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps, w, bias, T,
-                                                (int32_t)W->rows, K, epi, y, 0, env->stream);
-            } else if (dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, w)) {
+        /* folded into the FMA GEMV (1..4 rows); the tensor-core GEMV's
+         * norm variant (dsq_cu_gemv_mma_norm) is slower than rmsnorm + MMA
+         * on the H200 at 8 rows (12.6 vs ~7 us, qkv shape), so unused */
+        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max && env->norm_fuse && !use_mma(env, T, K)) {
+            if (dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, w)) {
                 return dsq_cu_gemv_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps, w, bias, T,
                                             (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
             }

@@ -684,7 +684,10 @@ static void test_linear_dispatch(void **state)
     void *dx = dev_copy(xh, (size_t)TM * K * 2), *dw = dev_copy(wh, (size_t)N * K * 2);
     float *dgu = (float *)dev_nan((size_t)TM * N * 4);
     void *da = dev_nan((size_t)TM * N * 4), *db = dev_nan((size_t)TM * N * 4), *dc = dev_nan((size_t)TM * N * 4);
-    dsq_cu_linear_env env = {g, dgu, 8, 0, NULL, 0};
+    dsq_cu_linear_env env = {}; /* no norm, no MMA, legacy stream */
+    env.gemm = g;
+    env.gu_scratch = dgu;
+    env.gemv_max = 8;
     dsq_weight w = {};
     w.rows = N;
     w.cols = K;
