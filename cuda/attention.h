@@ -145,7 +145,9 @@ cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_str
  *   workspace: device, >= dsq_attn_decode_workspace_bytes(n_seqs, n_heads,
  *              head_dim, max_splits) bytes, 256-byte aligned; contents need
  *              no initialisation and are scratch after the call.
- * Grid: n_seqs x n_kv_heads x max_splits blocks plus one merge kernel. */
+ * Grid: n_seqs x n_kv_heads x max_splits blocks plus one merge kernel, both
+ * launched with programmatic dependent launch (pdl.cuh) where enabled; so is
+ * dsq_attn_prefill. */
 cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
                             void *out, int64_t o_stride, const int32_t *seq_lens,
                             int32_t n_seqs, int32_t n_heads, int32_t max_splits,

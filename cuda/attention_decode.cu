@@ -29,6 +29,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "attention.h"
 #include "attention_tile.cuh"
@@ -174,6 +175,10 @@ __global__ void __launch_bounds__(kThreads)
 
     const int split = blockIdx.x, b = blockIdx.z;
     const int kvh = blockIdx.y / n_hg, hg = blockIdx.y % n_hg;
+    /* programmatic dependent launch (pdl.cuh): q, K/V and seq_lens come from
+     * the kernels before; every block waits, early exits too */
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
     const int len = seq_lens[b];
     int chunk, used;
     split_plan(len, max_splits, chunk, used);
@@ -253,29 +258,14 @@ __global__ void __launch_bounds__(kThreads)
                 mt[e >> 1] = fmaxf(mt[e >> 1], x);
             }
         }
-        float mu[2], alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mn = fmaxf(m_r[r], quad_max(mt[r]));
-            mu[r] = mn == -INFINITY ? 0.f : mn;
-            alpha[r] = exp2f(m_r[r] - mu[r]);
-            m_r[r] = mn;
-            l_r[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            o[i][0] *= alpha[0];
-            o[i][1] *= alpha[0];
-            o[i][2] *= alpha[1];
-            o[i][3] *= alpha[1];
-        }
+        float mu[2];
+        online_rescale<D>(m_r, l_r, o, mt, mu);
         float p[2][4];
 #pragma unroll
         for (int nb = 0; nb < 2; nb++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float pe = exp2f(s[nb][e] - mu[e >> 1]);
-                l_r[e >> 1] += pe;
+                float pe = online_weight(s[nb][e], mu, l_r, e >> 1);
                 if (INT8)
                     pe *= tvs[nb * 8 + 2 * (lane & 3) + (e & 1)];
                 p[nb][e] = pe;
@@ -342,6 +332,8 @@ __global__ void __launch_bounds__(D)
     __shared__ float red[D / 32];
     const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
     const int lane = d & 31, warp = d >> 5;
+    dsq_pdl_wait(); /* the partials of the decode kernel before it */
+    dsq_pdl_trigger();
     int chunk, used;
     split_plan(seq_lens[b], max_splits, chunk, used);
     const int64_t slot0 = ((int64_t)b * n_heads + h) * max_splits;
@@ -437,6 +429,22 @@ extern "C" size_t dsq_attn_decode_workspace_bytes(int32_t max_batch, int32_t n_h
     return ws_floats(max_batch, n_heads, head_dim, max_splits) * sizeof(float);
 }
 
+/* DSQ_CUDA_DECODE_SPLITS_MAX=k (k >= 1): at most k splits per sequence, a
+ * measurement knob (read once; it can only lower the count, so workspaces
+ * sized with this function stay large enough). */
+static int64_t splits_cap_env(void)
+{
+    static int cap = -1; /* -1 not yet read, 0 none */
+    int v = __atomic_load_n(&cap, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("DSQ_CUDA_DECODE_SPLITS_MAX");
+        v = e && *e ? atoi(e) : 0;
+        v = v > 0 ? v : 0;
+        __atomic_store_n(&cap, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
                                           int32_t max_context, int32_t n_sms)
 {
@@ -452,6 +460,9 @@ extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
         s = cap;
     if (s > 256)
         s = 256;
+    const int64_t cap_env = splits_cap_env();
+    if (cap_env > 0 && s > cap_env)
+        s = cap_env;
     return (int32_t)(s < 1 ? 1 : s);
 }
 
@@ -500,8 +511,9 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
     const __nv_bfloat16 *qb = (const __nv_bfloat16 *)q;
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
 #define DSQ_DECODE_LAUNCH(DD, I8, NS)                                                        \
-    decode_kernel<DD, I8, NS><<<grid, kThreads, DecSmem<DD, I8, NS>::kTotal, stream>>>(      \
-        a, qb, q_stride, seq_lens, n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml)
+    e = dsq_launch_pdl(decode_kernel<DD, I8, NS>, grid, dim3(kThreads),                      \
+                       (size_t)DecSmem<DD, I8, NS>::kTotal, stream, a, qb, q_stride, seq_lens,   \
+                       n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml)
     if (D == 128) {
         if (i8) {
             if (DecSmem<128, true, kStagesI8>::kTotal <= smem_optin)
@@ -528,16 +540,12 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
         }
     }
 #undef DSQ_DECODE_LAUNCH
-    if ((e = cudaGetLastError()) != cudaSuccess)
+    if (e != cudaSuccess)
         return e;
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
     if (D == 128)
-        decode_merge_kernel<128><<<mgrid, 128, 0, stream>>>(ws_acc, ws_ml, seq_lens, n_heads,
-                                                            max_splits, (__nv_bfloat16 *)out,
-                                                            o_stride);
-    else
-        decode_merge_kernel<64><<<mgrid, 64, 0, stream>>>(ws_acc, ws_ml, seq_lens, n_heads,
-                                                          max_splits, (__nv_bfloat16 *)out,
-                                                          o_stride);
-    return cudaGetLastError();
+        return dsq_launch_pdl(decode_merge_kernel<128>, mgrid, dim3(128), 0, stream, ws_acc, ws_ml, seq_lens,
+                              n_heads, max_splits, (__nv_bfloat16 *)out, o_stride);
+    return dsq_launch_pdl(decode_merge_kernel<64>, mgrid, dim3(64), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
+                          max_splits, (__nv_bfloat16 *)out, o_stride);
 }

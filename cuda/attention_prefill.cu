@@ -101,6 +101,10 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ int vbad[kTileKeys]; /* diagonal tile: key's V was non-finite */
 
     const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kPrefillRows;
+    /* programmatic dependent launch (pdl.cuh): q and this pass's K/V rows
+     * come from the kernels before; every block waits, early exits too */
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
     const int tok0 = cu_seqlens[b];
     const int n = cu_seqlens[b + 1] - tok0;
     if (m0 >= n)
@@ -185,22 +189,8 @@ __global__ void __launch_bounds__(kThreads)
                     mt[e >> 1] = fmaxf(mt[e >> 1], x);
                 }
             }
-            float mu[2], alpha[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mn = fmaxf(m_r[r], quad_max(mt[r]));
-                mu[r] = mn == -INFINITY ? 0.f : mn; /* fully masked row so far */
-                alpha[r] = exp2f(m_r[r] - mu[r]);
-                m_r[r] = mn;
-                l_r[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int i = 0; i < D / 8; i++) {
-                o[i][0] *= alpha[0];
-                o[i][1] *= alpha[0];
-                o[i][2] *= alpha[1];
-                o[i][3] *= alpha[1];
-            }
+            float mu[2];
+            online_rescale<D>(m_r, l_r, o, mt, mu);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 float p[2][4];
@@ -208,8 +198,7 @@ __global__ void __launch_bounds__(kThreads)
                 for (int hb = 0; hb < 2; hb++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        float pe = exp2f(s[2 * kk + hb][e] - mu[e >> 1]);
-                        l_r[e >> 1] += pe;
+                        float pe = online_weight(s[2 * kk + hb][e], mu, l_r, e >> 1);
                         if (INT8)
                             pe *= tvs[(2 * kk + hb) * 8 + 2 * (lane & 3) + (e & 1)];
                         p[hb][e] = pe;
@@ -299,15 +288,12 @@ extern "C" cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, in
     __nv_bfloat16 *ob = (__nv_bfloat16 *)out;
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
 #define DSQ_PREFILL_LAUNCH(DD, I8)                                                           \
-    prefill_kernel<DD, I8><<<grid, kThreads, prefill_smem_bytes<DD>(), stream>>>(            \
-        a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2)
-    if (D == 128) {
-        if (i8) DSQ_PREFILL_LAUNCH(128, true);
-        else DSQ_PREFILL_LAUNCH(128, false);
-    } else {
-        if (i8) DSQ_PREFILL_LAUNCH(64, true);
-        else DSQ_PREFILL_LAUNCH(64, false);
-    }
+    dsq_launch_pdl(prefill_kernel<DD, I8>, grid, dim3(kThreads), (size_t)prefill_smem_bytes<DD>(), \
+                   stream, a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2)
+    if (D == 128)
+        e = i8 ? DSQ_PREFILL_LAUNCH(128, true) : DSQ_PREFILL_LAUNCH(128, false);
+    else
+        e = i8 ? DSQ_PREFILL_LAUNCH(64, true) : DSQ_PREFILL_LAUNCH(64, false);
 #undef DSQ_PREFILL_LAUNCH
-    return cudaGetLastError();
+    return e;
 }

@@ -272,6 +272,51 @@ __device__ __forceinline__ float quad_sum(float x)
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/* ---- online softmax (base 2), shared by prefill and decode ---------------------
+ * State of a thread's two rows (the C-fragment rows lane/4 and lane/4 + 8 of
+ * its warp's 16): running max m_r (log2 units, -inf before any key), sum
+ * l_r of the weights so far, and the unnormalised output o[D/8][4] (elements
+ * 0,1 belong to row 0, elements 2,3 to row 1).
+ *
+ * online_rescale: fold a new tile whose per-thread score maximum of each row
+ * is mt[r] (scores already scaled to log2 units; masked ones -inf): the new
+ * max is taken over the quad (the 4 lanes holding a row), l and o are
+ * rescaled by alpha = 2^(m_old - m_new), and mu[r] receives the offset the
+ * tile's weights use, 2^(s - mu).  A row whose every score so far is -inf
+ * keeps m = -inf and uses mu = 0 (its weights are 0, and alpha = 2^-inf = 0
+ * leaves the zeros it has).  fmaxf skips a NaN score, so m stays a number;
+ * the NaN reaches the output through the NaN weight 2^(NaN - mu). */
+template <int D>
+__device__ __forceinline__ void online_rescale(float m_r[2], float l_r[2], float (*o)[4],
+                                               const float mt[2], float mu[2])
+{
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float mn = fmaxf(m_r[r], quad_max(mt[r]));
+        mu[r] = mn == -INFINITY ? 0.f : mn;
+        alpha[r] = exp2f(m_r[r] - mu[r]);
+        m_r[r] = mn;
+        l_r[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
+    }
+}
+
+/* The weight of score s (log2 units) in row r's sum: 2^(s - mu[r]), added
+ * to l_r[r] and returned (before any INT8 V scale). */
+__device__ __forceinline__ float online_weight(float s, const float mu[2], float l_r[2], int r)
+{
+    const float p = exp2f(s - mu[r]);
+    l_r[r] += p;
+    return p;
+}
+
 /* Host: argument checks common to the launchers. */
 static inline bool kv_ok(const dsq_attn_kv *kv)
 {

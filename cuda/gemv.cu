@@ -149,18 +149,44 @@ gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ 
     gemv_block_epilogue<T, R, EPI>(acc, red, row0, N, nullptr, bias, y);
 }
 
-/* Blocks of a NORM launch: as many as are resident at once (each computes
- * the norm once), at most one per row group.  The occupancy is cached per
+/* Whether vec launches size their grid by residency (gemv_grid); env
+ * DSQ_CUDA_GEMV_BALANCE=0 gives one block per row group (a measurement
+ * knob, read once). */
+static bool balance_enabled(void)
+{
+    static int on = -1; /* -1 not yet read */
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("DSQ_CUDA_GEMV_BALANCE");
+        v = !(e && e[0] == '0' && e[1] == 0);
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v != 0;
+}
+
+/* Blocks of a vec launch over `groups` row groups.  Each block loops over
+ * groups b, b + grid, ..., so the grid sets how evenly the weight stream
+ * ends: with grid = groups and more groups than resident blocks, the last
+ * wave is a fraction of the GPU with too few loads in flight to keep the
+ * memory busy (down_proj at batch 1: 768 groups over 528 resident blocks,
+ * 2.4 TB/s).  So: rounds = the waves the groups need at full residency, and
+ * grid = groups / rounds rounded up, every block doing the same number of
+ * groups (+-1): down_proj 291 vs 318 us per batch-1 step (H200, profile).
+ * A NORM launch always loops (the norm is computed once per block) on
+ * every resident block, at most one per group: balancing it measured
+ * slower (gate/up 494 vs 485 us per step).  The occupancy is cached per
  * kernel instance and block size (it does not depend on the device's SM
  * count, which is read per call). */
-template <int T, int R, int EPI>
-static unsigned norm_grid(int nt, size_t smem, unsigned groups)
+template <int T, int R, int EPI, bool NORM>
+static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
+    if (!NORM && !balance_enabled())
+        return groups;
     static int per_sm[3]; /* nt 64, 128, 256; 0 = not yet known */
     const int i = nt == 64 ? 0 : nt == 128 ? 1 : 2;
     int b = __atomic_load_n(&per_sm[i], __ATOMIC_RELAXED);
     if (b <= 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_vec_kernel<T, R, EPI, true>, nt, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_vec_kernel<T, R, EPI, NORM>, nt, smem) !=
                 cudaSuccess || b <= 0) {
             (void)cudaGetLastError();
             b = 1;
@@ -174,7 +200,12 @@ static unsigned norm_grid(int nt, size_t smem, unsigned groups)
         sms = 1;
     }
     const unsigned cap = (unsigned)b * (unsigned)sms;
-    return groups < cap ? groups : cap;
+    if (groups <= cap)
+        return groups;
+    if (NORM) /* every resident block: measured faster than balanced here */
+        return cap;
+    const unsigned rounds = (groups + cap - 1) / cap;
+    return (groups + rounds - 1) / rounds;
 }
 
 template <int T, int R, int EPI>
@@ -184,12 +215,13 @@ static cudaError_t launch_rows(bool vec, bool norm, int nt, const GemvArgs &a, c
     if constexpr (T <= DSQ_GEMV_NORM_MAX_TOKENS) {
         if (norm) {
             const size_t smem = (size_t)T * a.K * 2;
-            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true>, dim3(norm_grid<T, R, EPI>(nt, smem, groups)),
+            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true>, dim3(gemv_grid<T, R, EPI, true>(nt, smem, groups)),
                                   dim3(nt), smem, s, a);
         }
     }
     if (vec)
-        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false>, dim3(groups), dim3(nt), 0, s, a);
+        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false>, dim3(gemv_grid<T, R, EPI, false>(nt, 0, groups)),
+                              dim3(nt), 0, s, a);
     gemv_scalar_kernel<T, R, EPI><<<groups, GEMV_MAX_THREADS, 0, s>>>(a.x, a.w, a.bias, a.N, a.K, a.y);
     return cudaGetLastError();
 }
@@ -222,16 +254,25 @@ static cudaError_t dispatch_tokens(int T, bool vec, bool norm, int nt, int r, co
 
 /* Block shape for (T, K): see dsq_cu_gemv_cfg.  Chosen from the timing
  * table of test_cuda_kernels on the H200 (docs/performance.md). */
-static void default_cfg(int T, int K, int *nt, int *r)
+static void default_cfg(int T, int N, int K, int *nt, int *r)
 {
     /* short rows (K <= 2048): 64 threads, so each thread still streams
-     * several 16-byte pieces per row; long rows (down_proj): 256 / 128 */
+     * several 16-byte pieces per row -- 128 x 2 rows for the small
+     * products at 1-2 rows (qkv 3.1 vs 3.8 us at 1 row, 3.5 vs 4.6 at 2;
+     * o 2.9 vs 4.0 at 2), 64 x 8 (1 row) or 64 x 2 for gate/up's 17,920
+     * rows (14.8 vs 15.9 us; 16.6 vs 18.1); long rows (down_proj): 128 x 2
+     * at 1-2 rows (9.1 vs 9.3 us, 9.7 vs 10.5), 128 x 4 beyond */
     const int K8 = K / 8;
     if (K8 <= 256) {
-        *nt = 64;
-        *r = T <= 2 ? 4 : 2;
+        if (T <= 2 && N < 8192) {
+            *nt = 128;
+            *r = 2;
+        } else {
+            *nt = 64;
+            *r = T == 1 ? 8 : 2;
+        }
     } else {
-        *nt = T <= 2 ? 256 : 128;
+        *nt = 128;
         *r = T <= 2 ? 2 : 4;
     }
 }
@@ -248,7 +289,7 @@ static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi,
     if (epi == DSQ_EPI_BIAS && !a.bias)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: bias epilogue without a bias");
     if (nt <= 0 || r <= 0)
-        default_cfg(T, K, &nt, &r);
+        default_cfg(T, N, K, &nt, &r);
     if (nt != 64 && nt != 128 && nt != 256)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256)", nt);
     const bool vec = K % 8 == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;

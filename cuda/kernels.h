@@ -241,7 +241,9 @@ cudaError_t dsq_cu_once_per_device(dsq_cu_once *o, cudaError_t (*fn)(int device)
  * results[r] (device): log-probs / top-n of the raw row, penalties from
  * ring (int32 [seqs][R]: token at position p of sequence s at s*R + p % R),
  * greedy or temperature / top-k / top-p / min-p and the Philox draw, as
- * lib/sample_cpu.c.  One 1024-thread CTA per row, ~130 KB of shared memory.
+ * lib/sample_cpu.c.  One 1024-thread CTA per row (~157 KB of shared memory),
+ * or on sm_90 a cluster of 2..16 such CTAs per row when the rows are few
+ * (env DSQ_SAMPLE_CLUSTER = 0 | 1 | 2 | 4 | 8 | 16 | auto, see sampling.cu).
  * V <= 262143 (DSQ_ERR_UNSUPPORTED above). */
 dsq_status dsq_cu_sample(float *logits, int32_t n_rows, int32_t V, const dsq_samp_row *rows,
                          const int32_t *ring, int32_t R, dsq_samp_result *results,

@@ -24,13 +24,46 @@
  * Penalties: the window's distinct ids are counted in a shared-memory hash
  * table, then each is rewritten in place in the logits row (the raw value is
  * kept in the table for the log-probability of the drawn token).  The logits
- * row is scratch: the caller's copy, if any, was taken before. */
+ * row is scratch: the caller's copy, if any, was taken before.
+ *
+ * Few rows (sm_90 and later): the same algorithm runs on a thread-block
+ * cluster of CL CTAs per row (k_sample<CL>, CL = 2..16), each CTA owning a
+ * contiguous slice of the row's ids for every pass.  Every block reduction
+ * is followed by a cluster step through distributed shared memory: each CTA
+ * publishes its partial in its own shared memory, a cluster barrier, then
+ * every CTA reads all CL partials (max / min / argmax / integer sums are
+ * order independent, so every CTA holds the same value and takes the same
+ * branches).  Histograms are summed by a reduce-scatter (CTA r sums bins
+ * [r*NB/CL, (r+1)*NB/CL) of every peer) and an all-gather; a gathered
+ * boundary bin or top-n list is pulled from every CTA into each CTA's
+ * shared memory and sorted there (redundantly, identically).  Penalties are
+ * rewritten by the CTA owning the id; the draw's rank search runs in the
+ * CTA holding the running mass' crossing; the CTA owning the drawn token
+ * (rank 0 without one) writes the result.  Results are bit-identical to the
+ * one-CTA kernel: the log-probability normaliser is a fixed-point sum too.
+ * A cluster barrier separates every remote read of a buffer from the next
+ * write of it; a CTA leaves only after a last barrier (its shared memory
+ * must outlive its peers' reads). */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
 
+#include <stdlib.h>
+#include <string.h>
+
+#include <cooperative_groups.h>
+
 #include "common.cuh"
 #include "philox.h"
+
+/* Thread-block clusters and distributed shared memory: sm_90 and later.  On
+ * older targets the cluster instances compile to a trap and are never
+ * launched (dsq_cu_sample checks the device and the kernel's PTX version). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DSQ_SAMP_CLUSTER 1
+#else
+#define DSQ_SAMP_CLUSTER 0
+#endif
 
 namespace {
 
@@ -48,16 +81,28 @@ struct Level {
 };
 
 struct Smem {
+    unsigned long long tw[NB]; /* cluster: summed weights of this CTA's bins, [0, NB/CL) */
+    uint32_t tc[NB];           /* cluster: summed counts of this CTA's bins */
     uint32_t cnt[NB], l0[NB], l1[NB], l2[NB];
     float gx[GCAP];
     int32_t gi[GCAP];
+    float lgx[GCAP];           /* cluster: this CTA's part of a gather */
+    int32_t lgi[GCAP];
     int32_t pk[PSLOTS];
     int32_t pc[PSLOTS];
     float praw[PSLOTS];
 };
 
+/* one CTA's partial of a cluster reduction, read by its peers */
+struct Xch {
+    unsigned long long u[2];
+    float f[2];
+    int i[2];
+};
+
 /* block-wide scalars */
 struct Bcast {
+    Xch xch[2]; /* cluster exchange slots, alternating (Ctx::par) */
     Level lv[MAXLV];
     int nlv;
     float f[4];
@@ -161,32 +206,116 @@ __device__ float block_max(float v, Bcast &bc)
     return r;
 }
 
-__device__ float block_min(float v, Bcast &bc) { return -block_max(-v, bc); }
+/* ---- cluster primitives (no-ops below sm_90, where they are never run) ---- */
 
-__device__ float block_sum_f(float v, Bcast &bc)
+__device__ __forceinline__ void cl_sync()
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = dsq_warp_sum(v);
-    __syncthreads();
-    if (lane == 0)
-        bc.redf[warp] = v;
-    __syncthreads();
-    return dsq_warp_sum(bc.redf[lane]);
+#if DSQ_SAMP_CLUSTER
+    cooperative_groups::this_cluster().sync(); /* arrive.release + wait.acquire */
+#endif
 }
 
-/* (max, first id holding it) of a[0..n) by `before`; NaN never wins. */
-__device__ void block_argmax(const float *x, int n, Bcast &bc, float *m_out, int *id_out)
+/* p (this CTA's shared memory) in CTA r of the cluster */
+template <typename T> __device__ __forceinline__ T *cl_peer(T *p, int r)
 {
-    float bv = -INFINITY;
-    int bi = INT_MAX;
-    for (int i = threadIdx.x; i < n; i += NT) {
-        float v = x[i];
-        if (v == v && before(v, i, bv, bi)) {
-            bv = v;
-            bi = i;
+#if DSQ_SAMP_CLUSTER
+    return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
+#else
+    (void)r;
+    return p;
+#endif
+}
+
+__device__ __forceinline__ int cl_rank()
+{
+#if DSQ_SAMP_CLUSTER
+    return (int)cooperative_groups::this_cluster().block_rank();
+#else
+    return 0;
+#endif
+}
+
+/* This CTA's place in its row.  par alternates the exchange slot: a slot
+ * written for reduction k+2 was last read for reduction k, and every reader
+ * of that finished before arriving at reduction k+1's barrier. */
+struct Ctx {
+    int rank;   /* in the cluster; 0 for CL == 1 */
+    int lo, hi; /* this CTA's slice of the valid ids */
+    int S;      /* slice length (the owner of id i is i / S) */
+    int par;
+};
+
+/* Cluster step: thread 0 has written bc.xch[c.par]; after the barrier lane
+ * k of every warp gets rank k's slot (lanes >= CL: rank 0's, unused). */
+template <int CL> __device__ __forceinline__ const Xch *xch_sync(Ctx &c, Bcast &bc)
+{
+    cl_sync();
+    const int lane = threadIdx.x & 31;
+    const Xch *p = cl_peer(&bc.xch[c.par], lane < CL ? lane : 0);
+    c.par ^= 1;
+    return p;
+}
+
+/* max of a and of b over the row (min as max of the negation) */
+template <int CL> __device__ void red_max2(Ctx &c, Bcast &bc, float &a, float &b)
+{
+    a = block_max(a, bc);
+    b = block_max(b, bc);
+    if constexpr (CL > 1) {
+        if (threadIdx.x == 0) {
+            bc.xch[c.par].f[0] = a;
+            bc.xch[c.par].f[1] = b;
         }
+        const Xch *p = xch_sync<CL>(c, bc);
+        const int lane = threadIdx.x & 31;
+        float ra = lane < CL ? p->f[0] : -INFINITY, rb = lane < CL ? p->f[1] : -INFINITY;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            ra = fmaxf(ra, __shfl_xor_sync(0xffffffffu, ra, o));
+            rb = fmaxf(rb, __shfl_xor_sync(0xffffffffu, rb, o));
+        }
+        a = ra;
+        b = rb;
     }
+}
+
+template <int CL> __device__ unsigned long long red_sum_u64(Ctx &c, Bcast &bc, unsigned long long v)
+{
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum_u64(v);
+    __syncthreads();
+    if (lane == 0)
+        bc.redu[warp] = v;
+    __syncthreads();
+    v = warp_sum_u64(bc.redu[lane]);
+    if constexpr (CL > 1) {
+        if (threadIdx.x == 0)
+            bc.xch[c.par].u[0] = v;
+        const Xch *p = xch_sync<CL>(c, bc);
+        v = warp_sum_u64(lane < CL ? p->u[0] : 0ull);
+    }
+    return v;
+}
+
+/* min over the cluster of a block-uniform int */
+template <int CL> __device__ int red_min_int(Ctx &c, Bcast &bc, int v)
+{
+    if constexpr (CL > 1) {
+        if (threadIdx.x == 0)
+            bc.xch[c.par].i[0] = v;
+        const Xch *p = xch_sync<CL>(c, bc);
+        const int lane = threadIdx.x & 31;
+        int r = lane < CL ? p->i[0] : INT_MAX;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            r = min(r, __shfl_xor_sync(0xffffffffu, r, o));
+        v = r;
+    }
+    return v;
+}
+
+__device__ __forceinline__ void argmax_merge(float &bv, int &bi)
+{
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -196,6 +325,24 @@ __device__ void block_argmax(const float *x, int n, Bcast &bc, float *m_out, int
             bi = oi;
         }
     }
+}
+
+/* (max, first id holding it) of x[lo..hi) by `before`, over the row; NaN
+ * never wins. */
+template <int CL>
+__device__ void red_argmax(Ctx &c, const float *x, int lo, int hi, Bcast &bc, float *m_out, int *id_out)
+{
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int i = lo + threadIdx.x; i < hi; i += NT) {
+        float v = x[i];
+        if (v == v && before(v, i, bv, bi)) {
+            bv = v;
+            bi = i;
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    argmax_merge(bv, bi);
     __syncthreads();
     if (lane == 0) {
         bc.redf[warp] = bv;
@@ -204,25 +351,27 @@ __device__ void block_argmax(const float *x, int n, Bcast &bc, float *m_out, int
     __syncthreads();
     bv = bc.redf[lane];
     bi = bc.redi[lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (before(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
+    argmax_merge(bv, bi);
+    __syncthreads();
+    if constexpr (CL > 1) {
+        if (threadIdx.x == 0) {
+            bc.xch[c.par].f[0] = bv;
+            bc.xch[c.par].i[0] = bi;
         }
+        const Xch *p = xch_sync<CL>(c, bc);
+        bv = lane < CL ? p->f[0] : -INFINITY;
+        bi = lane < CL ? p->i[0] : INT_MAX;
+        argmax_merge(bv, bi);
     }
     *m_out = bv;
     *id_out = bi;
-    __syncthreads();
 }
 
-/* The candidate set of one selection: ids < n with x >= lo_thr, inside the
- * bins chosen at every level so far. */
+/* The candidate set of one selection: ids in this CTA's slice [lo, hi) with
+ * x >= lo_thr, inside the bins chosen at every level so far. */
 struct Sel {
     const float *x;
-    int n;
+    int lo, hi;
     float lo_thr;
     bool mass;  /* weight exp((x-m)/T) (fixed point) instead of 1 */
     float m, inv_t;
@@ -243,13 +392,46 @@ __device__ __forceinline__ unsigned long long weight(const Sel &s, float v)
     return s.mass ? fx_of(prob_rel(v, s.m, s.inv_t)) : 1ull;
 }
 
+/* Cluster: every CTA has gathered nloc entries into its lgx / lgi; each
+ * CTA pulls all of them, in rank order, into its gx / gi (at most cap).
+ * Returns the total (every thread). */
+template <int CL> __device__ int cl_pull(Ctx &c, Smem &sm, Bcast &bc, int nloc, int cap)
+{
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (tid == 0)
+        bc.xch[c.par].i[0] = nloc;
+    const Xch *p = xch_sync<CL>(c, bc);
+    const int cl = lane < CL ? p->i[0] : 0;
+    int inc = cl;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int t = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o)
+            inc += t;
+    }
+    const int total = __shfl_sync(0xffffffffu, inc, 31);
+    for (int r = 0; r < CL; r++) {
+        const int cr = __shfl_sync(0xffffffffu, cl, r), off = __shfl_sync(0xffffffffu, inc, r) - cr;
+        const Smem *ps = cl_peer(&sm, r);
+        for (int j = tid; j < cr && off + j < cap; j += NT) {
+            sm.gx[off + j] = ps->lgx[j];
+            sm.gi[off + j] = ps->lgi[j];
+        }
+    }
+    __syncthreads();
+    return min(total, cap);
+}
+
 /* Ascending-id rank query: the id of the c-th (1-based) member with value
- * == v.  Warps own contiguous id ranges. */
-__device__ int kth_equal_id(const Sel &s, Bcast &bc, float v, unsigned long long c)
+ * == v.  Warps own contiguous id ranges of the CTA's slice; with a cluster,
+ * the CTA holding the c-th finds it. */
+template <int CL>
+__device__ int kth_equal_id(Ctx &cx_, const Sel &s, Bcast &bc, float v, unsigned long long c)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int C = (((s.n + NW - 1) / NW) + 31) & ~31;
-    const int w0 = warp * C, w1 = min(s.n, w0 + C);
+    const int len = s.hi - s.lo;
+    const int C = (((len + NW - 1) / NW) + 31) & ~31;
+    const int w0 = s.lo + warp * C, w1 = min(s.hi, w0 + C);
     int cntw = 0;
     for (int b = w0; b < w1; b += 32) {
         int i = b + lane;
@@ -260,6 +442,35 @@ __device__ int kth_equal_id(const Sel &s, Bcast &bc, float v, unsigned long long
     if (lane == 0)
         bc.redi[warp] = cntw;
     __syncthreads();
+    bool mine = true;
+    if constexpr (CL > 1) {
+        if (threadIdx.x == 0) {
+            unsigned long long t = 0;
+            for (int k = 0; k < NW; k++)
+                t += (unsigned long long)bc.redi[k];
+            bc.xch[cx_.par].u[0] = t;
+        }
+        cl_sync();
+        if (threadIdx.x == 0) {
+            unsigned long long acc = 0;
+            int rr = CL - 1;
+            for (int r = 0; r < CL; r++) {
+                unsigned long long t = cl_peer(&bc.xch[cx_.par], r)->u[0];
+                if (acc + t >= c) {
+                    rr = r;
+                    break;
+                }
+                acc += t;
+            }
+            bc.i[0] = rr;
+            bc.u[2] = c - acc;
+        }
+        cx_.par ^= 1;
+        __syncthreads();
+        mine = bc.i[0] == cx_.rank;
+        c = bc.u[2];
+        __syncthreads();
+    }
     if (threadIdx.x == 0) {
         unsigned long long acc = 0;
         int ww = NW - 1;
@@ -275,7 +486,7 @@ __device__ int kth_equal_id(const Sel &s, Bcast &bc, float v, unsigned long long
         bc.i[1] = INT_MAX;
     }
     __syncthreads();
-    if (warp == bc.i[0]) {
+    if (mine && warp == bc.i[0]) {
         unsigned long long rank = bc.u[0];
         for (int b = w0; b < w1; b += 32) {
             int i = b + lane;
@@ -296,14 +507,20 @@ __device__ int kth_equal_id(const Sel &s, Bcast &bc, float v, unsigned long long
     __syncthreads();
     int r = bc.i[1];
     __syncthreads();
-    return r;
+    return red_min_int<CL>(cx_, bc, r);
+}
+
+__device__ __forceinline__ unsigned long long limbs(const Smem &sm, int b)
+{
+    return (unsigned long long)sm.l0[b] + ((unsigned long long)sm.l1[b] << 14) + ((unsigned long long)sm.l2[b] << 28);
 }
 
 /* Find the cut: the first token (in order) at which the running weight of
  * the candidates reaches `need` (COUNT) or ceil(frac * total mass) (mass).
  * Returns false when the candidates' total is below it (keep all).
  * [lo, hi] bounds the candidates' values. */
-__device__ bool find_cut(const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, unsigned long long need,
+template <int CL>
+__device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, unsigned long long need,
                          double frac, float *cx, int *ci)
 {
     const int tid = threadIdx.x;
@@ -315,12 +532,19 @@ __device__ bool find_cut(const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, 
         float sc = range > 0.0f ? (float)NB / range : 0.0f;
         if (!(sc < INFINITY))
             sc = 0.0f;
+        if constexpr (CL > 1)
+            cl_sync(); /* the peers are done reading this CTA's histogram and gather buffers */
         for (int b = tid; b < NB; b += NT) {
             sm.cnt[b] = 0;
             sm.l0[b] = sm.l1[b] = sm.l2[b] = 0;
         }
+        if constexpr (CL > 1)
+            if (tid < NB / CL) {
+                sm.tw[tid] = 0;
+                sm.tc[tid] = 0;
+            }
         __syncthreads();
-        for (int i = tid; i < s.n; i += NT) {
+        for (int i = s.lo + tid; i < s.hi; i += NT) {
             float v = s.x[i];
             if (!member(s, bc, v))
                 continue;
@@ -334,9 +558,31 @@ __device__ bool find_cut(const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, 
             }
         }
         __syncthreads();
-        unsigned long long w = s.mass ? (unsigned long long)sm.l0[tid] + ((unsigned long long)sm.l1[tid] << 14) +
-                                            ((unsigned long long)sm.l2[tid] << 28)
-                                      : (unsigned long long)sm.cnt[tid];
+        unsigned long long w;
+        uint32_t cb;
+        if constexpr (CL == 1) {
+            cb = sm.cnt[tid];
+            w = s.mass ? limbs(sm, tid) : (unsigned long long)cb;
+        } else {
+            /* reduce-scatter: this CTA sums bins [rank*BPR, (rank+1)*BPR) of
+             * every peer (thread: one bin of one peer); then all-gather */
+            constexpr int BPR = NB / CL;
+            cl_sync();
+            {
+                const int j = tid % BPR, g = tid / BPR, b = c.rank * BPR + j;
+                const Smem *ps = cl_peer(&sm, g);
+                const uint32_t pc = ps->cnt[b];
+                if (pc) {
+                    const unsigned long long pw = s.mass ? limbs(*ps, b) : (unsigned long long)pc;
+                    atomicAdd(&sm.tc[j], pc);
+                    atomicAdd(&sm.tw[j], pw);
+                }
+            }
+            cl_sync();
+            const Smem *po = cl_peer(&sm, tid / BPR);
+            cb = po->tc[tid % BPR];
+            w = po->tw[tid % BPR];
+        }
         unsigned long long total;
         unsigned long long incl = block_incl_scan_u64(w, bc, &total);
         if (L == 0 && s.mass) {
@@ -348,7 +594,7 @@ __device__ bool find_cut(const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, 
         if (incl - w < need && incl >= need) {
             bc.i[2] = tid;
             bc.u[1] = incl - w;
-            bc.i[3] = (int)sm.cnt[tid];
+            bc.i[3] = (int)cb;
         }
         __syncthreads();
         const int b = bc.i[2];
@@ -364,15 +610,19 @@ __device__ bool find_cut(const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, 
         __syncthreads();
         if (cnt <= GCAP) {
             /* gather the boundary bin and sort it exactly */
-            for (int i = tid; i < s.n; i += NT) {
+            float *gx = CL > 1 ? sm.lgx : sm.gx;
+            int32_t *gi = CL > 1 ? sm.lgi : sm.gi;
+            for (int i = s.lo + tid; i < s.hi; i += NT) {
                 float v = s.x[i];
                 if (member(s, bc, v)) {
                     int k = atomicAdd(&bc.gcount, 1);
-                    sm.gx[k] = v;
-                    sm.gi[k] = i;
+                    gx[k] = v;
+                    gi[k] = i;
                 }
             }
             __syncthreads();
+            if constexpr (CL > 1)
+                cl_pull<CL>(c, sm, bc, bc.gcount, GCAP);
             int P = 2;
             while (P < cnt)
                 P <<= 1;
@@ -422,26 +672,26 @@ __device__ bool find_cut(const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, 
             return true;
         }
         /* too many to gather: exact range of the boundary bin */
-        float mn = INFINITY, mx = -INFINITY;
-        for (int i = tid; i < s.n; i += NT) {
+        float mx = -INFINITY, nmn = -INFINITY;
+        for (int i = s.lo + tid; i < s.hi; i += NT) {
             float v = s.x[i];
             if (member(s, bc, v)) {
-                mn = fminf(mn, v);
+                nmn = fmaxf(nmn, -v);
                 mx = fmaxf(mx, v);
             }
         }
-        mn = block_min(mn, bc);
-        mx = block_max(mx, bc);
+        red_max2<CL>(c, bc, mx, nmn);
+        const float mn = -nmn;
         if (mn == mx || L == MAXLV - 1) {
             /* all equal: the cut is the c-th of them by id */
             unsigned long long wv = weight(s, mx);
-            unsigned long long c = wv > 0 ? (need + wv - 1) / wv : (unsigned long long)cnt;
-            if (c < 1)
-                c = 1;
-            if (c > (unsigned long long)cnt)
-                c = (unsigned long long)cnt;
+            unsigned long long cc = wv > 0 ? (need + wv - 1) / wv : (unsigned long long)cnt;
+            if (cc < 1)
+                cc = 1;
+            if (cc > (unsigned long long)cnt)
+                cc = (unsigned long long)cnt;
             *cx = mx;
-            *ci = kth_equal_id(s, bc, mx, c);
+            *ci = kth_equal_id<CL>(c, s, bc, mx, cc);
             return true;
         }
         lo = mn;
@@ -452,17 +702,32 @@ __device__ bool find_cut(const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, 
 
 __device__ __forceinline__ unsigned pen_hash(int id) { return ((unsigned)id * 2654435761u) & (PSLOTS - 1); }
 
+/* One row per CTA (CL == 1) or per cluster of CL CTAs (sm_90+). */
+template <int CL>
 __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_samp_row *rows, const int32_t *ring,
                                                int R, dsq_samp_result *results)
 {
+    if constexpr (CL > 1 && !DSQ_SAMP_CLUSTER) {
+        __trap(); /* never launched: the host checks the device */
+    } else {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     Smem &sm = *reinterpret_cast<Smem *>(smem_raw);
     __shared__ Bcast bc;
     __shared__ dsq_samp_result res;
     const int tid = threadIdx.x;
-    const dsq_samp_row P = rows[blockIdx.x];
-    float *x = logits + (size_t)blockIdx.x * V;
+    const int row = blockIdx.x / CL;
+    const dsq_samp_row P = rows[row];
+    float *x = logits + (size_t)row * V;
     const int n = P.n_valid;
+    Ctx c;
+    {
+        const int nn = max(n, 0);
+        c.rank = CL > 1 ? cl_rank() : 0;
+        c.S = CL > 1 ? (((nn + CL - 1) / CL + 31) & ~31) : nn;
+        c.lo = min(nn, c.rank * c.S);
+        c.hi = min(nn, c.lo + c.S);
+        c.par = 0;
+    }
     if (tid == 0) {
         res.token = -1;
         res.logprob = 0.0f;
@@ -474,45 +739,54 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
     /* the model's log-probabilities and top-n, from the raw logits */
     float lse = 0.0f;
     if ((P.flags & DSQ_SROW_LOGPROB) || P.top_n > 0) {
-        float mx = -INFINITY, mn = INFINITY;
-        for (int i = tid; i < n; i += NT) {
+        float mx = -INFINITY, nmn = -INFINITY;
+        for (int i = c.lo + tid; i < c.hi; i += NT) {
             float v = x[i];
             mx = fmaxf(mx, v);
             if (v > -INFINITY)
-                mn = fminf(mn, v);
+                nmn = fmaxf(nmn, -v);
         }
-        mx = block_max(mx, bc);
-        mn = block_min(mn, bc);
-        float sum = 0.0f;
+        red_max2<CL>(c, bc, mx, nmn);
+        const float mn = -nmn;
+        /* fixed point (each term <= 2^42, < 2^18 terms): exact, so the
+         * same whatever the split of the row */
+        unsigned long long sum = 0;
         if (mx > -INFINITY)
-            for (int i = tid; i < n; i += NT) {
+            for (int i = c.lo + tid; i < c.hi; i += NT) {
                 float v = x[i];
                 if (v > -INFINITY)
-                    sum += __expf(v - mx);
+                    sum += fx_of(__expf(v - mx));
             }
-        sum = block_sum_f(sum, bc);
-        lse = mx + logf(sum);
+        sum = red_sum_u64<CL>(c, bc, sum);
+        lse = mx + logf((float)sum * (1.0f / MASS_ONE));
         if (P.top_n > 0 && mx > -INFINITY) {
-            Sel s = {x, n, -FLT_MAX, false, 0.0f, 0.0f};
+            Sel s = {x, c.lo, c.hi, -FLT_MAX, false, 0.0f, 0.0f};
             float cx = -FLT_MAX;
             int ci = INT_MAX;
-            find_cut(s, sm, bc, mn, mx, (unsigned long long)P.top_n, 0.0, &cx, &ci);
+            find_cut<CL>(c, s, sm, bc, mn, mx, (unsigned long long)P.top_n, 0.0, &cx, &ci);
+            if constexpr (CL > 1)
+                cl_sync(); /* the peers are done reading this CTA's lgx / lgi */
+            float *gx = CL > 1 ? sm.lgx : sm.gx;
+            int32_t *gi = CL > 1 ? sm.lgi : sm.gi;
             if (tid == 0)
                 bc.gcount = 0;
             __syncthreads();
-            for (int i = tid; i < n; i += NT) {
+            for (int i = c.lo + tid; i < c.hi; i += NT) {
                 float v = x[i];
                 if (v >= -FLT_MAX && cut_le(v, i, cx, ci)) {
                     int k = atomicAdd(&bc.gcount, 1);
                     if (k < 32) {
-                        sm.gx[k] = v;
-                        sm.gi[k] = i;
+                        gx[k] = v;
+                        gi[k] = i;
                     }
                 }
             }
             __syncthreads();
+            int ng = min(bc.gcount, 32);
+            if constexpr (CL > 1)
+                ng = cl_pull<CL>(c, sm, bc, ng, 32);
             if (tid == 0) { /* at most top_n (<= 20) entries: insertion sort */
-                int k = min(bc.gcount, 32);
+                int k = ng;
                 for (int a = 1; a < k; a++) {
                     float tv = sm.gx[a];
                     int ti = sm.gi[a], b = a;
@@ -535,12 +809,15 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
         }
     }
     if (!(P.flags & DSQ_SROW_SAMPLE)) {
-        if (tid == 0)
-            results[blockIdx.x] = res;
+        if (tid == 0 && c.rank == 0)
+            results[row] = res;
+        if constexpr (CL > 1)
+            cl_sync(); /* shared memory outlives the peers' reads */
         return;
     }
 
-    /* penalties, in place */
+    /* penalties, in place: every CTA builds the whole table, each rewrites
+     * the ids of its slice (the only ones it reads later) */
     const int wn = min(P.pen_n, P.hist_len);
     const bool pen = wn > 0 && (P.rep_pen != 1.0f || P.pres_pen != 0.0f || P.freq_pen != 0.0f);
     if (pen) {
@@ -568,7 +845,7 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
         __syncthreads();
         for (int k = tid; k < PSLOTS; k += NT) {
             int id = sm.pk[k];
-            if (id < 0)
+            if (id < c.lo || id >= c.hi) /* empty slots are -1 */
                 continue;
             float v = x[id];
             sm.praw[k] = v;
@@ -581,7 +858,7 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
 
     float m;
     int best;
-    block_argmax(x, n, bc, &m, &best);
+    red_argmax<CL>(c, x, c.lo, c.hi, bc, &m, &best);
     int token = -1;
     int n_kept = 0;
     const float T = P.temperature;
@@ -594,23 +871,25 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
         const float inv_t = 1.4426950408889634f / T; /* k2 of prob_rel */
         float thr = __fsub_rn(m, __fmul_rn(30.0f, T)); /* as the host rounds it */
         if (P.top_k > 0 && P.top_k < n) {
-            Sel s = {x, n, thr, false, m, inv_t};
+            Sel s = {x, c.lo, c.hi, thr, false, m, inv_t};
             float cx;
             int ci;
-            if (find_cut(s, sm, bc, thr, m, (unsigned long long)P.top_k, 0.0, &cx, &ci))
+            if (find_cut<CL>(c, s, sm, bc, thr, m, (unsigned long long)P.top_k, 0.0, &cx, &ci))
                 thr = fmaxf(thr, cx); /* ties at the k-th value all stay */
         }
         bool has_cut = false;
         float cx = INFINITY;
         int ci = -1;
         if (P.top_p < 1.0f) {
-            Sel s = {x, n, thr, true, m, inv_t};
-            has_cut = find_cut(s, sm, bc, thr, m, 0, (double)P.top_p, &cx, &ci);
+            Sel s = {x, c.lo, c.hi, thr, true, m, inv_t};
+            has_cut = find_cut<CL>(c, s, sm, bc, thr, m, 0, (double)P.top_p, &cx, &ci);
         }
-        /* draw: per-warp kept mass over contiguous id ranges */
+        /* draw: per-warp kept mass over contiguous id ranges of the slice;
+         * with a cluster, per-CTA masses first */
         const int lane = tid & 31, warp = tid >> 5;
-        const int C = (((n + NW - 1) / NW) + 31) & ~31;
-        const int w0 = warp * C, w1 = min(n, w0 + C);
+        const int len = c.hi - c.lo;
+        const int C = (((len + NW - 1) / NW) + 31) & ~31;
+        const int w0 = c.lo + warp * C, w1 = min(c.hi, w0 + C);
         unsigned long long acc = 0;
         int kept = 0;
         for (int b = w0; b < w1; b += 32) {
@@ -635,6 +914,7 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
             bc.redi[warp] = kept;
         }
         __syncthreads();
+        const uint64_t seed = (uint64_t)P.seed_lo | ((uint64_t)P.seed_hi << 32);
         if (tid == 0) {
             unsigned long long km = 0;
             int nk = 0;
@@ -642,21 +922,66 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
                 km += bc.redu[k];
                 nk += bc.redi[k];
             }
-            const uint64_t seed = (uint64_t)P.seed_lo | ((uint64_t)P.seed_hi << 32);
-            unsigned long long r = __umul64hi(dsq_philox64(seed, (uint64_t)P.hist_len), km);
-            int ww = NW - 1;
-            unsigned long long before_w = 0;
-            for (int k = 0; k < NW; k++) {
-                if (r < before_w + bc.redu[k]) {
-                    ww = k;
-                    break;
+            if constexpr (CL > 1) {
+                bc.xch[c.par].u[0] = km;
+                bc.xch[c.par].i[0] = nk;
+            } else {
+                unsigned long long r = __umul64hi(dsq_philox64(seed, (uint64_t)P.hist_len), km);
+                int ww = NW - 1;
+                unsigned long long before_w = 0;
+                for (int k = 0; k < NW; k++) {
+                    if (r < before_w + bc.redu[k]) {
+                        ww = k;
+                        break;
+                    }
+                    before_w += bc.redu[k];
                 }
-                before_w += bc.redu[k];
+                bc.i[0] = ww;
+                bc.u[0] = r - before_w;
+                bc.i[1] = best; /* fallback: never needed with exact sums */
+                bc.i[2] = nk;
             }
-            bc.i[0] = ww;
-            bc.u[0] = r - before_w;
-            bc.i[1] = best; /* fallback: never needed with exact sums */
-            bc.i[2] = nk;
+        }
+        if constexpr (CL > 1) {
+            cl_sync();
+            if (tid == 0) {
+                unsigned long long km = 0;
+                int nk = 0;
+                for (int k = 0; k < CL; k++) {
+                    const Xch *p = cl_peer(&bc.xch[c.par], k);
+                    km += p->u[0];
+                    nk += p->i[0];
+                }
+                unsigned long long r = __umul64hi(dsq_philox64(seed, (uint64_t)P.hist_len), km);
+                int rk = CL - 1;
+                unsigned long long before_r = 0;
+                for (int k = 0; k < CL; k++) {
+                    unsigned long long mk = cl_peer(&bc.xch[c.par], k)->u[0];
+                    if (r < before_r + mk) {
+                        rk = k;
+                        break;
+                    }
+                    before_r += mk;
+                }
+                r -= before_r;
+                int ww = -1; /* not this CTA's */
+                unsigned long long before_w = 0;
+                if (rk == c.rank) {
+                    ww = NW - 1;
+                    for (int k = 0; k < NW; k++) {
+                        if (r < before_w + bc.redu[k]) {
+                            ww = k;
+                            break;
+                        }
+                        before_w += bc.redu[k];
+                    }
+                }
+                bc.i[0] = ww;
+                bc.u[0] = r - before_w;
+                bc.i[1] = INT_MAX; /* fallback (best) after the cluster minimum */
+                bc.i[2] = nk;
+            }
+            c.par ^= 1;
         }
         __syncthreads();
         if (warp == bc.i[0]) {
@@ -684,8 +1009,16 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
         __syncthreads();
         token = bc.i[1];
         n_kept = bc.i[2];
+        if constexpr (CL > 1) {
+            token = red_min_int<CL>(c, bc, token);
+            if (token == INT_MAX)
+                token = best;
+        }
     }
-    if (tid == 0) {
+    /* the result: written by the CTA owning the token (its penalty raw value
+     * and logit are there), rank 0 without a token */
+    const int writer = CL > 1 && token >= 0 ? token / c.S : 0;
+    if (tid == 0 && c.rank == writer) {
         res.token = token;
         res.n_kept = n_kept;
         if ((P.flags & DSQ_SROW_LOGPROB) && token >= 0) {
@@ -698,7 +1031,10 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
                     }
             res.logprob = raw - lse;
         }
-        results[blockIdx.x] = res;
+        results[row] = res;
+    }
+    if constexpr (CL > 1)
+        cl_sync(); /* shared memory outlives the peers' reads */
     }
 }
 
@@ -712,14 +1048,113 @@ __global__ void k_hist_scatter(int32_t *ring, int R, const int32_t *tok, const i
 
 } // namespace
 
-/* The kernel's shared-memory opt-in: a per-device attribute. */
+/* Per device: how many clusters of CL CTAs can run at once (0: that size is
+ * not used; all 0 below sm_90 or when the kernels were not built for it). */
+static int samp_clusters[DSQ_CU_MAX_DEVICES][17];
+
+template <int CL> static cudaLaunchConfig_t sample_cfg(int n_rows, cudaStream_t stream, cudaLaunchAttribute *at)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)n_rows * CL);
+    cfg.blockDim = dim3(NT);
+    cfg.dynamicSmemBytes = sizeof(Smem);
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
+/* A cluster size's opt-ins and occupancy; a failure only leaves it unused. */
+template <int CL> static void sample_setup_cluster(int dev)
+{
+    cudaError_t e = cudaFuncSetAttribute(k_sample<CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem));
+    if (e == cudaSuccess && CL > 8)
+        e = cudaFuncSetAttribute(k_sample<CL>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    int n = 0;
+    if (e == cudaSuccess) {
+        cudaLaunchAttribute at[1];
+        cudaLaunchConfig_t cfg = sample_cfg<CL>(1, 0, at);
+        e = cudaOccupancyMaxActiveClusters(&n, k_sample<CL>, &cfg);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    samp_clusters[dev][CL] = n;
+}
+
+/* The kernels' shared-memory opt-ins (per-device attributes) and which
+ * cluster sizes the device runs. */
 static cudaError_t sample_setup(int dev)
 {
-    (void)dev; /* the current device */
-    return cudaFuncSetAttribute(k_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem));
+    /* dev is the current device */
+    cudaError_t e = cudaFuncSetAttribute(k_sample<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem));
+    if (e != cudaSuccess)
+        return e;
+    for (int k = 0; k <= 16; k++)
+        samp_clusters[dev][k] = 0;
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        major = 0;
+    }
+    cudaFuncAttributes fa;
+    if (major < 9 || cudaFuncGetAttributes(&fa, k_sample<8>) != cudaSuccess || fa.ptxVersion < 90 ||
+        fa.binaryVersion < 90) {
+        (void)cudaGetLastError();
+        return cudaSuccess; /* one CTA per row */
+    }
+    sample_setup_cluster<2>(dev);
+    sample_setup_cluster<4>(dev);
+    sample_setup_cluster<8>(dev);
+    sample_setup_cluster<16>(dev);
+    return cudaSuccess;
 }
 
 static dsq_cu_once sample_once;
+
+/* CTAs per row: DSQ_SAMPLE_CLUSTER=0 or 1 forces one CTA per row, 2, 4, 8 or
+ * 16 that cluster size where the device runs it (else one CTA); unset or
+ * "auto": the largest size whose clusters for all rows run at once (16 for
+ * a few rows on an H100 / H200), one CTA per row beyond that. */
+static int sample_cluster_size(int dev, int32_t n_rows)
+{
+    const int *act = samp_clusters[dev];
+    const char *env = getenv("DSQ_SAMPLE_CLUSTER");
+    if (env && env[0] && strcmp(env, "auto") != 0) {
+        int want = atoi(env);
+        return (want == 2 || want == 4 || want == 8 || want == 16) && act[want] > 0 ? want : 1;
+    }
+    for (int cl = 16; cl >= 2; cl >>= 1)
+        if (act[cl] > 0 && n_rows <= act[cl])
+            return cl;
+    return 1;
+}
+
+template <int CL>
+static cudaError_t sample_launch(float *logits, int32_t n_rows, int32_t V, const dsq_samp_row *rows,
+                                 const int32_t *ring, int32_t R, dsq_samp_result *results, cudaStream_t stream)
+{
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t cfg = sample_cfg<CL>(n_rows, stream, at);
+    return cudaLaunchKernelEx(&cfg, k_sample<CL>, logits, (int)V, rows, ring, (int)R, results);
+}
+
+/* For tests and measurements: the CTAs per row dsq_cu_sample would use now
+ * for n_rows on the current device (after its setup). */
+extern "C" int dsq_cu_sample_cluster_size(int32_t n_rows)
+{
+    int dev = 0;
+    if (dsq_cu_once_per_device(&sample_once, sample_setup, &dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    return sample_cluster_size(dev, n_rows);
+}
 
 extern "C" dsq_status dsq_cu_sample(float *logits, int32_t n_rows, int32_t V, const dsq_samp_row *rows,
                                     const int32_t *ring, int32_t R, dsq_samp_result *results, cudaStream_t stream)
@@ -729,10 +1164,23 @@ extern "C" dsq_status dsq_cu_sample(float *logits, int32_t n_rows, int32_t V, co
     if (V > 262143)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "GPU sampling: vocabulary of %d exceeds 262143 (fixed-point mass sums)",
                         V);
-    cudaError_t e = dsq_cu_once_per_device(&sample_once, sample_setup, NULL);
+    int dev = 0;
+    cudaError_t e = dsq_cu_once_per_device(&sample_once, sample_setup, &dev);
     if (e != cudaSuccess)
         return dsq_cu_status(e, "GPU sampling setup");
-    k_sample<<<n_rows, NT, sizeof(Smem), stream>>>(logits, V, rows, ring, R, results);
+    const int cl = sample_cluster_size(dev, n_rows);
+    e = cudaSuccess;
+    switch (cl) {
+    case 16: e = sample_launch<16>(logits, n_rows, V, rows, ring, R, results, stream); break;
+    case 8: e = sample_launch<8>(logits, n_rows, V, rows, ring, R, results, stream); break;
+    case 4: e = sample_launch<4>(logits, n_rows, V, rows, ring, R, results, stream); break;
+    case 2: e = sample_launch<2>(logits, n_rows, V, rows, ring, R, results, stream); break;
+    default: break;
+    }
+    if (cl == 1 || e != cudaSuccess) {
+        (void)cudaGetLastError(); /* a refused cluster launch: one CTA per row */
+        k_sample<1><<<n_rows, NT, sizeof(Smem), stream>>>(logits, V, rows, ring, R, results);
+    }
     return DSQ_CU_LAUNCHED("GPU sampling");
 }
 

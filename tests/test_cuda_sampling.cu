@@ -9,10 +9,16 @@
  *    near-flat row (random weights' case) the kept-set size equals the
  *    reference nucleus within 2 + 1/20000 of it and no draw falls outside it;
  *  - a row draws the same token whatever else is in the launch;
+ *  - one CTA per row and clusters of 2 / 4 / 8 / 16 CTAs per row (sm_90;
+ *    forced through DSQ_SAMPLE_CLUSTER) give bit-identical results on the
+ *    same inputs (1, 2, 3, 8 and 37 rows: greedy, top-k, top-p, min-p,
+ *    penalties, log-probs / top-n, ties, -inf, n_valid < V, rows of equal
+ *    values), and the greedy / top-n tests run on every path;
  *  - through dsq_step on the tiny model: greedy == argmax of the logits the
  *    same call returns, device logits == host logits, a mixed step matches
  *    separate prefill / decode calls;
- *  - timing (printed): batches of 64 and 256 rows of 151,936 logits.
+ *  - timing (printed): batches of 1, 2, 8, 64 and 256 rows of 151,936
+ *    logits (1 and 8 also with one CTA per row forced).
  * Exits 77 (skipped) without a CUDA device. */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +35,21 @@ extern "C" {
 #include "sample_ref.h"
 
 #define CKC(x) assert_int_equal((int)(x), (int)cudaSuccess)
+
+/* cuda/sampling.cu: CTAs per row dsq_cu_sample uses now for n rows */
+extern "C" int dsq_cu_sample_cluster_size(int32_t n_rows);
+
+/* DSQ_SAMPLE_CLUSTER for the next launches (NULL: automatic) */
+static void set_cluster(const char *mode)
+{
+    if (mode)
+        setenv("DSQ_SAMPLE_CLUSTER", mode, 1);
+    else
+        unsetenv("DSQ_SAMPLE_CLUSTER");
+}
+
+/* the modes every path test runs: automatic, one CTA per row, each cluster size */
+static const char *const MODES[6] = {NULL, "0", "2", "4", "8", "16"};
 
 typedef struct gpu_rows {
     float *d_logits;
@@ -120,21 +141,38 @@ static void test_greedy_logprobs_penalties(void **state)
                 ring[(size_t)r * R + p % R] = id;
             }
         }
-        run_gpu(x, NR, V, rows, ring, NR, R, got);
+        dsq_samp_result *want_all = (dsq_samp_result *)malloc(sizeof(dsq_samp_result) * NR);
         for (int r = 0; r < NR; r++) {
             for (int p = 0; p < rows[r].hist_len; p++)
                 hist[p] = ring[(size_t)r * R + p % R];
-            assert_int_equal(dsq_sample_cpu_row(ws, x + (size_t)r * V, V, &rows[r], hist, &want), DSQ_OK);
-            if (got[r].token != want.token)
-                fail_msg("V %d row %d: GPU greedy %d, host %d", V, r, got[r].token, want.token);
-            assert_true(fabs(got[r].logprob - want.logprob) < 2e-4);
-            assert_int_equal(got[r].n_top, want.n_top);
-            for (int k = 0; k < want.n_top; k++) {
-                assert_int_equal(got[r].top_ids[k], want.top_ids[k]);
-                assert_true(fabs(got[r].top_lp[k] - want.top_lp[k]) < 2e-4);
+            assert_int_equal(dsq_sample_cpu_row(ws, x + (size_t)r * V, V, &rows[r], hist, &want_all[r]), DSQ_OK);
+        }
+        /* the whole batch, then batches of 1, 2, 3 and 8 rows (the cluster
+         * sizes), on every path */
+        const int b0[5] = {0, 0, 1, 3, 6}, bn[5] = {NR, 1, 2, 3, 8};
+        for (int mi = 0; mi < 6; mi++) {
+            set_cluster(MODES[mi]);
+            for (int bi = 0; bi < 5; bi++) {
+                const int r0 = b0[bi], nb = bn[bi];
+                run_gpu(x + (size_t)r0 * V, nb, V, rows + r0, ring, NR, R, got + r0);
+                for (int r = r0; r < r0 + nb; r++) {
+                    want = want_all[r];
+                    if (got[r].token != want.token)
+                        fail_msg("V %d row %d (mode %s, %d rows, %d CTAs per row): GPU greedy %d, host %d", V, r,
+                                 MODES[mi] ? MODES[mi] : "auto", nb, dsq_cu_sample_cluster_size(nb), got[r].token,
+                                 want.token);
+                    assert_true(fabs(got[r].logprob - want.logprob) < 2e-4);
+                    assert_int_equal(got[r].n_top, want.n_top);
+                    for (int k = 0; k < want.n_top; k++) {
+                        assert_int_equal(got[r].top_ids[k], want.top_ids[k]);
+                        assert_true(fabs(got[r].top_lp[k] - want.top_lp[k]) < 2e-4);
+                    }
+                }
             }
         }
-        printf("  greedy/log-probs/top-n/penalties: %d rows of %d logits agree with the host\n", NR, V);
+        set_cluster(NULL);
+        free(want_all);
+        printf("  greedy/log-probs/top-n/penalties: %d rows of %d logits agree with the host on every path\n", NR, V);
         dsq_sample_ws_free(ws);
         free(x);
         free(ring);
@@ -162,6 +200,16 @@ static void distribution(int V, ref_cfg c, double scale, uint64_t lseed, int dra
         rows[d] = mkrow(c, V, 0x1234567ull + (uint64_t)d * 7919ull, 0, 10 + d % 13);
     }
     run_gpu(x, draws, V, rows, ring, 1, 1, res);
+    /* the same draws through 16-CTA clusters: bit-identical */
+    dsq_samp_result *res16 = (dsq_samp_result *)malloc(sizeof(dsq_samp_result) * draws);
+    set_cluster("16");
+    run_gpu(x, draws, V, rows, ring, 1, 1, res16);
+    set_cluster(NULL);
+    for (int d = 0; d < draws; d++)
+        if (res16[d].token != res[d].token || res16[d].n_kept != res[d].n_kept)
+            fail_msg("draw %d: %d CTAs per row drew %d (kept %d), 16-CTA clusters %d (kept %d)", d,
+                     dsq_cu_sample_cluster_size(draws), res[d].token, res[d].n_kept, res16[d].token, res16[d].n_kept);
+    free(res16);
     int *counts = (int *)calloc((size_t)V, sizeof(int));
     int support = 0;
     for (int i = 0; i < V; i++)
@@ -219,7 +267,13 @@ static void test_flat_nucleus(void **state)
     dsq_samp_result res[NR];
     int32_t ring[1] = {0};
     run_gpu(x, NR, V, rows, ring, 1, 1, res);
+    dsq_samp_result res8[NR];
+    set_cluster("8");
+    run_gpu(x, NR, V, rows, ring, 1, 1, res8);
+    set_cluster(NULL);
     for (int r = 0; r < NR; r++) {
+        assert_int_equal(res8[r].token, res[r].token);
+        assert_int_equal(res8[r].n_kept, res[r].n_kept);
         /* float vs double probabilities move the edge by a few tokens */
         assert_true(abs(res[r].n_kept - support) <= 2 + support / 20000);
         assert_true(res[r].token >= 0 && q[res[r].token] > 0.0);
@@ -258,13 +312,151 @@ static void test_batch_independent(void **state)
     free(y);
 }
 
+/* Every path on the same inputs: results bit-identical to one CTA per row;
+ * greedy rows, log-probs and top-n also against the host. */
+static int same_result(const dsq_samp_result *a, const dsq_samp_result *b)
+{
+    if (a->token != b->token || a->n_kept != b->n_kept || a->n_top != b->n_top ||
+        memcmp(&a->logprob, &b->logprob, sizeof(float)) != 0)
+        return 0;
+    for (int k = 0; k < a->n_top; k++)
+        if (a->top_ids[k] != b->top_ids[k] || memcmp(&a->top_lp[k], &b->top_lp[k], sizeof(float)) != 0)
+            return 0;
+    return 1;
+}
+
+static void test_paths_agree(void **state)
+{
+    (void)state;
+    const int Vs[3] = {1001, 50257, 151937};
+    const int R = 1024, NR = 37;
+    for (int vi = 0; vi < 3; vi++) {
+        const int V = Vs[vi];
+        float *x = (float *)malloc(sizeof(float) * (size_t)NR * V);
+        int32_t *ring = (int32_t *)calloc((size_t)NR * R, sizeof(int32_t));
+        int32_t *hist = (int32_t *)malloc(sizeof(int32_t) * R);
+        dsq_samp_row rows[NR];
+        dsq_samp_result base[NR], got[NR], want;
+        dsq_sample_ws *ws = NULL;
+        assert_int_equal(dsq_sample_ws_new(V, &ws), DSQ_OK);
+        for (int r = 0; r < NR; r++) {
+            float *row = x + (size_t)r * V;
+            const int kind = r % 8;
+            ref_random_logits(row, V, kind == 1 ? 1.0 : 0.5 + r % 5, 7000 * vi + r);
+            ref_cfg c = { 0.0f, 0, 1.0f, 0.0f };
+            int n_valid = V;
+            switch (kind) {
+            case 0: /* greedy with planted ties */
+                row[(r * 7919) % V] = row[(r * 104729 + 13) % V] = 40.0f;
+                break;
+            case 1: c = (ref_cfg){ 0.6f, 0, 0.95f, 0.0f }; break; /* near flat nucleus */
+            case 2: c = (ref_cfg){ 0.8f, 40, 1.0f, 0.0f }; break;
+            case 3: /* -inf entries */
+                c = (ref_cfg){ 1.3f, 0, 0.7f, 0.05f };
+                for (int i = 0; i < V; i += 3)
+                    row[i] = -INFINITY;
+                break;
+            case 4: c = (ref_cfg){ 0.7f, 200, 0.9f, 0.0f }; break; /* with penalties below */
+            case 5: /* many equal values: quantized, or all equal */
+                for (int i = 0; i < V; i++)
+                    row[i] = (r / 8) % 2 ? 1.5f : floorf(row[i] * 2.0f) * 0.5f;
+                c = (ref_cfg){ 1.0f, (r / 8) % 3 == 0 ? 1000 : 0, 0.5f, 0.0f };
+                break;
+            case 6: /* padding beats everything but is not valid */
+                c = (ref_cfg){ 0.9f, 0, 0.95f, 0.0f };
+                n_valid = V - 5;
+                for (int i = n_valid; i < V; i++)
+                    row[i] = 1e4f;
+                break;
+            default: break; /* 7: log-probs only, no sampling */
+            }
+            rows[r] = mkrow(c, n_valid, 0x9e3779b9ull * (uint64_t)(r + 1), r, 20 + (r * 37) % 900);
+            if (kind == 7)
+                rows[r].flags = 0;
+            if (kind == 0 || kind == 4 || kind == 6 || kind == 7 || r % 5 == 0) {
+                rows[r].flags |= DSQ_SROW_LOGPROB;
+                rows[r].top_n = 1 + r % 20;
+            }
+            if (kind == 4 || r % 3 == 0) {
+                rows[r].rep_pen = 1.0f + 0.1f * (1 + r % 4);
+                rows[r].freq_pen = 0.05f * (r % 3);
+                rows[r].pres_pen = 0.3f;
+                rows[r].pen_n = 1 + (r * 53) % 700;
+            }
+            for (int p = 0; p < rows[r].hist_len; p++) {
+                int id = (int)(ref_urand() * V);
+                if (p % 3 == 0)
+                    id = (int)dsq_argmax(row, (size_t)n_valid);
+                ring[(size_t)r * R + p % R] = id;
+            }
+        }
+        int host_same = 0, sampled = 0;
+        const int b0[5] = {0, 0, 1, 3, 6}, bn[5] = {NR, 1, 2, 3, 8};
+        for (int bi = 0; bi < 5; bi++) {
+            const int r0 = b0[bi], nb = bn[bi];
+            set_cluster("0");
+            run_gpu(x + (size_t)r0 * V, nb, V, rows + r0, ring, NR, R, base + r0);
+            for (int mi = 0; mi < 6; mi++) {
+                if (mi == 1)
+                    continue;
+                set_cluster(MODES[mi]);
+                const int cl = dsq_cu_sample_cluster_size(nb);
+                run_gpu(x + (size_t)r0 * V, nb, V, rows + r0, ring, NR, R, got + r0);
+                for (int r = r0; r < r0 + nb; r++)
+                    if (!same_result(&got[r], &base[r]))
+                        fail_msg("V %d row %d (kind %d), %d rows, mode %s (%d CTAs per row): token %d kept %d "
+                                 "logprob %.9g n_top %d; one CTA per row: token %d kept %d logprob %.9g n_top %d",
+                                 V, r, r % 8, nb, MODES[mi] ? MODES[mi] : "auto", cl, got[r].token, got[r].n_kept,
+                                 (double)got[r].logprob, got[r].n_top, base[r].token, base[r].n_kept,
+                                 (double)base[r].logprob, base[r].n_top);
+            }
+            set_cluster(NULL);
+            if (bi > 0)
+                continue;
+            for (int r = 0; r < NR; r++) {
+                for (int p = 0; p < rows[r].hist_len; p++)
+                    hist[p] = ring[(size_t)r * R + p % R];
+                assert_int_equal(dsq_sample_cpu_row(ws, x + (size_t)r * V, V, &rows[r], hist, &want), DSQ_OK);
+                const int greedy = rows[r].temperature <= 0.0f || !(rows[r].flags & DSQ_SROW_SAMPLE);
+                if (greedy && base[r].token != want.token)
+                    fail_msg("V %d row %d: GPU %d, host %d", V, r, base[r].token, want.token);
+                if (!greedy) {
+                    sampled++;
+                    host_same += base[r].token == want.token;
+                    assert_true(base[r].token >= 0 && base[r].token < rows[r].n_valid);
+                }
+                if ((rows[r].flags & DSQ_SROW_LOGPROB) && base[r].token == want.token)
+                    assert_true(fabs(base[r].logprob - want.logprob) < 2e-4);
+                assert_int_equal(base[r].n_top, want.n_top);
+                for (int k = 0; k < want.n_top; k++) {
+                    assert_int_equal(base[r].top_ids[k], want.top_ids[k]);
+                    assert_true(fabs(base[r].top_lp[k] - want.top_lp[k]) < 2e-4);
+                }
+            }
+        }
+        printf("  paths: V=%d, batches of 37/1/2/3/8 rows: clusters of 2/4/8/16 == one CTA per row "
+               "(CTAs per row chosen for 1 / 8 / 37 rows: %d / %d / %d); sampled tokens equal to the host's "
+               "draw: %d of %d\n",
+               V, dsq_cu_sample_cluster_size(1), dsq_cu_sample_cluster_size(8), dsq_cu_sample_cluster_size(37),
+               host_same, sampled);
+        dsq_sample_ws_free(ws);
+        free(x);
+        free(ring);
+        free(hist);
+    }
+}
+
 static void test_timing(void **state)
 {
     (void)state;
     const int V = 151936;
-    const int Bs[2] = {64, 256};
-    for (int bi = 0; bi < 2; bi++) {
+    /* batch, forced mode (NULL: automatic) */
+    const int Bs[7] = {1, 1, 2, 8, 8, 64, 256};
+    const char *Ms[7] = {NULL, "0", NULL, NULL, "0", NULL, NULL};
+    for (int bi = 0; bi < 7; bi++) {
         const int B = Bs[bi];
+        set_cluster(Ms[bi]);
+        const int cl = dsq_cu_sample_cluster_size(B);
         float *x = (float *)malloc(sizeof(float) * (size_t)B * V);
         dsq_samp_row *rows = (dsq_samp_row *)malloc(sizeof(dsq_samp_row) * B);
         for (int r = 0; r < B; r++) {
@@ -306,7 +498,8 @@ static void test_timing(void **state)
             CKC(cudaEventSynchronize(e1));
             float ms = 0;
             cudaEventElapsedTime(&ms, e0, e1);
-            printf("  timing: %3d rows x %d, %-36s %7.1f us per launch\n", B, V, names[mode], 1e3 * ms / iters);
+            printf("  timing: %3d rows x %d, %2d CTA(s) per row, %-36s %7.1f us per launch\n", B, V, cl, names[mode],
+                   1e3 * ms / iters);
             cudaEventDestroy(e0);
             cudaEventDestroy(e1);
         }
@@ -317,6 +510,7 @@ static void test_timing(void **state)
         free(x);
         free(rows);
     }
+    set_cluster(NULL);
 }
 
 /* ---- through dsq_step on the tiny model -------------------------------------- */
@@ -411,6 +605,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_logprobs_penalties), cmocka_unit_test(test_distributions),
         cmocka_unit_test(test_flat_nucleus),              cmocka_unit_test(test_batch_independent),
+        cmocka_unit_test(test_paths_agree),
         cmocka_unit_test(test_api),                       cmocka_unit_test(test_timing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
