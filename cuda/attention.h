@@ -51,13 +51,17 @@
  *
  * ---- Supported shapes
  *   head_dim 128 or 64; n_heads a multiple of n_kv_heads (any group size);
- *   requires sm_80 or newer.  Anything else returns cudaErrorInvalidValue
- *   before launching.
+ *   requires sm_80 or newer.  Anything else returns DSQ_ERR_INTERNAL (with
+ *   a message naming the argument) before launching: the backend checks a
+ *   model's shape at load, so a refused launch is a library bug.
  *
  * All launchers: asynchronous on `stream`, no host synchronisation, no host
  * allocation, no reading of device data on the host, so a decode step can be
- * captured in a CUDA graph.  They return the launch error (cudaSuccess,
- * cudaErrorInvalidValue for bad arguments, or what cudaGetLastError reports).
+ * captured in a CUDA graph.  They return a dsq_status like the launchers of
+ * kernels.h: DSQ_OK, DSQ_ERR_INTERNAL for bad arguments, or the launch error
+ * through dsq_cu_status() (DSQ_ERR_DEVICE_OOM / DSQ_ERR_DEVICE with a
+ * message naming the kernel); faults inside a kernel surface at the next
+ * synchronisation.
  */
 #ifndef DSQ_CUDA_ATTENTION_H
 #define DSQ_CUDA_ATTENTION_H
@@ -66,6 +70,8 @@
 #include <stdint.h>
 
 #include <cuda_runtime.h>
+
+#include "internal.h" /* dsq_status, dsq_fail */
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,7 +106,7 @@ typedef struct dsq_attn_kv {
  *   tok_seq: [n_tokens] device, batch sequence index of token t (block_table row)
  *   pos    : [n_tokens] device, absolute position of token t
  * Every (tok_seq, pos) must map to a reserved row.  n_tokens == 0 is a no-op. */
-cudaError_t dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, int64_t k_stride,
+dsq_status dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, int64_t k_stride,
                               const void *v, int64_t v_stride, const int32_t *tok_seq,
                               const int32_t *pos, int32_t n_tokens, cudaStream_t stream);
 
@@ -111,7 +117,7 @@ cudaError_t dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, int64_t k_st
  * stored to out, bf16 [n_tokens][row_stride], and k and v go into the cache
  * exactly as dsq_attn_kv_write would store the bf16 values.  pos / tok_seq
  * as for dsq_attn_kv_write.  Launched with PDL (cuda/pdl.cuh). */
-cudaError_t dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
+dsq_status dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
                                    const int32_t *pos, const int32_t *tok_seq, int32_t n_tokens,
                                    int32_t n_q_heads, const float *inv_freq, void *out, cudaStream_t stream);
 
@@ -127,7 +133,7 @@ cudaError_t dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int6
  *               positions 0 .. pos0+i
  *   max_q_len : host; >= every cu_seqlens[b+1]-cu_seqlens[b] (sizes the grid)
  * Scale 1/sqrt(head_dim), softmax in fp32, fp16 tensor-core products. */
-cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+dsq_status dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
                              void *out, int64_t o_stride, const int32_t *cu_seqlens,
                              const int32_t *seq_pos0, int32_t n_seqs, int32_t max_q_len,
                              int32_t n_heads, cudaStream_t stream);
@@ -148,7 +154,7 @@ cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_str
  * Grid: n_seqs x n_kv_heads x max_splits blocks plus one merge kernel, both
  * launched with programmatic dependent launch (pdl.cuh) where enabled; so is
  * dsq_attn_prefill. */
-cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
                             void *out, int64_t o_stride, const int32_t *seq_lens,
                             int32_t n_seqs, int32_t n_heads, int32_t max_splits,
                             void *workspace, size_t workspace_bytes, cudaStream_t stream);
@@ -170,7 +176,7 @@ int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads, int32_t max_c
  * attributes are per device): once per device, thread-safe.  The launchers
  * call it themselves, but call it once at context creation so that no
  * attribute is set while a stream is being captured. */
-cudaError_t dsq_attn_init(void);
+dsq_status dsq_attn_init(void);
 
 #ifdef __cplusplus
 }

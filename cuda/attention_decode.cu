@@ -477,9 +477,9 @@ static dsq_cu_once attn_once;
 /* The current device's setup, once; *dev receives the device. */
 static cudaError_t attn_ready(int *dev) { return dsq_cu_once_per_device(&attn_once, attn_init_device, dev); }
 
-extern "C" cudaError_t dsq_attn_init(void) { return attn_ready(NULL); }
+extern "C" dsq_status dsq_attn_init(void) { return dsq_cu_status(attn_ready(NULL), "attention kernel setup"); }
 
-extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
                                        void *out, int64_t o_stride, const int32_t *seq_lens,
                                        int32_t n_seqs, int32_t n_heads, int32_t max_splits,
                                        void *workspace, size_t workspace_bytes,
@@ -487,9 +487,11 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
 {
     if (!kv_ok(kv) || n_seqs < 0 || n_heads <= 0 || n_heads % kv->n_kv_heads ||
         max_splits <= 0 || max_splits > kMaxSplits || n_seqs > 65535)
-        return cudaErrorInvalidValue;
+        return dsq_fail(DSQ_ERR_INTERNAL, "decode attention: %d sequences, %d heads over a cache of %d KV heads, "
+                        "%d splits (1..%d; or a cache kv_ok() refuses)", (int)n_seqs, (int)n_heads,
+                        kv ? (int)kv->n_kv_heads : 0, (int)max_splits, kMaxSplits);
     if (n_seqs == 0)
-        return cudaSuccess;
+        return DSQ_OK;
     const int D = kv->head_dim;
     const int group = n_heads / kv->n_kv_heads;
     const int n_hg = (group + kDecRows - 1) / kDecRows;
@@ -497,11 +499,14 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
         q_stride % 8 || q_stride < (int64_t)n_heads * D || o_stride < (int64_t)n_heads * D ||
         workspace_bytes < ws_floats(n_seqs, n_heads, D, max_splits) * sizeof(float) ||
         (int64_t)kv->n_kv_heads * n_hg > 65535)
-        return cudaErrorInvalidValue;
+        return dsq_fail(DSQ_ERR_INTERNAL, "decode attention: a NULL or misaligned pointer, strides q %lld / out %lld "
+                        "(>= %d, q a multiple of 8), or a workspace of %zu bytes (%zu needed)", (long long)q_stride,
+                        (long long)o_stride, (int)n_heads * D, workspace_bytes,
+                        ws_floats(n_seqs, n_heads, D, max_splits) * sizeof(float));
     int dev = 0;
     cudaError_t e = attn_ready(&dev);
     if (e != cudaSuccess)
-        return e;
+        return dsq_cu_status(e, "attention kernel setup");
     const int smem_optin = g_smem_optin[dev];
     KvArgs a = kv_args(kv);
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
@@ -541,11 +546,13 @@ extern "C" cudaError_t dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int
     }
 #undef DSQ_DECODE_LAUNCH
     if (e != cudaSuccess)
-        return e;
+        return dsq_cu_status(e, "decode attention kernel");
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
     if (D == 128)
-        return dsq_launch_pdl(decode_merge_kernel<128>, mgrid, dim3(128), 0, stream, ws_acc, ws_ml, seq_lens,
-                              n_heads, max_splits, (__nv_bfloat16 *)out, o_stride);
-    return dsq_launch_pdl(decode_merge_kernel<64>, mgrid, dim3(64), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
-                          max_splits, (__nv_bfloat16 *)out, o_stride);
+        e = dsq_launch_pdl(decode_merge_kernel<128>, mgrid, dim3(128), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
+                           max_splits, (__nv_bfloat16 *)out, o_stride);
+    else
+        e = dsq_launch_pdl(decode_merge_kernel<64>, mgrid, dim3(64), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
+                           max_splits, (__nv_bfloat16 *)out, o_stride);
+    return dsq_cu_status(e, "decode attention merge kernel");
 }

@@ -34,6 +34,7 @@
 
 #include "attention.h"
 #include "attention_tile.cuh"
+#include "kernels.h" /* dsq_cu_status */
 
 namespace dsq_attn {
 
@@ -260,25 +261,29 @@ cudaError_t prefill_init()
 
 using namespace dsq_attn;
 
-extern "C" cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+extern "C" dsq_status dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
                                         void *out, int64_t o_stride, const int32_t *cu_seqlens,
                                         const int32_t *seq_pos0, int32_t n_seqs,
                                         int32_t max_q_len, int32_t n_heads, cudaStream_t stream)
 {
     if (!kv_ok(kv) || n_seqs < 0 || max_q_len < 0 || n_heads <= 0 ||
         n_heads % kv->n_kv_heads || n_seqs > 65535 || n_heads > 65535)
-        return cudaErrorInvalidValue;
+        return dsq_fail(DSQ_ERR_INTERNAL, "prefill attention: %d sequences, %d rows, %d heads over a cache of %d KV "
+                        "heads (or one kv_ok() refuses)", (int)n_seqs, (int)max_q_len, (int)n_heads,
+                        kv ? (int)kv->n_kv_heads : 0);
     if (n_seqs == 0 || max_q_len == 0)
-        return cudaSuccess;
+        return DSQ_OK;
     const int D = kv->head_dim;
     /* 16-byte Q loads: base aligned, row stride a multiple of 8 elements */
     if (!q || !out || !cu_seqlens || !seq_pos0 || !aligned16(q) || q_stride % 8 ||
         ((uintptr_t)out & 3) || o_stride % 2 || q_stride < (int64_t)n_heads * D ||
         o_stride < (int64_t)n_heads * D)
-        return cudaErrorInvalidValue;
-    cudaError_t e = dsq_attn_init();
-    if (e != cudaSuccess)
-        return e;
+        return dsq_fail(DSQ_ERR_INTERNAL, "prefill attention: a NULL or misaligned pointer, or strides q %lld / out %lld "
+                        "(>= %d, q a multiple of 8, out of 2)", (long long)q_stride, (long long)o_stride, (int)n_heads * D);
+    dsq_status st = dsq_attn_init();
+    if (st != DSQ_OK)
+        return st;
+    cudaError_t e;
     KvArgs a = kv_args(kv);
     const int group = n_heads / kv->n_kv_heads;
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
@@ -295,5 +300,5 @@ extern "C" cudaError_t dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, in
     else
         e = i8 ? DSQ_PREFILL_LAUNCH(64, true) : DSQ_PREFILL_LAUNCH(64, false);
 #undef DSQ_PREFILL_LAUNCH
-    return e;
+    return dsq_cu_status(e, "prefill attention kernel");
 }

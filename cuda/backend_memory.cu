@@ -130,7 +130,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
                         (long long)H, (long long)KV);
 
     CU_TRY(cudaStreamCreateWithFlags(&cc->stream, cudaStreamNonBlocking), "stream creation");
-    CU_TRY(dsq_attn_init(), "attention kernel setup");
+    DSQ_TRY(dsq_attn_init());
     DSQ_TRY(dsq_gemm_create((size_t)32 << 20, &cc->gemm));
 
     /* H200, 1.5B shapes (us per call, GEMV vs cuBLASLt): qkv/o/down win up

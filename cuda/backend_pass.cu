@@ -76,9 +76,8 @@ static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int
     kv.block_table = p->bt;
     kv.bt_stride = p->bt_stride;
     if (p->decode) {
-        CU_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws,
-                               cc->dec_ws_bytes, s),
-               "decode attention");
+        DSQ_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws,
+                                cc->dec_ws_bytes, s));
         return DSQ_OK;
     }
     /* mixed: one-token rows in front through the decode kernel (split over
@@ -86,14 +85,12 @@ static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int
      * ran once over all rows */
     const int32_t nd = p->nd;
     if (nd > 0)
-        CU_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, nd, H, p->splits, cc->dec_ws,
-                               cc->dec_ws_bytes, s),
-               "decode attention");
+        DSQ_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, nd, H, p->splits, cc->dec_ws,
+                                cc->dec_ws_bytes, s));
     dsq_attn_kv kc = kv;
     kc.block_table = p->bt + (size_t)nd * p->bt_stride;
-    CU_TRY(dsq_attn_prefill(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,
-                            p->cu_pre, p->pos0 + nd, p->S - nd, p->max_q, H, s),
-           "prefill attention");
+    DSQ_TRY(dsq_attn_prefill(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,
+                             p->cu_pre, p->pos0 + nd, p->S - nd, p->max_q, H, s));
     return DSQ_OK;
 }
 
@@ -119,8 +116,7 @@ static dsq_status run_op(dsq_ctx *c, const cu_pass *p, const dsq_op *op, const c
         dsq_attn_kv kv = cc->kv[l];
         kv.block_table = p->bt;
         kv.bt_stride = p->bt_stride;
-        CU_TRY(dsq_attn_rope_kv_write(&kv, cc->qkv, QKV, p->pos, p->tseq, T, H, cm->inv_freq, cc->qkvb, s),
-               "RoPE and KV cache write");
+        DSQ_TRY(dsq_attn_rope_kv_write(&kv, cc->qkv, QKV, p->pos, p->tseq, T, H, cm->inv_freq, cc->qkvb, s));
         return DSQ_OK;
     }
     case DSQ_OP_ATTEND:

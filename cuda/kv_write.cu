@@ -12,6 +12,7 @@
 
 #include "attention.h"
 #include "attention_tile.cuh"
+#include "kernels.h" /* dsq_cu_status */
 #include "rope.cuh"
 
 namespace dsq_attn {
@@ -170,25 +171,26 @@ __global__ void __launch_bounds__(64)
 
 using namespace dsq_attn;
 
-extern "C" cudaError_t dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, int64_t k_stride,
+extern "C" dsq_status dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, int64_t k_stride,
                                          const void *v, int64_t v_stride,
                                          const int32_t *tok_seq, const int32_t *pos,
                                          int32_t n_tokens, cudaStream_t stream)
 {
     if (n_tokens < 0 || !kv_ok(kv))
-        return cudaErrorInvalidValue;
+        return dsq_fail(DSQ_ERR_INTERNAL, "KV write: %d tokens, or a cache description kv_ok() refuses", (int)n_tokens);
     if (n_tokens == 0)
-        return cudaSuccess;
+        return DSQ_OK;
     const int D = kv->head_dim;
     /* each lane reads D/32 bf16 = 8 or 4 bytes */
     const uintptr_t need = D == 128 ? 7u : 3u;
     if (!k || !v || !tok_seq || !pos || ((uintptr_t)k & need) || ((uintptr_t)v & need) ||
         (k_stride * 2) % (int64_t)(need + 1) || (v_stride * 2) % (int64_t)(need + 1) ||
         k_stride < (int64_t)kv->n_kv_heads * D || v_stride < (int64_t)kv->n_kv_heads * D)
-        return cudaErrorInvalidValue;
+        return dsq_fail(DSQ_ERR_INTERNAL, "KV write: a NULL or misaligned pointer, or strides %lld / %lld below %d",
+                        (long long)k_stride, (long long)v_stride, kv->n_kv_heads * D);
     const int64_t n_items = (int64_t)n_tokens * kv->n_kv_heads * 2;
     if (n_items > (int64_t)1 << 30)
-        return cudaErrorInvalidValue;
+        return dsq_fail(DSQ_ERR_INTERNAL, "KV write: %d tokens is too many for one launch", (int)n_tokens);
     KvArgs a = kv_args(kv);
     dim3 grid((unsigned)((n_items + 3) / 4)), block(128);
     const __nv_bfloat16 *kb = (const __nv_bfloat16 *)k, *vb = (const __nv_bfloat16 *)v;
@@ -208,33 +210,38 @@ extern "C" cudaError_t dsq_attn_kv_write(const dsq_attn_kv *kv, const void *k, i
             kv_write_kernel<64, false><<<grid, block, 0, stream>>>(a, kb, k_stride, vb, v_stride,
                                                                    tok_seq, pos, (int)n_items);
     }
-    return cudaGetLastError();
+    return dsq_cu_status(cudaGetLastError(), "KV write kernel");
 }
 
-extern "C" cudaError_t dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
+extern "C" dsq_status dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
                                               const int32_t *pos, const int32_t *tok_seq, int32_t n_tokens,
                                               int32_t n_q_heads, const float *inv_freq, void *out,
                                               cudaStream_t stream)
 {
     if (n_tokens < 0 || !kv_ok(kv) || n_q_heads < 0)
-        return cudaErrorInvalidValue;
+        return dsq_fail(DSQ_ERR_INTERNAL, "RoPE + KV write: %d tokens, %d q heads, or a cache description kv_ok() "
+                        "refuses", (int)n_tokens, (int)n_q_heads);
     if (n_tokens == 0)
-        return cudaSuccess;
+        return DSQ_OK;
     const int D = kv->head_dim;
     const int64_t heads = (int64_t)n_q_heads + 2 * kv->n_kv_heads;
     if (!qkv || !pos || !tok_seq || !inv_freq || !out || row_stride < heads * D || heads > 65535)
-        return cudaErrorInvalidValue;
+        return dsq_fail(DSQ_ERR_INTERNAL, "RoPE + KV write: a NULL pointer, row stride %lld below %lld, or %lld heads",
+                        (long long)row_stride, (long long)(heads * D), (long long)heads);
     KvArgs a = kv_args(kv);
     const dim3 grid((unsigned)n_tokens, (unsigned)heads), block((unsigned)(D / 2));
     __nv_bfloat16 *o = (__nv_bfloat16 *)out;
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
+    cudaError_t e;
     if (D == 128)
-        return i8 ? dsq_launch_pdl(rope_kv_write_kernel<128, true>, grid, block, 0, stream, a, qkv, row_stride, pos,
-                                   tok_seq, (int)n_q_heads, inv_freq, o)
-                  : dsq_launch_pdl(rope_kv_write_kernel<128, false>, grid, block, 0, stream, a, qkv, row_stride,
-                                   pos, tok_seq, (int)n_q_heads, inv_freq, o);
-    return i8 ? dsq_launch_pdl(rope_kv_write_kernel<64, true>, grid, block, 0, stream, a, qkv, row_stride, pos,
-                               tok_seq, (int)n_q_heads, inv_freq, o)
-              : dsq_launch_pdl(rope_kv_write_kernel<64, false>, grid, block, 0, stream, a, qkv, row_stride, pos,
-                               tok_seq, (int)n_q_heads, inv_freq, o);
+        e = i8 ? dsq_launch_pdl(rope_kv_write_kernel<128, true>, grid, block, 0, stream, a, qkv, row_stride, pos,
+                                tok_seq, (int)n_q_heads, inv_freq, o)
+               : dsq_launch_pdl(rope_kv_write_kernel<128, false>, grid, block, 0, stream, a, qkv, row_stride,
+                                pos, tok_seq, (int)n_q_heads, inv_freq, o);
+    else
+        e = i8 ? dsq_launch_pdl(rope_kv_write_kernel<64, true>, grid, block, 0, stream, a, qkv, row_stride, pos,
+                                tok_seq, (int)n_q_heads, inv_freq, o)
+               : dsq_launch_pdl(rope_kv_write_kernel<64, false>, grid, block, 0, stream, a, qkv, row_stride, pos,
+                                tok_seq, (int)n_q_heads, inv_freq, o);
+    return dsq_cu_status(e, "RoPE + KV write kernel");
 }

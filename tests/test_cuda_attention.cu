@@ -47,6 +47,17 @@ static int g_quick = 0;
         }                                                                                 \
     } while (0)
 
+/* a launcher of attention.h (dsq_status, message in the last error) */
+#define AK(call)                                                                          \
+    do {                                                                                  \
+        dsq_status s_ = (call);                                                           \
+        if (s_ != DSQ_OK) {                                                               \
+            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,            \
+                    dsq_status_string(s_), dsq_last_error_message());                     \
+            fail();                                                                       \
+        }                                                                                 \
+    } while (0)
+
 /* ---- random numbers -------------------------------------------------------- */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -260,7 +271,7 @@ static void build(const Scenario &sc, Built &b)
         CK(cudaMemcpy(dbuf, buf.data(), buf.size() * 2, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dts, ts.data(), (size_t)nt * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dtp, tp.data(), (size_t)nt * 4, cudaMemcpyHostToDevice));
-        CK(dsq_attn_kv_write(&b.kv, dbuf + (size_t)H * D, b.W, dbuf + (size_t)(H + KVH) * D, b.W,
+        AK(dsq_attn_kv_write(&b.kv, dbuf + (size_t)H * D, b.W, dbuf + (size_t)(H + KVH) * D, b.W,
                              dts, dtp, nt, 0));
         CK(cudaDeviceSynchronize());
         CK(cudaFree(dts));
@@ -471,7 +482,7 @@ static void run_prefill(const Scenario &sc)
     size_t out_bytes = (size_t)b.n_new * b.o_stride * 2;
     CK(cudaMalloc(&dout, out_bytes));
     CK(cudaMemset(dout, 0xff, out_bytes)); /* bf16 NaN */
-    CK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0,
+    AK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0,
                         b.n_seqs, b.max_n, sc.H, 0));
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> out((size_t)b.n_new * b.o_stride);
@@ -504,7 +515,7 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
     for (int splits : split_list) {
         CK(cudaMemset(dout, 0xff, out_bytes));
         CK(cudaMemset(ws, 0xff, ws_bytes)); /* stale workspace must not matter */
-        CK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs,
+        AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs,
                            sc.H, splits, ws, ws_bytes, 0));
         CK(cudaDeviceSynchronize());
         std::vector<uint16_t> out((size_t)b.n_seqs * b.o_stride);
@@ -527,10 +538,10 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaMemset(dout, 0xff, out_bytes));
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    cudaError_t le = dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens,
-                                     b.n_seqs, sc.H, split_list[0], ws, ws_bytes, st);
+    dsq_status le = dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens,
+                                    b.n_seqs, sc.H, split_list[0], ws, ws_bytes, st);
     CK(cudaStreamEndCapture(st, &graph));
-    CK(le);
+    AK(le);
     CK(cudaGraphInstantiate(&exec, graph, 0));
     CK(cudaGraphLaunch(exec, st));
     CK(cudaStreamSynchronize(st));
@@ -681,10 +692,10 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
         ws_bytes = dsq_attn_decode_workspace_bytes(b.n_seqs, H, D, splits);
         CK(cudaMalloc(&ws, ws_bytes));
         CK(cudaMemset(ws, 0xff, ws_bytes));
-        CK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H,
+        AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H,
                            splits, ws, ws_bytes, 0));
     } else {
-        CK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0,
+        AK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0,
                             b.n_seqs, b.max_n, H, 0));
     }
     CK(cudaDeviceSynchronize());
@@ -786,21 +797,22 @@ static void test_invalid_args(void **state)
     kv.dtype = DSQ_ATTN_KV_F16;
     int32_t *ip = (int32_t *)p;
     assert_int_equal(dsq_attn_prefill(&kv, p, 2048, p, 2048, ip, ip, 1, 1, 12, 0),
-                     cudaErrorInvalidValue);
+                     DSQ_ERR_INTERNAL);
     kv.head_dim = 128;
     /* 12 heads not a multiple of 5 kv heads */
     kv.n_kv_heads = 5;
     assert_int_equal(dsq_attn_decode(&kv, p, 2048, p, 2048, ip, 1, 12, 1, p, 1 << 20, 0),
-                     cudaErrorInvalidValue);
+                     DSQ_ERR_INTERNAL);
     kv.n_kv_heads = 2;
     /* workspace too small */
     assert_int_equal(dsq_attn_decode(&kv, p, 2048, p, 2048, ip, 4, 12, 8, p,
                                      dsq_attn_decode_workspace_bytes(4, 12, 128, 8) - 1, 0),
-                     cudaErrorInvalidValue);
+                     DSQ_ERR_INTERNAL);
+    assert_non_null(strstr(dsq_last_error_message(), "workspace")); /* the message names the problem */
     /* INT8 without scales */
     kv.dtype = DSQ_ATTN_KV_INT8;
     assert_int_equal(dsq_attn_kv_write(&kv, p, 2048, p, 2048, ip, ip, 1, 0),
-                     cudaErrorInvalidValue);
+                     DSQ_ERR_INTERNAL);
     CK(cudaFree(p));
     CK(cudaGetLastError());
 }
@@ -876,7 +888,7 @@ static void dec_fn(void *a, int i, cudaStream_t st)
     dsq_attn_kv kv = d->kv;
     /* rotate the slots so batch 1 does not run out of L2 */
     kv.block_table = d->bt + (d->batch == 1 ? i % d->slots : 0);
-    CK(dsq_attn_decode(&kv, d->q, 12 * 128, d->out, 12 * 128, d->lens, d->batch, 12, d->splits,
+    AK(dsq_attn_decode(&kv, d->q, 12 * 128, d->out, 12 * 128, d->lens, d->batch, 12, d->splits,
                        d->ws, d->ws_bytes, st));
 }
 
@@ -890,7 +902,7 @@ static void pre_fn(void *a, int i, cudaStream_t st)
 {
     (void)i;
     PreBench *p = (PreBench *)a;
-    CK(dsq_attn_prefill(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, 12, st));
+    AK(dsq_attn_prefill(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, 12, st));
 }
 
 static void test_timing(void **state)

@@ -618,11 +618,11 @@ static void test_rope_kv_write(void **state)
                 kv.k = k1, kv.v = v1, kv.k_scale = i8 ? (float *)ks1 : NULL, kv.v_scale = i8 ? (float *)vs1 : NULL;
                 DS(dsq_cu_rope((const float *)dx, stride, (const int32_t *)dp, T, NQ + KV, NQ + 2 * KV, D,
                                (const float *)df, (dsq_bf16 *)o1, 0));
-                CU(dsq_attn_kv_write(&kv, (const uint16_t *)o1 + (size_t)NQ * D, stride,
+                DS(dsq_attn_kv_write(&kv, (const uint16_t *)o1 + (size_t)NQ * D, stride,
                                      (const uint16_t *)o1 + (size_t)(NQ + KV) * D, stride, (const int32_t *)ds,
                                      (const int32_t *)dp, T, 0));
                 kv.k = k2, kv.v = v2, kv.k_scale = i8 ? (float *)ks2 : NULL, kv.v_scale = i8 ? (float *)vs2 : NULL;
-                CU(dsq_attn_rope_kv_write(&kv, (const float *)dx, stride, (const int32_t *)dp, (const int32_t *)ds, T,
+                DS(dsq_attn_rope_kv_write(&kv, (const float *)dx, stride, (const int32_t *)dp, (const int32_t *)ds, T,
                                           NQ, (const float *)df, o2, 0));
                 CU(cudaDeviceSynchronize());
                 struct { void *a, *b; size_t n; const char *what; } cmp[] = {
