@@ -290,13 +290,21 @@ static void dispatch_tokens(int T, bool vec, int nt, int r, const q_args &a, cud
 
 /* Default block shape from the number of 16-byte pieces per row: enough
  * threads that each streams a few pieces, never many idle ones (a Q4 row of
- * 1536 is only 48 pieces).  Untuned: no GPU in the session that wrote it. */
-static void default_cfg(int T, int pieces, int *nt, int *r)
+ * 1536 is only 48 pieces).  Untuned: no GPU in the session that wrote it.
+ * Fewer rows per block where the matrix is short: at 8 rows the Q4 qkv
+ * product (2,048 rows of 48 pieces) was 256 one-warp blocks, ~2 warps per
+ * SM, too few to hide the dequantization's dependent arithmetic or to keep
+ * loads in flight (the batch-1 4-bit step measured slower than bf16 on the
+ * H200); blocks are now kept >= ~1,024 where 2 rows allow.  To be checked
+ * against test_cuda_quant's timing table (test_quant_product_timing). */
+static void default_cfg(int T, int N, int pieces, int *nt, int *r)
 {
     /* rows per block: 8 for 1-2 tokens, fewer as the per-thread
      * accumulators (T x R, twice for Q4) grow: T = 8, R = 4 takes 255
      * registers in the Q4 kernel */
-    const int rows = T <= 2 ? 8 : T <= 4 ? 4 : 2;
+    int rows = T <= 2 ? 8 : T <= 4 ? 4 : 2;
+    while (rows > 2 && (N + rows - 1) / rows < 1024)
+        rows /= 2;
     if (pieces <= 64) {
         *nt = 32;
         *r = rows;
@@ -325,7 +333,7 @@ static dsq_status run(const char *what, bool q4, const q_args &a, int T, dsq_epi
     const int per_piece = q4 ? 32 : 16;
     const bool vec = a.K % per_piece == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.q & 15) == 0;
     if (nt <= 0 || r <= 0)
-        default_cfg(T, vec ? a.K / per_piece : a.K / 8, &nt, &r);
+        default_cfg(T, a.N, vec ? a.K / per_piece : a.K / 8, &nt, &r);
     if (nt != 32 && nt != 64 && nt != 128 && nt != 256)
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: block of %d threads (32, 64, 128 or 256)", what, nt);
     switch (epi) {

@@ -306,6 +306,99 @@ static void test_bad_args(void **state)
     free_qmat(&m);
 }
 
+/* ---- timing: quantized GEMV block shapes on the model's products (informative) ---- */
+
+/* us per call, rotating through `copies` weight copies of `wb` bytes each in
+ * pool (together larger than L2); q4 scales / zeros sit after the codes of
+ * each copy. */
+static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_t wb, int copies, void *dy,
+                    int T, int N, int K, cudaEvent_t e0, cudaEvent_t e1)
+{
+    const int iters = 20;
+    const size_t codes = q4 ? (size_t)N * (K / 2) : (size_t)N * K;
+    const size_t G = (size_t)(K + 127) / 128;
+    for (int it = -3; it < iters; it++) {
+        if (it == 0)
+            CU(cudaEventRecord(e0, 0));
+        char *w = pool + (size_t)((it + 3) % copies) * wb;
+        if (q4)
+            DS(dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
+                                  (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE,
+                                  dy, nt, r, 0));
+        else
+            DS(dsq_cu_gemv_q8_cfg(dx, (const int8_t *)w, (const float *)(w + codes), NULL, T, N, K, DSQ_EPI_STORE,
+                                  dy, nt, r, 0));
+    }
+    CU(cudaEventRecord(e1, 0));
+    CU(cudaEventSynchronize(e1));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1000.0f / iters;
+}
+
+/* Prints, per product of the 1.5B model and rows T, the default block shape
+ * and the best (threads x rows per block) tried, in us per call and GB/s of
+ * quantized bytes streamed: the data to choose default_cfg (gemv_quant.cu)
+ * from.  Codes, scales and zeros are constant bytes (finite scales): the
+ * time does not depend on the values. */
+static void test_quant_product_timing(void **state)
+{
+    (void)state;
+    struct { const char *name; int N, K; } sh[] = {
+        {"qkv 2048x1536", 2048, 1536}, {"o 1536x1536", 1536, 1536}, {"gate/up 17920x1536", 17920, 1536},
+        {"down 1536x8960", 1536, 8960}, {"lm_head 151936x1536", 151936, 1536},
+    };
+    const int Ts[] = {1, 2, 4, 8};
+    const size_t pool_bytes = (size_t)512 << 20;
+    char *pool = NULL;
+    void *dx = NULL, *dy = NULL;
+    CU(cudaMalloc((void **)&pool, pool_bytes));
+    CU(cudaMemset(pool, 0x2c, pool_bytes)); /* fp16 0x2c2c = 0.066, fp32 0x2c2c2c2c: finite scales */
+    CU(cudaMalloc(&dx, (size_t)8 * 8960 * 2));
+    CU(cudaMemset(dx, 0x3c, (size_t)8 * 8960 * 2));
+    CU(cudaMalloc(&dy, (size_t)8 * 151936 * 4));
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    printf("\n  quantized product timing, us per call (GB/s of quantized bytes); default block shape and the\n"
+           "  best (threads x rows per block) tried\n");
+    printf("  %-4s %-20s %3s %14s %22s\n", "fmt", "shape", "T", "default", "best");
+    for (int q4 = 1; q4 >= 0; q4--)
+        for (int si = 0; si < 5; si++) {
+            if (q4 && si == 4)
+                continue; /* the head is quantized to Q8 only */
+            const int N = sh[si].N, K = sh[si].K;
+            const size_t G = (size_t)(K + 127) / 128;
+            const size_t wb = q4 ? (size_t)N * (K / 2) + (size_t)N * G * 3 : (size_t)N * K + (size_t)N * 4;
+            const size_t wb_al = (wb + 255) & ~(size_t)255;
+            int copies = (int)(pool_bytes / wb_al);
+            copies = copies < 1 ? 1 : copies > 8 ? 8 : copies;
+            for (int ti = 0; ti < 4; ti++) {
+                const int T = Ts[ti];
+                const float ud = time_q(q4, 0, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
+                float ub = -1;
+                int bnt = 0, br = 0;
+                const int nts[] = {32, 64, 128, 256}, rs[] = {2, 4, 8};
+                for (int a = 0; a < 4; a++)
+                    for (int b = 0; b < 3; b++) {
+                        if (rs[b] == 8 && T > 2)
+                            continue;
+                        const float u =
+                            time_q(q4, nts[a], rs[b], (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
+                        if (ub < 0 || u < ub)
+                            ub = u, bnt = nts[a], br = rs[b];
+                    }
+                printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d\n", q4 ? "q4" : "q8", sh[si].name, T, ud,
+                       wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br);
+            }
+        }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(pool);
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
 int main(void)
 {
     int n = 0;
@@ -323,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_gemv_q4),
         cmocka_unit_test(test_dequant_bf16),
         cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_quant_product_timing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
