@@ -53,6 +53,30 @@ __device__ __forceinline__ float dsq_block_sum(float v, float *red)
     return dsq_warp_sum(s);
 }
 
+/* Host: blocks of kernel `func` resident at once on the current device
+ * with nt threads and smem bytes of dynamic shared memory: blocks per SM x
+ * SMs.  Blocks per SM are cached in *per_sm (static storage, 0 = not yet
+ * known; the occupancy of a kernel instance does not depend on the SM
+ * count, which is read per call).  1 per SM where the query fails. */
+static inline unsigned dsq_cu_resident_blocks(const void *func, int nt, size_t smem, int *per_sm)
+{
+    int b = __atomic_load_n(per_sm, __ATOMIC_RELAXED);
+    if (b <= 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, func, nt, smem) != cudaSuccess || b <= 0) {
+            (void)cudaGetLastError();
+            b = 1;
+        }
+        __atomic_store_n(per_sm, b, __ATOMIC_RELAXED);
+    }
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+                                                  cudaSuccess || sms <= 0) {
+        (void)cudaGetLastError();
+        sms = 1;
+    }
+    return (unsigned)b * (unsigned)sms;
+}
+
 /* After a launch: launch-configuration errors become a dsq_status. */
 #define DSQ_CU_LAUNCHED(what) dsq_cu_status(cudaGetLastError(), what)
 

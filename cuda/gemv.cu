@@ -182,24 +182,9 @@ static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
     if (!NORM && !balance_enabled())
         return groups;
-    static int per_sm[3]; /* nt 64, 128, 256; 0 = not yet known */
-    const int i = nt == 64 ? 0 : nt == 128 ? 1 : 2;
-    int b = __atomic_load_n(&per_sm[i], __ATOMIC_RELAXED);
-    if (b <= 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_vec_kernel<T, R, EPI, NORM>, nt, smem) !=
-                cudaSuccess || b <= 0) {
-            (void)cudaGetLastError();
-            b = 1;
-        }
-        __atomic_store_n(&per_sm[i], b, __ATOMIC_RELAXED);
-    }
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-                                                  cudaSuccess || sms <= 0) {
-        (void)cudaGetLastError();
-        sms = 1;
-    }
-    const unsigned cap = (unsigned)b * (unsigned)sms;
+    static int per_sm[3]; /* nt 64, 128, 256 */
+    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM>, nt, smem,
+                                                &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : 2]);
     if (groups <= cap)
         return groups;
     if (NORM) /* every resident block: measured faster than balanced here */

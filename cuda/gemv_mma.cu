@@ -158,28 +158,13 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
     }
 }
 
-/* resident blocks of a NORM launch (see gemv.cu's norm_grid) */
+/* resident blocks of a NORM launch (see gemv.cu's gemv_grid) */
 template <int EPI>
 static unsigned mma_norm_grid(int nt, size_t smem, unsigned tiles)
 {
     static int per_sm[MMA_MAX_WARPS + 1];
-    const int i = nt / 32;
-    int b = __atomic_load_n(&per_sm[i], __ATOMIC_RELAXED);
-    if (b <= 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_mma_kernel<EPI, true>, nt, smem) != cudaSuccess ||
-            b <= 0) {
-            (void)cudaGetLastError();
-            b = 1;
-        }
-        __atomic_store_n(&per_sm[i], b, __ATOMIC_RELAXED);
-    }
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-                                                  cudaSuccess || sms <= 0) {
-        (void)cudaGetLastError();
-        sms = 1;
-    }
-    const unsigned cap = (unsigned)b * (unsigned)sms;
+    const unsigned cap =
+        dsq_cu_resident_blocks((const void *)gemv_mma_kernel<EPI, true>, nt, smem, &per_sm[nt / 32]);
     return tiles < cap ? tiles : cap;
 }
 
