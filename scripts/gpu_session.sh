@@ -20,8 +20,18 @@
 # serve, sanitize, fuzz.
 #
 # Each stage writes logs under $OUT (default /tmp/gpu_session/<stage>) and
-# prints a short table last.  The stages share nothing but the build
-# directory, so a fresh machine may run any of them first.
+# prints a short table last; with PACK=1 (the default) the stage's folder is
+# then packed into one $OUT.tgz (the device tool returns only a few files).
+# The stages share nothing but the build directory, so a fresh machine may
+# run any of them first.
+#
+# FUZZ_BG=<target> (tokenize, tokenize_regex, ...) runs that libFuzzer target
+# in the background of any stage, on FUZZ_BG_JOBS (12) jobs at nice 19 for
+# FUZZ_BG_SECONDS (540): the GPU stages leave most of the 16 cores idle, and
+# one such run is what the slow targets need for 10M executions.  Binaries
+# from .fuzzbin/ (built elsewhere with -DDSQ_FUZZ=ON, carried), or built
+# here with clang; the run's corpus starts from tests/fuzz/corpus/<target>
+# plus .fuzzcorp/<target> when carried, and comes back packed in $OUT.
 set -u
 stage=${1:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,6 +72,48 @@ print("model ready")
 PY
     echo "== model rc=$? ($(tail -1 "$OUT/model.log")) ($(el))"
 }
+
+fuzz_bg_start() { # FUZZ_BG: one target, many jobs, beside the stage's GPU work
+    [ -n "${FUZZ_BG:-}" ] || return 0
+    local t=$FUZZ_BG fb=$ROOT/.fuzzbin
+    if [ ! -x "$fb/fuzz_$t" ] && command -v clang >/dev/null 2>&1; then
+        cmake -S . -B /tmp/gs_fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSQ_FUZZ=ON \
+            -DDSQ_CUDA=OFF -DDSQ_BUILD_EXAMPLES=OFF >"$OUT/fuzzbg_build.log" 2>&1 &&
+            cmake --build /tmp/gs_fuzz -j8 --target fuzz_$t >>"$OUT/fuzzbg_build.log" 2>&1 && fb=/tmp/gs_fuzz/tests
+    fi
+    if [ ! -x "$fb/fuzz_$t" ]; then
+        echo "== fuzz_bg: no fuzz_$t binary (carry .fuzzbin/ or install clang): not run"
+        return 0
+    fi
+    local extra=""
+    [ "$t" = tokenize_regex ] && extra="-max_len=1024"
+    [ "$t" = tokenizer ] && extra="-max_len=20000"
+    FBG=$OUT/fuzzbg
+    mkdir -p "$FBG/corpus" "$FBG/art" "$FBG/run"
+    cp tests/fuzz/corpus/$t/* "$FBG/corpus/" 2>/dev/null
+    [ -d .fuzzcorp/$t ] && cp -n .fuzzcorp/$t/* "$FBG/corpus/" 2>/dev/null
+    (cd "$FBG/run" && DSQ_FUZZ_TOKENIZER=$ROOT/tests/data/model/tokenizer.json nice -n 19 "$fb/fuzz_$t" \
+        -jobs=${FUZZ_BG_JOBS:-12} -workers=${FUZZ_BG_JOBS:-12} -max_total_time=${FUZZ_BG_SECONDS:-540} -timeout=10 \
+        -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 $extra -artifact_prefix="$FBG/art/" \
+        "$FBG/corpus" >"$FBG/fuzz.log" 2>&1) &
+    FBG_PID=$!
+    echo "== fuzz_bg: fuzz_$t, ${FUZZ_BG_JOBS:-12} jobs, ${FUZZ_BG_SECONDS:-540} s, corpus $(ls "$FBG/corpus" | wc -l)"
+}
+
+fuzz_bg_end() {
+    [ -n "${FBG_PID:-}" ] || return 0
+    wait "$FBG_PID" 2>/dev/null # (the fuzz stage may have waited for it already)
+    local total rate
+    total=$(grep -h "stat::number_of_executed_units" "$FBG/run"/fuzz-*.log 2>/dev/null | awk '{s += $2} END {print s + 0}')
+    rate=$(grep -h "stat::average_exec_per_sec" "$FBG/run"/fuzz-*.log 2>/dev/null | awk '{s += $2} END {print s + 0}')
+    echo "== fuzz_bg fuzz_$FUZZ_BG: executions $total (all jobs), exec/s $rate, corpus $(ls "$FBG/corpus" | wc -l)," \
+         "artifacts $(ls "$FBG/art" | wc -l), job logs with findings" \
+         "$(grep -lE "ERROR|deadly|leak" "$FBG/run"/fuzz-*.log 2>/dev/null | wc -l) ($(el))"
+}
+
+case "$stage" in
+check | check2 | sanitize | bench | serve | profile | fuzz) fuzz_bg_start ;;
+esac
 
 case "$stage" in
 check)
@@ -189,8 +241,12 @@ fuzz)
     done
     ;;
 *)
-    sed -n '2,22p' "$0"
+    sed -n '2,36p' "$0"
     exit 2
     ;;
 esac
+fuzz_bg_end
 echo "total $(el)"
+if [ "${PACK:-1}" = 1 ]; then
+    tar czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT" && echo "logs: $OUT.tgz"
+fi
