@@ -152,7 +152,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
             cc->gemv_mma_min = 0;
     }
     const char *mma_env = getenv("DSQ_CUDA_GEMV_MMA"); /* measurement knob: fewest rows for the MMA GEMV, 0 = off */
-    if (mma_env && *mma_env)
+    if (mma_env && *mma_env && cc->gemv_mma_min > 0) /* never below sm_80, where mma.sync bf16 does not exist */
         cc->gemv_mma_min = atoi(mma_env) < 0 ? 0 : atoi(mma_env);
     const char *fuse_env = getenv("DSQ_CUDA_NORM_FUSE"); /* measurement knob: 0 = rmsnorm kernel always */
     cc->norm_fuse = !(fuse_env && fuse_env[0] == '0');

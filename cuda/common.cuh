@@ -55,18 +55,21 @@ __device__ __forceinline__ float dsq_block_sum(float v, float *red)
 
 /* Host: blocks of kernel `func` resident at once on the current device
  * with nt threads and smem bytes of dynamic shared memory: blocks per SM x
- * SMs.  Blocks per SM are cached in *per_sm (static storage, 0 = not yet
- * known; the occupancy of a kernel instance does not depend on the SM
- * count, which is read per call).  1 per SM where the query fails. */
-static inline unsigned dsq_cu_resident_blocks(const void *func, int nt, size_t smem, int *per_sm)
+ * SMs.  *cache (static storage, zero-initialised; one per kernel instance
+ * and block size) remembers the blocks per SM of the last smem asked for,
+ * packed as smem << 16 | blocks in one atomic word (the occupancy does not
+ * depend on the SM count, which is read per call).  1 per SM where the
+ * query fails. */
+static inline unsigned dsq_cu_resident_blocks(const void *func, int nt, size_t smem, int64_t *cache)
 {
-    int b = __atomic_load_n(per_sm, __ATOMIC_RELAXED);
-    if (b <= 0) {
+    const int64_t c = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    int b = (int)(c & 0xffff);
+    if (b <= 0 || (size_t)(c >> 16) != smem) {
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, func, nt, smem) != cudaSuccess || b <= 0) {
             (void)cudaGetLastError();
             b = 1;
         }
-        __atomic_store_n(per_sm, b, __ATOMIC_RELAXED);
+        __atomic_store_n(cache, (int64_t)smem << 16 | (b & 0xffff), __ATOMIC_RELAXED);
     }
     int dev = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=

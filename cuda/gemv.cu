@@ -182,7 +182,7 @@ static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
     if (!NORM && !balance_enabled())
         return groups;
-    static int per_sm[3]; /* nt 64, 128, 256 */
+    static int64_t per_sm[3]; /* nt 64, 128, 256 */
     const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM>, nt, smem,
                                                 &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : 2]);
     if (groups <= cap)
@@ -273,6 +273,11 @@ static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi,
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: silu*mul needs an even row count (got %d)", N);
     if (epi == DSQ_EPI_BIAS && !a.bias)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: bias epilogue without a bias");
+    /* blocks loop over row groups, each reading every row of xr for its
+     * norm: an ADD into the residual could change rows another block has
+     * yet to read (the backend folds norms only into qkv and gate/up) */
+    if (norm && epi == DSQ_EPI_ADD)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: the ADD epilogue is not supported");
     if (nt <= 0 || r <= 0)
         default_cfg(T, N, K, &nt, &r);
     if (nt != 64 && nt != 128 && nt != 256)

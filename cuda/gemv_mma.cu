@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
 template <int EPI>
 static unsigned mma_norm_grid(int nt, size_t smem, unsigned tiles)
 {
-    static int per_sm[MMA_MAX_WARPS + 1];
+    static int64_t per_sm[MMA_MAX_WARPS + 1];
     const unsigned cap =
         dsq_cu_resident_blocks((const void *)gemv_mma_kernel<EPI, true>, nt, smem, &per_sm[nt / 32]);
     return tiles < cap ? tiles : cap;
@@ -192,6 +192,8 @@ static dsq_status run(const MmaArgs &a, bool norm, dsq_epilogue epi, int nt, cud
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: silu*mul needs an even row count (got %d)", a.N);
     if (epi == DSQ_EPI_BIAS && !a.bias)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: bias epilogue without a bias");
+    if (norm && epi == DSQ_EPI_ADD) /* y += ... into the residual while other blocks still read it for the norm */
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm (tensor cores): the ADD epilogue is not supported");
     if (nt <= 0) /* few tiles (o, down, qkv): more warps per tile keep enough loads in flight */
         nt = (a.N + 15) / 16 < 512 ? 256 : 128;
     if (nt % 32 || nt < 32 || nt > MMA_MAX_WARPS * 32)
