@@ -246,7 +246,10 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
      * products at 1-2 rows (qkv 3.1 vs 3.8 us at 1 row, 3.5 vs 4.6 at 2;
      * o 2.9 vs 4.0 at 2), 64 x 8 (1 row) or 64 x 2 for gate/up's 17,920
      * rows (14.8 vs 15.9 us; 16.6 vs 18.1); long rows (down_proj): 128 x 2
-     * at 1-2 rows (9.1 vs 9.3 us, 9.7 vs 10.5), 128 x 4 beyond */
+     * at 1-2 rows (9.1 vs 9.3 us, 9.7 vs 10.5), 128 x 4 beyond.  Those
+     * figures are one H200 run; the next run's table put qkv at 1 row at
+     * 4.4 us with 128 x 2 and 3.8 with 64 x 4 (run-to-run noise of ~1 us at
+     * this size): re-measure before trusting the small-product choice */
     const int K8 = K / 8;
     if (K8 <= 256) {
         if (T <= 2 && N < 8192) {
