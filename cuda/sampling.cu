@@ -243,6 +243,7 @@ struct Ctx {
     int lo, hi; /* this CTA's slice of the valid ids */
     int S;      /* slice length (the owner of id i is i / S) */
     int par;
+    int gcap;   /* boundary bins up to this many tokens are gathered and sorted (<= GCAP) */
 };
 
 /* Cluster step: thread 0 has written bc.xch[c.par]; after the barrier lane
@@ -608,7 +609,7 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
             bc.gcount = 0;
         }
         __syncthreads();
-        if (cnt <= GCAP) {
+        if (cnt <= c.gcap) {
             /* gather the boundary bin and sort it exactly */
             float *gx = CL > 1 ? sm.lgx : sm.gx;
             int32_t *gi = CL > 1 ? sm.lgi : sm.gi;
@@ -705,7 +706,7 @@ __device__ __forceinline__ unsigned pen_hash(int id) { return ((unsigned)id * 26
 /* One row per CTA (CL == 1) or per cluster of CL CTAs (sm_90+). */
 template <int CL>
 __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_samp_row *rows, const int32_t *ring,
-                                               int R, dsq_samp_result *results)
+                                               int R, dsq_samp_result *results, int gcap)
 {
     if constexpr (CL > 1 && !DSQ_SAMP_CLUSTER) {
         __trap(); /* never launched: the host checks the device */
@@ -727,6 +728,7 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
         c.lo = min(nn, c.rank * c.S);
         c.hi = min(nn, c.lo + c.S);
         c.par = 0;
+        c.gcap = gcap;
     }
     if (tid == 0) {
         res.token = -1;
@@ -1135,13 +1137,29 @@ static int sample_cluster_size(int dev, int32_t n_rows)
     return 1;
 }
 
+/* The largest boundary bin find_cut gathers and sorts; larger ones are
+ * binned again.  The sort and (with clusters) its pull from every peer cost
+ * more than one more histogram level once a row has 8 or 16 CTAs; with 1-4
+ * CTAs per row the extra level's pass over ~38k-152k ids costs more.
+ * Measured on the H200 (test_cuda_sampling timing, T 0.6 / top-p 0.95 on
+ * near-flat rows of 151,936): 2,048 vs 512 tokens: 1 row (16 CTAs) 65.5 vs
+ * 45.1 us, 8 rows (8 CTAs) 72.5 vs 58.3 us, 64 rows (2 CTAs) 143.8 vs
+ * 166.6 us, 256 rows (1 CTA) 664 vs 906 us; 512 down to 8 all alike.
+ * DSQ_SAMPLE_GCAP (2..2048, read per launch) overrides it. */
+static int sample_gcap(int cl)
+{
+    const char *env = getenv("DSQ_SAMPLE_GCAP");
+    int g = env && env[0] ? atoi(env) : cl >= 8 ? 64 : GCAP;
+    return g < 2 ? 2 : g > GCAP ? GCAP : g;
+}
+
 template <int CL>
 static cudaError_t sample_launch(float *logits, int32_t n_rows, int32_t V, const dsq_samp_row *rows,
                                  const int32_t *ring, int32_t R, dsq_samp_result *results, cudaStream_t stream)
 {
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t cfg = sample_cfg<CL>(n_rows, stream, at);
-    return cudaLaunchKernelEx(&cfg, k_sample<CL>, logits, (int)V, rows, ring, (int)R, results);
+    return cudaLaunchKernelEx(&cfg, k_sample<CL>, logits, (int)V, rows, ring, (int)R, results, sample_gcap(CL));
 }
 
 /* For tests and measurements: the CTAs per row dsq_cu_sample would use now
@@ -1179,7 +1197,7 @@ extern "C" dsq_status dsq_cu_sample(float *logits, int32_t n_rows, int32_t V, co
     }
     if (cl == 1 || e != cudaSuccess) {
         (void)cudaGetLastError(); /* a refused cluster launch: one CTA per row */
-        k_sample<1><<<n_rows, NT, sizeof(Smem), stream>>>(logits, V, rows, ring, R, results);
+        k_sample<1><<<n_rows, NT, sizeof(Smem), stream>>>(logits, V, rows, ring, R, results, sample_gcap(1));
     }
     return DSQ_CU_LAUNCHED("GPU sampling");
 }
