@@ -507,7 +507,11 @@ extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int6
     cudaError_t e = attn_ready(&dev);
     if (e != cudaSuccess)
         return dsq_cu_status(e, "attention kernel setup");
-    const int smem_optin = g_smem_optin[dev];
+    /* DSQ_CUDA_DECODE_STAGES=2: the 2-stage ring even where the deep one
+     * fits (3 blocks per SM instead of 2 by shared memory; a measurement
+     * knob, read per launch) */
+    const char *stg = getenv("DSQ_CUDA_DECODE_STAGES");
+    const int smem_optin = stg && stg[0] == '2' ? 0 : g_smem_optin[dev];
     KvArgs a = kv_args(kv);
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
     float *ws_acc = (float *)workspace;
