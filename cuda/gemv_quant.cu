@@ -299,6 +299,17 @@ static void dispatch_tokens(int T, bool vec, int nt, int r, const q_args &a, cud
  * against test_cuda_quant's timing table (test_quant_product_timing). */
 static void default_cfg(int T, int N, int pieces, int *nt, int *r)
 {
+    /* Wide products (gate/up, lm_head): one warp per block and 2 rows
+     * (more for the head at 1-2 tokens), the best shape of the H200 table
+     * at 08c597a for INT8 and 4-bit gate/up at 1, 2, 4 and 8 tokens (q8:
+     * 14.4 -> 11.5 us at 1 token, 47.4 -> 33.3 at 8; q4: 19.2 -> 12.7 at 1)
+     * and for the INT8 head (75.3 -> 60.1 us at 1 token with 8 rows, 117.7
+     * -> 77.5 at 2 with 4, 196.0 -> 120.6 at 4 with 2) */
+    if (N >= 16384) {
+        *nt = 32;
+        *r = N >= 65536 && T == 1 ? 8 : N >= 65536 && T == 2 ? 4 : 2;
+        return;
+    }
     /* rows per block: 8 for 1-2 tokens, fewer as the per-thread
      * accumulators (T x R, twice for Q4) grow: T = 8, R = 4 takes 255
      * registers in the Q4 kernel */

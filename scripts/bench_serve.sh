@@ -27,14 +27,17 @@ ROOT=$(pwd)
 [ -d .deps ] && source scripts/device_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 t0=$(date +%s)
+# SKIP_BUILD=1: use $B/examples/dsqwen as it is (built elsewhere and carried)
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
 cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON \
   -DDSQ_BUILD_TESTS=OFF >"$OUT/build.log" 2>&1 &&
   cmake --build $B -j16 --target dsqwen-cli >>"$OUT/build.log" 2>&1
 rc=$?
 echo "== build rc=$rc ($(( $(date +%s) - t0 )) s)"
 if [ $rc != 0 ]; then grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; fi
-CLI=$B/examples/dsqwen
 grep -i "serve" "$OUT/build.log" | head -2
+fi
+CLI=$B/examples/dsqwen
 $CLI --version | grep -q "serve: yes" || { echo "dsqwen built without serve (libmicrohttpd?)"; exit 1; }
 
 M=/tmp/dsq_fullsize
