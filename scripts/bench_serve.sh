@@ -101,9 +101,12 @@ m0=$(snap)
 timeout 900 python3 scripts/bench_serve.py "${args[@]}" 2>&1 | tee "$OUT/client.log"
 echo "== bench_serve rc=${PIPESTATUS[0]}"
 m1=$(snap); split_times "$m0" "$m1"
-# the same load with a 256-token prefix shared by every prompt (prefix cache)
+# the same load with a 256-token prefix shared by every prompt (prefix cache;
+# SKIP_PREFIX=1 leaves it out)
+if [ "${SKIP_PREFIX:-0}" != 1 ]; then
 timeout 900 python3 scripts/bench_serve.py "${args[@]}" --shared-prefix 256 \
   --json "$OUT/serve_prefix.json" 2>&1 | tee "$OUT/client_prefix.log"
+fi
 m2=$(snap); split_times "$m1" "$m2"
 # plain streaming clients, as most OpenAI users are: no logprobs, so the
 # per-token chunks take the server's direct formatting path
