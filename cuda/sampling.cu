@@ -8,10 +8,12 @@
  * ascending): the kept set is every token up to the cut.  A cut is found by
  * a mass- (top-p) or count- (top-k, top-n) weighted selection: a 1024-bin
  * histogram of the candidates over their value range finds the bin where the
- * running weight reaches the target; that bin's tokens (usually a few
- * hundred even for near-flat logits) are gathered into shared memory and
- * sorted exactly.  A bin too large to gather is binned again over its own
- * exact range; a bin of equal values is resolved by id.
+ * running weight reaches the target; that bin's tokens (a few hundred to
+ * ~2,000 for near-flat logits) are gathered into shared memory and sorted
+ * exactly.  A bin larger than the gather limit (sample_gcap: 2,048 tokens
+ * for 1-4 CTAs per row, 64 for clusters of 8-16, whose peers would each
+ * have to pull and sort it) is binned again over its own exact range; a
+ * bin of equal values is resolved by id.
  *
  * Masses are fixed point, exp((x - max) / T) * 2^42 as uint64, summed in
  * integers (histograms as three 14-bit limbs in 32-bit shared atomics), so
@@ -1139,8 +1141,9 @@ static int sample_cluster_size(int dev, int32_t n_rows)
 
 /* The largest boundary bin find_cut gathers and sorts; larger ones are
  * binned again.  The sort and (with clusters) its pull from every peer cost
- * more than one more histogram level once a row has 8 or 16 CTAs; with 1-4
- * CTAs per row the extra level's pass over ~38k-152k ids costs more.
+ * more than one more histogram level once a row has 8 or 16 CTAs; with 1 or
+ * 2 CTAs per row the extra level's pass over 76k-152k ids costs more (4
+ * CTAs per row was not measured: it keeps the gather, as 2 does).
  * Measured on the H200 (test_cuda_sampling timing, T 0.6 / top-p 0.95 on
  * near-flat rows of 151,936): 2,048 vs 512 tokens: 1 row (16 CTAs) 65.5 vs
  * 45.1 us, 8 rows (8 CTAs) 72.5 vs 58.3 us, 64 rows (2 CTAs) 143.8 vs
