@@ -27,8 +27,9 @@
 #
 # FUZZ_BG=<target> (tokenize, tokenize_regex, ...) runs that libFuzzer target
 # in the background of any stage, on FUZZ_BG_JOBS (12) jobs at nice 19 for
-# FUZZ_BG_SECONDS (540): the GPU stages leave most of the 16 cores idle, and
-# one such run is what the slow targets need for 10M executions.  Binaries
+# FUZZ_BG_SECONDS (540): the GPU stages leave most of the 16 cores idle
+# (fuzz_tokenize: ~1,050 exec/s per job with 15 jobs, so one call's run stays
+# under 10M executions -- 8.5M in 540 s on 2026-12-04).  Binaries
 # from .fuzzbin/ (built elsewhere with -DDSQ_FUZZ=ON, carried), or built
 # here with clang; the run's corpus starts from tests/fuzz/corpus/<target>
 # plus .fuzzcorp/<target> when carried, and comes back packed in $OUT.
