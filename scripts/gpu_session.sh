@@ -19,6 +19,12 @@
 # Order by value when device time is short: check, bench, profile, check2,
 # serve, sanitize, fuzz.
 #
+# Build here first and carry the binaries: `bash scripts/pack_prebuilt.sh
+# <cuda build dir>` writes .gpu/prebuilt.tar.xz; carried with .gpu, every
+# stage unpacks it instead of building on the device (3-4 of the 10 minutes
+# a call allows), and `check` runs the test_cuda_* binaries directly
+# (scripts/run_cuda_tests.sh) in place of ctest.  PREBUILT=0 builds anyway.
+#
 # Each stage writes logs under $OUT (default /tmp/gpu_session/<stage>) and
 # prints a short table last; with PACK=1 (the default) the stage's folder is
 # then packed into one $OUT.tgz (the device tool returns only a few files).
@@ -51,7 +57,19 @@ fi
 T0=$(date +%s)
 el() { echo "$(( $(date +%s) - T0 )) s"; }
 
+# A build made elsewhere (scripts/pack_prebuilt.sh -> .gpu/prebuilt.tar.xz,
+# carried) is unpacked into $B instead of building here; PREBUILT=0 builds.
+prebuilt() {
+    [ "${PREBUILT:-1}" != 0 ] && [ -f .gpu/prebuilt.tar.xz ] || return 1
+    if [ ! -f "$B/.prebuilt_unpacked" ]; then
+        mkdir -p "$B" && tar xJf .gpu/prebuilt.tar.xz -C "$B" && touch "$B/.prebuilt_unpacked" || return 1
+        echo "== prebuilt binaries of $(cat .gpu/prebuilt.commit 2>/dev/null || echo '?') unpacked into $B ($(el))"
+    fi
+    return 0
+}
+
 build() { # targets...
+    prebuilt && return 0
     timeout 420 bash -c "cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON \
         >>$OUT/build.log 2>&1 && cmake --build $B -j16 ${*:+--target} $* >>$OUT/build.log 2>&1"
     local rc=$?
@@ -122,6 +140,7 @@ check)
     # full-size 1.5B comparison with HF fp32, two contexts on two threads,
     # then every ctest (test_cuda_step_greedy, _nccl, _tp's one-GPU cases,
     # _quant, _quant_e2e included)
+    prebuilt && export SKIP_BUILD=1
     OUT=$OUT BUILD_DIR=$B SKIP_SHAPE7B=1 SKIP_MEMCHECK=1 bash scripts/gpu_check.sh
     ;;
 check2)
@@ -180,6 +199,7 @@ bench)
     echo "== mixed step (issue 7: worst <= 2x plain) rc=$?"; grep -E "RESULT" "$OUT/mixed.log"
     ;;
 serve)
+    prebuilt && export SKIP_BUILD=1
     OUT=$OUT BUILD_DIR=$B bash scripts/bench_serve.sh
     ;;
 profile)
