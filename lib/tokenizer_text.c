@@ -21,23 +21,23 @@ static int byte_is_self(unsigned b)
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
 }
 
+/* The 68 moved bytes, in byte order: 0x00-0x20 (33), 0x7F-0xA0 (34), 0xAD.
+ * Closed forms, not a count over the bytes below: encoding calls this for
+ * every byte of every piece (a space took a 32-step loop). */
 uint32_t dsq_tok_byte_to_cp(uint8_t b)
 {
     if (byte_is_self(b)) return b;
-    unsigned n = 0;
-    for (unsigned i = 0; i < b; i++)
-        if (!byte_is_self(i)) n++;
-    return 256 + n;
+    if (b <= 0x20) return 256u + b;
+    if (b <= 0xA0) return 256u + 33u + (b - 0x7Fu);
+    return 256u + 67u; /* 0xAD */
 }
 
 int dsq_tok_cp_to_byte(uint32_t cp)
 {
     if (cp < 256) return byte_is_self(cp) ? (int)cp : -1;
-    if (cp >= 256 + 68) return -1;
-    unsigned n = cp - 256;
-    for (unsigned b = 0; b < 256; b++)
-        if (!byte_is_self(b) && n-- == 0) return (int)b;
-    return -1;
+    if (cp < 256 + 33) return (int)(cp - 256);
+    if (cp < 256 + 67) return (int)(0x7F + (cp - 256 - 33));
+    return cp == 256 + 67 ? 0xAD : -1;
 }
 
 /* ---- UTF-8 --------------------------------------------------------------- */

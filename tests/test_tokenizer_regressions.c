@@ -6,7 +6,9 @@
  *    (a+)*$) made dsq_tokenize read one byte past the caller's text;
  *  - added-token matching cost O(text x added tokens);
  *  - a split regex that hits PCRE2's match limit came back as
- *    DSQ_ERR_INTERNAL ("a bug in libdsqwen") instead of DSQ_ERR_FORMAT. */
+ *    DSQ_ERR_INTERNAL ("a bug in libdsqwen") instead of DSQ_ERR_FORMAT;
+ *  - and the byte alphabet's closed forms against its definition (they
+ *    replaced per-byte counting loops that the fuzz profile showed). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,37 @@ static dsq_status encode_guarded(const dsq_tokenizer *t, const char *text, size_
     }
     munmap(map, 2 * (size_t)pg);
     return st;
+}
+
+/* The GPT-2 byte alphabet against its definition, counted the slow way:
+ * printable Latin-1 bytes stand for themselves, the other 68 take U+0100..
+ * in byte order.  Anchors from GPT-2's vocabulary: space is U+0120 'Ġ',
+ * newline U+010A 'Ċ', the soft hyphen (the last moved byte) U+0143. */
+static void test_byte_alphabet(void **state)
+{
+    (void)state;
+    int self[256];
+    for (int b = 0; b < 256; b++)
+        self[b] = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    int cp_of[256], byte_of[1024];
+    for (int i = 0; i < 1024; i++)
+        byte_of[i] = -1;
+    int moved = 0;
+    for (int b = 0; b < 256; b++) {
+        cp_of[b] = self[b] ? b : 256 + moved++;
+        byte_of[cp_of[b]] = b;
+    }
+    assert_int_equal(moved, 68);
+    for (int b = 0; b < 256; b++) {
+        assert_int_equal((int)dsq_tok_byte_to_cp((uint8_t)b), cp_of[b]);
+        assert_int_equal(dsq_tok_cp_to_byte((uint32_t)cp_of[b]), b);
+    }
+    for (int cp = 0; cp < 1024; cp++)
+        assert_int_equal(dsq_tok_cp_to_byte((uint32_t)cp), byte_of[cp]);
+    assert_int_equal(dsq_tok_cp_to_byte(0x110000u), -1);
+    assert_int_equal((int)dsq_tok_byte_to_cp(' '), 0x120);
+    assert_int_equal((int)dsq_tok_byte_to_cp('\n'), 0x10A);
+    assert_int_equal((int)dsq_tok_byte_to_cp(0xAD), 0x143);
 }
 
 static void test_empty_match_at_end_stays_in_text(void **state)
@@ -373,6 +406,7 @@ static void test_regex_limit_is_format_error(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_byte_alphabet),
         cmocka_unit_test(test_empty_match_at_end_stays_in_text),
         cmocka_unit_test(test_many_added_tokens_cost),
         cmocka_unit_test(test_added_leftmost_longest),
