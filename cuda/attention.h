@@ -159,6 +159,29 @@ dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_strid
                             int32_t n_seqs, int32_t n_heads, int32_t max_splits,
                             void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
+/* dsq_attn_rope_kv_write and dsq_attn_decode in one kernel (decode-only
+ * passes: one launch fewer per layer).  qkv fp32 [n_seqs][row_stride]: the
+ * q|k|v product of each sequence's new token, not yet rotated (n_heads q
+ * heads, then the cache's n_kv_heads k and v heads), at position
+ * seq_lens[b] - 1, whose cache row must be reserved.  The q heads are
+ * rotated as they are loaded, and the new K and V are stored into the cache
+ * (rotated, rounded, quantized), with exactly the bits the two-kernel path
+ * gives, cache and output alike (test_cuda_attention, "rope").  The bf16
+ * rows of dsq_attn_rope_kv_write are not written.  Other arguments as for
+ * dsq_attn_decode, except one ordering rule: with PDL the kernel reads
+ * seq_lens, the block table and the cached keys before it waits for the
+ * kernel before it (it starts loading the cache while the qkv product
+ * drains), so none of them may come from the kernel right before it on
+ * the stream (a kernel that triggers its dependents after its own wait, as
+ * all of ours do, guarantees only that the kernels before it completed):
+ * the backend writes them in earlier passes or uploads / copies them ahead
+ * of the pass's first kernel.  qkv may come from the kernel right before. */
+dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
+                                 const float *inv_freq, void *out, int64_t o_stride,
+                                 const int32_t *seq_lens, int32_t n_seqs, int32_t n_heads,
+                                 int32_t max_splits, void *workspace, size_t workspace_bytes,
+                                 cudaStream_t stream);
+
 /* Bytes of decode workspace for n_seqs <= max_batch sequences at up to
  * max_splits.  The launcher needs n_seqs * max_splits slots, so when the
  * split count varies with the batch size (dsq_attn_decode_splits), size the

@@ -22,6 +22,13 @@
  * NaN/Inf output (fmaxf in the running max skips a NaN score, but its weight
  * exp2(NaN) is NaN); the merge keeps a NaN or zero sum as NaN.
  *
+ * RoPE variant (dsq_attn_decode_rope, decode-only passes): q, k, v come
+ * unrotated in fp32 straight from the qkv product, each block rotates its
+ * query heads as it loads them, and the last split's block stores the new
+ * token's K and V into the cache and into its own ring stage (its loader
+ * stops one key short), so the separate RoPE + KV write kernel, one launch
+ * per layer, is gone; same bits as that kernel followed by this one.
+ *
  * The split plan depends only on the sequence's length (read on the device)
  * and max_splits (fixed per launch shape): blocks past a sequence's last
  * split return at once, so one captured graph serves any lengths.
@@ -34,6 +41,8 @@
 #include "attention.h"
 #include "attention_tile.cuh"
 #include "kernels.h"
+#include "kv_quant.cuh"
+#include "rope.cuh"
 
 namespace dsq_attn {
 
@@ -92,14 +101,15 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 }
 
 /* Start copying keys key0..key0+63 (those < key_end; others zero) of kv head
- * kvh into ring stage `st` (one cp.async group per call, possibly empty). */
+ * kvh into ring stage `st` (one cp.async group per call; an empty one for a
+ * tile that is not `live`, past the split's end). */
 template <int D, bool INT8>
-__device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int key0, int key_end,
+__device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int key0, int key_end, bool live,
                                           unsigned char *st)
 {
     const int t = threadIdx.x;
     constexpr int RH = D + 8;
-    if (key0 >= key_end) { /* past the end: an empty group keeps the counting */
+    if (!live) { /* past the end: an empty group keeps the counting */
         cp_async_commit();
         return;
     }
@@ -160,15 +170,79 @@ __device__ __forceinline__ void dec_convert16(const int8_t *raw, __half *dst)
 /* workspace: acc [n_seqs][n_heads][max_splits][D] f32, then
  *            ml  [n_seqs][n_heads][max_splits][2] f32 (running max m in
  *                log2 units, sum l) */
-template <int D, bool INT8, int NS>
+/* The new token's K and V of one (sequence, kv head), as the ROPE variant's
+ * last split computes them: thread t < D holds the pair (i, i + D/2) of K
+ * (t < D/2) or V, rotated (K) and rounded to bf16 exactly as
+ * rope_kv_write_kernel does, then in the cache's format: two fp16 (lo, hi
+ * halves of `bits`) or two int8 (low bytes) and the vector's scale. */
+struct NewKV {
+    uint32_t bits;
+    float scale;
+};
+
+template <int D, bool INT8>
+__device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, float *xmax, int *xfin)
+{
+    constexpr int half = D / 2;
+    const int t = threadIdx.x;
+    const bool live = t < D, is_v = t >= half;
+    float f0 = 0.f, f1 = 0.f;
+    if (live) {
+        if (!is_v)
+            dsq_rope_rot(x0, x1, c, sn);
+        f0 = __bfloat162float(__float2bfloat16_rn(x0));
+        f1 = __bfloat162float(__float2bfloat16_rn(x1));
+    }
+    NewKV r;
+    r.scale = 0.f;
+    if (!INT8) {
+        __half2 h2 = __halves2half2(dsq_kv_f16(f0), dsq_kv_f16(f1));
+        r.bits = *reinterpret_cast<uint32_t *>(&h2);
+        return r;
+    }
+    /* max |x| over each side's D values: D/2 lanes = 1 or 2 warps per side */
+    float amax = fmaxf(fabsf(f0), fabsf(f1));
+    bool finite = isfinite(f0) && isfinite(f1);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    finite = __all_sync(0xffffffffu, finite);
+    if ((t & 31) == 0) {
+        xmax[t >> 5] = amax;
+        xfin[t >> 5] = finite;
+    }
+    __syncthreads();
+    if (live) {
+        constexpr int WPS = half >= 32 ? half / 32 : 1; /* warps per side */
+        const int w0 = (t / half) * WPS;
+        for (int w = 0; w < WPS; w++) {
+            amax = fmaxf(amax, xmax[w0 + w]);
+            finite = finite && xfin[w0 + w];
+        }
+    }
+    r.scale = dsq_kv_i8_scale(amax, finite);
+    r.bits = (uint32_t)(dsq_kv_i8(f0, r.scale) & 0xff) | (uint32_t)(dsq_kv_i8(f1, r.scale) & 0xff) << 8;
+    return r;
+}
+
+/* ROPE: q is the fp32 q|k|v product row of each sequence's new token (stride
+ * q_stride floats), not yet rotated, and the token is at position len-1:
+ * each block rotates its query heads while loading them (the bits the RoPE
+ * kernel would have stored), and the block of the last split writes the new
+ * K and V into the cache and into its own ring stage, in place of the tile
+ * loader's copy (the loader stops one key short there: no block reads the
+ * row through global memory in the kernel that writes it). */
+template <int D, bool INT8, int NS, bool ROPE>
 __global__ void __launch_bounds__(kThreads)
-    decode_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, const int32_t *seq_lens,
-                  int n_heads, int group, int n_hg, int max_splits, float scale_log2,
-                  float *ws_acc, float *ws_ml)
+    decode_kernel(KvArgs a, const void *q_in, int64_t q_stride, const float *inv_freq,
+                  const int32_t *seq_lens, int n_heads, int group, int n_hg, int max_splits,
+                  float scale_log2, float *ws_acc, float *ws_ml)
 {
     using SM = DecSmem<D, INT8, NS>;
     constexpr int RH = D + 8;
     extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float xmax[kThreads / 32];
+    __shared__ int xfin[kThreads / 32];
     unsigned char *ring = smem;
     __half *sq = (__half *)(ring + (NS - 1) * SM::kStage);
     __half *wbuf = (__half *)(ring + NS * SM::kStage); /* int8 only */
@@ -176,31 +250,107 @@ __global__ void __launch_bounds__(kThreads)
     const int split = blockIdx.x, b = blockIdx.z;
     const int kvh = blockIdx.y / n_hg, hg = blockIdx.y % n_hg;
     /* programmatic dependent launch (pdl.cuh): q, K/V and seq_lens come from
-     * the kernels before; every block waits, early exits too */
-    dsq_pdl_wait();
-    dsq_pdl_trigger();
+     * the kernels before; every block waits, early exits too.  ROPE: only q
+     * does -- this kernel writes the step's new K/V itself, and seq_lens,
+     * the block table and the older keys were written before the pass's
+     * first kernel (attention.h) -- so the first tiles are requested before
+     * the wait, while the qkv product drains */
+    if (!ROPE) {
+        dsq_pdl_wait();
+        dsq_pdl_trigger();
+    }
     const int len = seq_lens[b];
     int chunk, used;
     split_plan(len, max_splits, chunk, used);
-    if (split >= used)
+    if (split >= used) {
+        if (ROPE) {
+            dsq_pdl_wait();
+            dsq_pdl_trigger();
+        }
         return;
+    }
     const int kstart = split * chunk, kend = min(len, kstart + chunk);
     const int n_tiles = (kend - kstart + kTileKeys - 1) / kTileKeys;
     const int h0 = kvh * group + hg * kDecRows;
     const int nrows = min(kDecRows, group - hg * kDecRows);
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+    /* ROPE: the last split holds the new key, len - 1, and loads one less */
+    const bool writer = ROPE && split == used - 1;
+    const int kload = writer ? kend - 1 : kend;
 
     /* K/V first (the long latency), then Q while they are in flight */
 #pragma unroll
     for (int s = 0; s < NS - 1; s++)
-        dec_issue<D, INT8>(a, b, kvh, kstart + s * kTileKeys, s < n_tiles ? kend : 0,
-                           ring + s * SM::kStage);
-    for (int c = t; c < kDecRows * D / 8; c += kThreads) {
-        int r = c / (D / 8), cc = c % (D / 8);
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (r < nrows)
-            val = bf16x8_to_h8(*(const uint4 *)(q + (int64_t)b * q_stride + (h0 + r) * D + cc * 8));
-        *(uint4 *)(sq + r * RH + cc * 8) = val;
+        dec_issue<D, INT8>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage);
+    if (ROPE) {
+        dsq_pdl_wait();
+        dsq_pdl_trigger();
+    }
+    NewKV nkv = {0u, 0.f};
+    if (ROPE) {
+        /* thread t's pairs all have i = t % (D/2) (kThreads is a multiple
+         * of D/2), so one angle per thread and no shared table; every load
+         * is issued before the first use: one global latency */
+        static_assert(kThreads % (D / 2) == 0 && kDecRows * D / 2 % kThreads == 0, "pairs per thread");
+        constexpr int NP = kDecRows * D / 2 / kThreads;
+        const float *row = (const float *)q_in + (int64_t)b * q_stride;
+        const int i = t % (D / 2);
+        float qx[NP][2];
+#pragma unroll
+        for (int k = 0; k < NP; k++) {
+            const int r = (t + k * kThreads) / (D / 2);
+            qx[k][0] = r < nrows ? row[(h0 + r) * D + i] : 0.f;
+            qx[k][1] = r < nrows ? row[(h0 + r) * D + i + D / 2] : 0.f;
+        }
+        float kv0 = 0.f, kv1 = 0.f; /* the new K (t < D/2) or V (t < D) pair */
+        if (writer && t < D) {
+            const float *src = row + (int64_t)(n_heads + (t >= D / 2 ? a.n_kv : 0) + kvh) * D;
+            kv0 = src[i];
+            kv1 = src[i + D / 2];
+        }
+        float c, sn;
+        dsq_rope_cs(len - 1, inv_freq[i], c, sn);
+#pragma unroll
+        for (int k = 0; k < NP; k++) {
+            const int r = (t + k * kThreads) / (D / 2);
+            float x0 = qx[k][0], x1 = qx[k][1];
+            if (r < nrows)
+                dsq_rope_rot(x0, x1, c, sn);
+            /* bf16 as the RoPE kernel stores q, then fp16 as bf16x8_to_h8 */
+            const __nv_bfloat162 bq = __floats2bfloat162_rn(x0, x1);
+            uint4 w = make_uint4(*reinterpret_cast<const uint32_t *>(&bq), 0u, 0u, 0u);
+            const uint32_t h = bf16x8_to_h8(w).x;
+            sq[r * RH + i] = __ushort_as_half((unsigned short)(h & 0xffffu));
+            sq[r * RH + i + D / 2] = __ushort_as_half((unsigned short)(h >> 16));
+        }
+        if (writer) { /* block-uniform */
+            nkv = new_kv<D, INT8>(kv0, kv1, c, sn, xmax, xfin);
+            if (hg == 0 && t < D) {
+                const int half = D / 2, is_v = t >= half;
+                const int64_t crow = kv_row(a, b, len - 1);
+                const int64_t off = (crow * a.n_kv + kvh) * D;
+                if (!INT8) {
+                    __half *dst = (__half *)(is_v ? a.v : a.k) + off;
+                    dst[i] = __ushort_as_half((unsigned short)(nkv.bits & 0xffffu));
+                    dst[i + half] = __ushort_as_half((unsigned short)(nkv.bits >> 16));
+                } else {
+                    int8_t *dst = (int8_t *)(is_v ? a.v : a.k) + off;
+                    dst[i] = (int8_t)(nkv.bits & 0xffu);
+                    dst[i + half] = (int8_t)(nkv.bits >> 8);
+                    if (i == 0)
+                        ((float *)(is_v ? a.vs : a.ks))[crow * a.n_kv + kvh] = nkv.scale;
+                }
+            }
+        }
+    } else {
+        const __nv_bfloat16 *q = (const __nv_bfloat16 *)q_in;
+        for (int c = t; c < kDecRows * D / 8; c += kThreads) {
+            int r = c / (D / 8), cc = c % (D / 8);
+            uint4 val = make_uint4(0, 0, 0, 0);
+            if (r < nrows)
+                val = bf16x8_to_h8(*(const uint4 *)(q + (int64_t)b * q_stride + (h0 + r) * D + cc * 8));
+            *(uint4 *)(sq + r * RH + cc * 8) = val;
+        }
     }
     __syncthreads();
     uint32_t qf[D / 16][4];
@@ -216,10 +366,28 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();                 /* ... everyone's; stage j-1 is free      */
         {
             const int jn = j + NS - 1; /* empty group past the end keeps counts */
-            dec_issue<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, jn < n_tiles ? kend : 0,
+            dec_issue<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
                                ring + (jn % NS) * SM::kStage);
         }
         const int key0 = kstart + j * kTileKeys;
+        if (writer && j == n_tiles - 1) { /* the new key's row of this stage */
+            unsigned char *st = ring + (j % NS) * SM::kStage;
+            const int rr = kend - 1 - key0, half = D / 2, i = t % half, is_v = t >= half;
+            if (t < D) {
+                if (!INT8) {
+                    __half *row = (__half *)st + (is_v ? kTileKeys * RH : 0) + rr * RH;
+                    row[i] = __ushort_as_half((unsigned short)(nkv.bits & 0xffffu));
+                    row[i + half] = __ushort_as_half((unsigned short)(nkv.bits >> 16));
+                } else {
+                    int8_t *row = (int8_t *)st + (is_v ? kTileKeys * D : 0) + rr * D;
+                    row[i] = (int8_t)(nkv.bits & 0xffu);
+                    row[i + half] = (int8_t)(nkv.bits >> 8);
+                    if (i == 0)
+                        ((float *)(st + 2 * kTileKeys * D))[(is_v ? kTileKeys : 0) + rr] = nkv.scale;
+                }
+            }
+            __syncthreads();
+        }
         const int wkey0 = key0 + warp * 16;
         if (wkey0 >= kend)
             continue;
@@ -387,8 +555,11 @@ template <int D, bool INT8, int NS> static cudaError_t set_decode_attr(int optin
 {
     if (DecSmem<D, INT8, NS>::kTotal > optin)
         return cudaSuccess; /* not used on this device */
-    return cudaFuncSetAttribute(decode_kernel<D, INT8, NS>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(decode_kernel<D, INT8, NS, false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, DecSmem<D, INT8, NS>::kTotal);
+    if (e != cudaSuccess)
+        return e;
+    return cudaFuncSetAttribute(decode_kernel<D, INT8, NS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 DecSmem<D, INT8, NS>::kTotal);
 }
 
@@ -479,30 +650,35 @@ static cudaError_t attn_ready(int *dev) { return dsq_cu_once_per_device(&attn_on
 
 extern "C" dsq_status dsq_attn_init(void) { return dsq_cu_status(attn_ready(NULL), "attention kernel setup"); }
 
-extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
-                                       void *out, int64_t o_stride, const int32_t *seq_lens,
-                                       int32_t n_seqs, int32_t n_heads, int32_t max_splits,
-                                       void *workspace, size_t workspace_bytes,
-                                       cudaStream_t stream)
+/* dsq_attn_decode and dsq_attn_decode_rope: q_in is bf16 (rope false) or
+ * the fp32 product row (rope true; inv_freq then set). */
+static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t q_stride, bool rope,
+                                const float *inv_freq, void *out, int64_t o_stride, const int32_t *seq_lens,
+                                int32_t n_seqs, int32_t n_heads, int32_t max_splits, void *workspace,
+                                size_t workspace_bytes, cudaStream_t stream)
 {
+    const char *fn = rope ? "decode attention + RoPE" : "decode attention";
     if (!kv_ok(kv) || n_seqs < 0 || n_heads <= 0 || n_heads % kv->n_kv_heads ||
         max_splits <= 0 || max_splits > kMaxSplits || n_seqs > 65535)
-        return dsq_fail(DSQ_ERR_INTERNAL, "decode attention: %d sequences, %d heads over a cache of %d KV heads, "
-                        "%d splits (1..%d; or a cache kv_ok() refuses)", (int)n_seqs, (int)n_heads,
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d sequences, %d heads over a cache of %d KV heads, "
+                        "%d splits (1..%d; or a cache kv_ok() refuses)", fn, (int)n_seqs, (int)n_heads,
                         kv ? (int)kv->n_kv_heads : 0, (int)max_splits, kMaxSplits);
     if (n_seqs == 0)
         return DSQ_OK;
     const int D = kv->head_dim;
     const int group = n_heads / kv->n_kv_heads;
     const int n_hg = (group + kDecRows - 1) / kDecRows;
-    if (!q || !out || !seq_lens || !workspace || !aligned16(q) || !aligned16(workspace) ||
-        q_stride % 8 || q_stride < (int64_t)n_heads * D || o_stride < (int64_t)n_heads * D ||
+    /* bf16 q: 16-byte loads; fp32 rows: scalar loads, any stride that holds
+     * the q|k|v heads */
+    const int64_t q_min = rope ? (int64_t)(n_heads + 2 * kv->n_kv_heads) * D : (int64_t)n_heads * D;
+    if (!q_in || !out || !seq_lens || !workspace || !aligned16(workspace) || (rope && !inv_freq) ||
+        (!rope && (!aligned16(q_in) || q_stride % 8)) || q_stride < q_min || o_stride < (int64_t)n_heads * D ||
         workspace_bytes < ws_floats(n_seqs, n_heads, D, max_splits) * sizeof(float) ||
         (int64_t)kv->n_kv_heads * n_hg > 65535)
-        return dsq_fail(DSQ_ERR_INTERNAL, "decode attention: a NULL or misaligned pointer, strides q %lld / out %lld "
-                        "(>= %d, q a multiple of 8), or a workspace of %zu bytes (%zu needed)", (long long)q_stride,
-                        (long long)o_stride, (int)n_heads * D, workspace_bytes,
-                        ws_floats(n_seqs, n_heads, D, max_splits) * sizeof(float));
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: a NULL or misaligned pointer, strides q %lld (>= %lld%s) / out %lld "
+                        "(>= %d), or a workspace of %zu bytes (%zu needed)", fn, (long long)q_stride,
+                        (long long)q_min, rope ? "" : ", a multiple of 8", (long long)o_stride, (int)n_heads * D,
+                        workspace_bytes, ws_floats(n_seqs, n_heads, D, max_splits) * sizeof(float));
     int dev = 0;
     cudaError_t e = attn_ready(&dev);
     if (e != cudaSuccess)
@@ -517,40 +693,40 @@ extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int6
     float *ws_acc = (float *)workspace;
     float *ws_ml = ws_acc + (size_t)n_seqs * n_heads * max_splits * D;
     dim3 grid((unsigned)max_splits, (unsigned)(kv->n_kv_heads * n_hg), (unsigned)n_seqs);
-    const __nv_bfloat16 *qb = (const __nv_bfloat16 *)q;
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
-#define DSQ_DECODE_LAUNCH(DD, I8, NS)                                                        \
-    e = dsq_launch_pdl(decode_kernel<DD, I8, NS>, grid, dim3(kThreads),                      \
-                       (size_t)DecSmem<DD, I8, NS>::kTotal, stream, a, qb, q_stride, seq_lens,   \
+    /* runtime (head_dim, dtype, ring depth, rope) -> the kernel instance */
+#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO)                                                            \
+    e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO>, grid, dim3(kThreads),                           \
+                       (size_t)DecSmem<DD, I8, NS>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
                        n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml)
+#define DSQ_DECODE_RING(DD, I8, NS)                 \
+    do {                                            \
+        if (DecSmem<DD, I8, NS>::kTotal <= smem_optin) { \
+            if (rope)                               \
+                DSQ_DECODE_LAUNCH(DD, I8, NS, true);  \
+            else                                    \
+                DSQ_DECODE_LAUNCH(DD, I8, NS, false); \
+        } else if (rope) {                          \
+            DSQ_DECODE_LAUNCH(DD, I8, 2, true);       \
+        } else {                                    \
+            DSQ_DECODE_LAUNCH(DD, I8, 2, false);      \
+        }                                           \
+    } while (0)
     if (D == 128) {
-        if (i8) {
-            if (DecSmem<128, true, kStagesI8>::kTotal <= smem_optin)
-                DSQ_DECODE_LAUNCH(128, true, kStagesI8);
-            else
-                DSQ_DECODE_LAUNCH(128, true, 2);
-        } else {
-            if (DecSmem<128, false, kStagesF16>::kTotal <= smem_optin)
-                DSQ_DECODE_LAUNCH(128, false, kStagesF16);
-            else
-                DSQ_DECODE_LAUNCH(128, false, 2);
-        }
+        if (i8)
+            DSQ_DECODE_RING(128, true, kStagesI8);
+        else
+            DSQ_DECODE_RING(128, false, kStagesF16);
     } else {
-        if (i8) {
-            if (DecSmem<64, true, kStagesI8>::kTotal <= smem_optin)
-                DSQ_DECODE_LAUNCH(64, true, kStagesI8);
-            else
-                DSQ_DECODE_LAUNCH(64, true, 2);
-        } else {
-            if (DecSmem<64, false, kStagesF16>::kTotal <= smem_optin)
-                DSQ_DECODE_LAUNCH(64, false, kStagesF16);
-            else
-                DSQ_DECODE_LAUNCH(64, false, 2);
-        }
+        if (i8)
+            DSQ_DECODE_RING(64, true, kStagesI8);
+        else
+            DSQ_DECODE_RING(64, false, kStagesF16);
     }
+#undef DSQ_DECODE_RING
 #undef DSQ_DECODE_LAUNCH
     if (e != cudaSuccess)
-        return dsq_cu_status(e, "decode attention kernel");
+        return dsq_cu_status(e, rope ? "decode attention + RoPE kernel" : "decode attention kernel");
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
     if (D == 128)
         e = dsq_launch_pdl(decode_merge_kernel<128>, mgrid, dim3(128), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
@@ -559,4 +735,24 @@ extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int6
         e = dsq_launch_pdl(decode_merge_kernel<64>, mgrid, dim3(64), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
                            max_splits, (__nv_bfloat16 *)out, o_stride);
     return dsq_cu_status(e, "decode attention merge kernel");
+}
+
+extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+                                       void *out, int64_t o_stride, const int32_t *seq_lens,
+                                       int32_t n_seqs, int32_t n_heads, int32_t max_splits,
+                                       void *workspace, size_t workspace_bytes,
+                                       cudaStream_t stream)
+{
+    return decode_launch(kv, q, q_stride, false, NULL, out, o_stride, seq_lens, n_seqs, n_heads, max_splits,
+                         workspace, workspace_bytes, stream);
+}
+
+extern "C" dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
+                                            const float *inv_freq, void *out, int64_t o_stride,
+                                            const int32_t *seq_lens, int32_t n_seqs, int32_t n_heads,
+                                            int32_t max_splits, void *workspace, size_t workspace_bytes,
+                                            cudaStream_t stream)
+{
+    return decode_launch(kv, qkv, row_stride, true, inv_freq, out, o_stride, seq_lens, n_seqs, n_heads,
+                         max_splits, workspace, workspace_bytes, stream);
 }

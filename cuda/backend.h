@@ -157,6 +157,8 @@ typedef struct cu_ctx {
     size_t kv_layer_pitch; /* bytes between layers of each KV array, 0 if not uniform */
     int mixed_split;       /* mixed passes split decode / prefill attention (DSQ_CUDA_MIXED=0: no) */
     int resid_after;       /* LINEAR_RESID as product then add, not fused (DSQ_CUDA_RESIDUAL=after) */
+    int decode_rope;       /* decode passes: RoPE + KV write inside the decode attention kernel
+                              (DSQ_CUDA_DECODE_ROPE=0: the separate RoPE + KV write kernel) */
     int32_t logit_chunk;   /* rows of logits computed and copied at once */
     int32_t dec_splits_max;
     int64_t kv_rows;       /* physical KV rows (static: max_seqs * max_context) */

@@ -314,6 +314,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->mixed_split = !(env && env[0] == '0');
     env = getenv("DSQ_CUDA_RESIDUAL"); /* "after": residual add after each product, not fused */
     cc->resid_after = env && strcmp(env, "after") == 0;
+    env = getenv("DSQ_CUDA_DECODE_ROPE"); /* 0 = decode passes keep the RoPE + KV write kernel */
+    cc->decode_rope = !(env && env[0] == '0');
     env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
     if (!(env && env[0] == '0')) {
         size_t ng = (size_t)cc->max_bseqs * 2 * (size_t)cc->n_bt_buckets;

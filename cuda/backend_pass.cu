@@ -65,8 +65,10 @@ static dsq_status linear_resid(cu_ctx *cc, const cu_op_data *d, const dsq_bf16 *
     return dsq_cu_add(cc->x, cc->part, (int64_t)T * d->w.rows, cc->stream);
 }
 
-/* Attention of the pass over layer l's cache: q from cc->qkvb, out cc->attn. */
-static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int32_t l)
+/* Attention of the pass over layer l's cache: q from cc->qkvb (or, decode
+ * with decode_rope, q|k|v from cc->qkv, rotated with inv_freq), out
+ * cc->attn. */
+static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int32_t l, const float *inv_freq)
 {
     const int32_t H = cf->n_heads, KV = cf->n_kv_heads, D = cf->head_dim;
     const int32_t QKV = (H + 2 * KV) * D;
@@ -75,6 +77,9 @@ static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int
     dsq_attn_kv kv = cc->kv[l];
     kv.block_table = p->bt;
     kv.bt_stride = p->bt_stride;
+    if (p->decode && cc->decode_rope) /* q, k, v straight from the product (run_op) */
+        return dsq_attn_decode_rope(&kv, cc->qkv, QKV, inv_freq, cc->attn,
+                                    (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws, cc->dec_ws_bytes, s);
     if (p->decode) {
         DSQ_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws,
                                 cc->dec_ws_bytes, s));
@@ -116,11 +121,13 @@ static dsq_status run_op(dsq_ctx *c, const cu_pass *p, const dsq_op *op, const c
         dsq_attn_kv kv = cc->kv[l];
         kv.block_table = p->bt;
         kv.bt_stride = p->bt_stride;
+        if (p->decode && cc->decode_rope) /* done inside the decode attention (attend) */
+            return DSQ_OK;
         DSQ_TRY(dsq_attn_rope_kv_write(&kv, cc->qkv, QKV, p->pos, p->tseq, T, H, cm->inv_freq, cc->qkvb, s));
         return DSQ_OK;
     }
     case DSQ_OP_ATTEND:
-        return attend(cc, cf, p, l);
+        return attend(cc, cf, p, l, cm->inv_freq);
     case DSQ_OP_LINEAR_RESID:
         return linear_resid(cc, d, op->in == DSQ_IN_ACT ? cc->act : cc->attn, T);
     case DSQ_OP_GATED_FFN: {

@@ -13,6 +13,7 @@
 #include "attention.h"
 #include "attention_tile.cuh"
 #include "kernels.h" /* dsq_cu_status */
+#include "kv_quant.cuh"
 #include "rope.cuh"
 
 namespace dsq_attn {
@@ -51,13 +52,13 @@ __global__ void __launch_bounds__(128)
     const int64_t row = kv_row(a, tok_seq[t], pos[t]);
     const int64_t off = (row * a.n_kv + h) * D + lane * E;
     if (!INT8) {
-        /* IEEE round to nearest, as the CPU's dsq_f32_to_f16: beyond +-65504
-         * is +-Inf, NaN stays NaN (a saturating clamp made NaN -65504) */
         __half *dst = (__half *)(is_v ? a.v : a.k) + off;
         uint32_t o[E / 2];
 #pragma unroll
-        for (int i = 0; i < E / 2; i++)
-            o[i] = pack_half2(x[2 * i], x[2 * i + 1]);
+        for (int i = 0; i < E / 2; i++) {
+            __half2 h2 = __halves2half2(dsq_kv_f16(x[2 * i]), dsq_kv_f16(x[2 * i + 1]));
+            o[i] = *reinterpret_cast<uint32_t *>(&h2);
+        }
         if (E == 4)
             *(uint2 *)dst = make_uint2(o[0], o[E / 2 - 1]);
         else
@@ -73,22 +74,12 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int s = 16; s > 0; s >>= 1)
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
-        /* fmaxf drops NaN, and an Inf made the scale Inf: a vector with any
-         * NaN/Inf is stored as zeros with a NaN scale (as on the CPU), so it
-         * reads back as NaN */
         finite = __all_sync(0xffffffffu, finite);
-        const float scale = finite ? amax / 127.0f : __int_as_float(0x7fffffff);
-        /* IEEE division: matches the CPU */
+        const float scale = dsq_kv_i8_scale(amax, finite);
         uint32_t packed = 0;
 #pragma unroll
-        for (int i = 0; i < E; i++) {
-            int qi = 0;
-            if (scale > 0.f) { /* false for the NaN scale */
-                float r = rintf(__fdiv_rn(x[i], scale));
-                qi = (int)fminf(fmaxf(r, -127.f), 127.f);
-            }
-            packed |= (uint32_t)(qi & 0xff) << (8 * i);
-        }
+        for (int i = 0; i < E; i++)
+            packed |= (uint32_t)(dsq_kv_i8(x[i], scale) & 0xff) << (8 * i);
         int8_t *dst = (int8_t *)(is_v ? a.v : a.k) + off;
         if (E == 4)
             *(uint32_t *)dst = packed;
@@ -132,8 +123,8 @@ __global__ void __launch_bounds__(64)
     const float f0 = __bfloat162float(b0), f1 = __bfloat162float(b1);
     if (!INT8) {
         __half *dst = (__half *)(is_v ? a.v : a.k) + off;
-        dst[i] = __float2half_rn(f0);
-        dst[i + half] = __float2half_rn(f1);
+        dst[i] = dsq_kv_f16(f0);
+        dst[i + half] = dsq_kv_f16(f1);
         return;
     }
     float amax = fmaxf(fabsf(f0), fabsf(f1));
@@ -153,16 +144,10 @@ __global__ void __launch_bounds__(64)
         amax = fmaxf(wmax[0], wmax[1]);
         finite = wfin[0] && wfin[1];
     }
-    /* as kv_write_kernel: a head with any NaN/Inf is zeros with a NaN scale */
-    const float scale = finite ? amax / 127.0f : __int_as_float(0x7fffffff);
-    int q0 = 0, q1 = 0;
-    if (scale > 0.f) {
-        q0 = (int)fminf(fmaxf(rintf(__fdiv_rn(f0, scale)), -127.f), 127.f);
-        q1 = (int)fminf(fmaxf(rintf(__fdiv_rn(f1, scale)), -127.f), 127.f);
-    }
+    const float scale = dsq_kv_i8_scale(amax, finite);
     int8_t *dst = (int8_t *)(is_v ? a.v : a.k) + off;
-    dst[i] = (int8_t)q0;
-    dst[i + half] = (int8_t)q1;
+    dst[i] = (int8_t)dsq_kv_i8(f0, scale);
+    dst[i + half] = (int8_t)dsq_kv_i8(f1, scale);
     if (i == 0)
         (is_v ? (float *)a.vs : (float *)a.ks)[row * a.n_kv + kh] = scale;
 }

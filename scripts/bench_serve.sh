@@ -38,7 +38,8 @@ if [ $rc != 0 ]; then grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; f
 grep -i "serve" "$OUT/build.log" | head -2
 fi
 CLI=$B/examples/dsqwen
-$CLI --version | grep -q "serve: yes" || { echo "dsqwen built without serve (libmicrohttpd?)"; exit 1; }
+VER=$($CLI --version 2>&1) || { echo "$CLI does not run: $VER"; exit 1; }
+echo "$VER" | grep -q "serve: yes" || { echo "dsqwen built without serve (libmicrohttpd?)"; exit 1; }
 
 M=/tmp/dsq_fullsize
 if [ ! -f $M/model.safetensors ]; then

@@ -65,6 +65,9 @@ prebuilt() {
         mkdir -p "$B" && tar xJf .gpu/prebuilt.tar.xz -C "$B" && touch "$B/.prebuilt_unpacked" || return 1
         echo "== prebuilt binaries of $(cat .gpu/prebuilt.commit 2>/dev/null || echo '?') unpacked into $B ($(el))"
     fi
+    # the CLI's RUNPATH names the build directory it was linked in (e.g.
+    # /tmp/cbuild), not $B: without this it cannot load libdsqwen.so.0
+    case ":${LD_LIBRARY_PATH:-}:" in *":$B:"*) ;; *) export LD_LIBRARY_PATH=$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;; esac
     return 0
 }
 

@@ -666,6 +666,146 @@ static void test_other_shapes(void **state)
     }
 }
 
+/* ---- decode with RoPE and the KV write inside (dsq_attn_decode_rope) --------
+ * The fused kernel against the two-kernel path it replaces
+ * (dsq_attn_rope_kv_write, then dsq_attn_decode, whose output run_decode
+ * checks against the CPU reference) on the same cache and the same fp32
+ * q|k|v rows: the output and every byte of the two caches (so also nothing
+ * written outside the new rows) must be identical.  The new rows are
+ * poisoned in both caches first; the outputs must be finite, so a row that
+ * neither path wrote cannot pass as equal. */
+static bool run_decode_rope(const Scenario &sc, int splits)
+{
+    Built b;
+    memset(&b.kv, 0, sizeof b.kv);
+    build(sc, b);
+    const int D = sc.D, H = sc.H, KVH = sc.KVH, S = b.n_seqs;
+    const int rs = b.W + 8; /* fp32 row stride; bf16 rows of path A use it too */
+    std::vector<float> x((size_t)S * rs), fq(D / 2);
+    for (auto &v : x)
+        v = rnd_uni(-3, 3);
+    for (int i = 0; i < D / 2; i++)
+        fq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)D);
+    std::vector<int32_t> pos(S), tseq(S);
+    for (int s = 0; s < S; s++) {
+        pos[s] = sc.pos0[s]; /* n = 1: the new token is at len - 1 */
+        tseq[s] = s;
+    }
+    const size_t elt = sc.dtype == DSQ_ATTN_KV_INT8 ? 1 : 2;
+    const size_t kv_bytes = (size_t)b.n_rows * KVH * D * elt, sc_bytes = (size_t)b.n_rows * KVH * 4;
+    /* cache B: a copy of A */
+    void *k2, *v2, *ks2 = NULL, *vs2 = NULL;
+    CK(cudaMalloc(&k2, kv_bytes));
+    CK(cudaMalloc(&v2, kv_bytes));
+    CK(cudaMemcpy(k2, b.dk, kv_bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy(v2, b.dv, kv_bytes, cudaMemcpyDeviceToDevice));
+    if (elt == 1) {
+        CK(cudaMalloc(&ks2, sc_bytes));
+        CK(cudaMalloc(&vs2, sc_bytes));
+        CK(cudaMemcpy(ks2, b.dks, sc_bytes, cudaMemcpyDeviceToDevice));
+        CK(cudaMemcpy(vs2, b.dvs, sc_bytes, cudaMemcpyDeviceToDevice));
+    }
+    void *bufs[2][4] = {{b.dk, b.dv, b.dks, b.dvs}, {k2, v2, ks2, vs2}};
+    for (int c = 0; c < 2; c++)
+        for (int s = 0; s < S; s++) {
+            const int64_t r = host_row(b, s, pos[s]);
+            CK(cudaMemset((char *)bufs[c][0] + r * KVH * D * elt, 0xff, (size_t)KVH * D * elt));
+            CK(cudaMemset((char *)bufs[c][1] + r * KVH * D * elt, 0xff, (size_t)KVH * D * elt));
+            if (elt == 1) {
+                CK(cudaMemset((char *)bufs[c][2] + r * KVH * 4, 0xff, (size_t)KVH * 4));
+                CK(cudaMemset((char *)bufs[c][3] + r * KVH * 4, 0xff, (size_t)KVH * 4));
+            }
+        }
+    float *dx, *dfq;
+    int32_t *dpos, *dts;
+    void *dbf, *outa, *outb, *ws;
+    const size_t out_bytes = (size_t)S * b.o_stride * 2;
+    const size_t ws_bytes = dsq_attn_decode_workspace_bytes(S, H, D, splits);
+    CK(cudaMalloc(&dx, x.size() * 4));
+    CK(cudaMalloc(&dfq, fq.size() * 4));
+    CK(cudaMalloc(&dpos, (size_t)S * 4));
+    CK(cudaMalloc(&dts, (size_t)S * 4));
+    CK(cudaMalloc(&dbf, (size_t)S * rs * 2));
+    CK(cudaMalloc(&outa, out_bytes));
+    CK(cudaMalloc(&outb, out_bytes));
+    CK(cudaMalloc(&ws, ws_bytes));
+    CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dfq, fq.data(), fq.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dpos, pos.data(), (size_t)S * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dts, tseq.data(), (size_t)S * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(outa, 0xff, out_bytes));
+    CK(cudaMemset(outb, 0xff, out_bytes));
+    CK(cudaMemset(ws, 0xff, ws_bytes));
+    dsq_attn_kv kvb = b.kv;
+    kvb.k = k2;
+    kvb.v = v2;
+    kvb.k_scale = (float *)ks2;
+    kvb.v_scale = (float *)vs2;
+    AK(dsq_attn_rope_kv_write(&b.kv, dx, rs, dpos, dts, S, H, dfq, dbf, 0));
+    AK(dsq_attn_decode(&b.kv, dbf, rs, outa, b.o_stride, b.dlens, S, H, splits, ws, ws_bytes, 0));
+    CK(cudaMemset(ws, 0xff, ws_bytes));
+    AK(dsq_attn_decode_rope(&kvb, dx, rs, dfq, outb, b.o_stride, b.dlens, S, H, splits, ws, ws_bytes, 0));
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> oa((size_t)S * b.o_stride), ob((size_t)S * b.o_stride);
+    CK(cudaMemcpy(oa.data(), outa, out_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ob.data(), outb, out_bytes, cudaMemcpyDeviceToHost));
+    size_t odiff = 0, nonfinite = 0;
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < H * D; i++) {
+            const size_t j = (size_t)s * b.o_stride + i;
+            odiff += oa[j] != ob[j];
+            nonfinite += !isfinite(dsq_bf16_to_f32(oa[j]));
+        }
+    size_t cdiff = 0;
+    const size_t sizes[4] = {kv_bytes, kv_bytes, elt == 1 ? sc_bytes : 0, elt == 1 ? sc_bytes : 0};
+    for (int c = 0; c < 4; c++) {
+        if (!sizes[c])
+            continue;
+        std::vector<uint8_t> ha(sizes[c]), hb(sizes[c]);
+        CK(cudaMemcpy(ha.data(), bufs[0][c], sizes[c], cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hb.data(), bufs[1][c], sizes[c], cudaMemcpyDeviceToHost));
+        for (size_t j = 0; j < sizes[c]; j++)
+            cdiff += ha[j] != hb[j];
+    }
+    printf("  %-22s rope/s%-3d fused vs rope_kv_write+decode: %zu output and %zu cache bytes differ, "
+           "%zu non-finite outputs\n", sc.name, splits, odiff, cdiff, nonfinite);
+    void *all[] = {k2, v2, ks2, vs2, dx, dfq, dpos, dts, dbf, outa, outb, ws};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+        cudaFree(all[j]);
+    release(b);
+    return odiff == 0 && cdiff == 0 && nonfinite == 0;
+}
+
+static void test_decode_rope(void **state)
+{
+    (void)state;
+    const int sm = n_sms();
+    bool ok = true;
+    /* lengths around the tile edges: the new key alone in its tile (65,
+     * 129), the first key of a sequence (1), a full tile (64) */
+    const std::vector<int> L = {1, 2, 64, 65, 129, 1000, 63, 130};
+    std::vector<int> pos0, one(L.size(), 1);
+    for (int v : L)
+        pos0.push_back(v - 1);
+    for (int dt = 0; dt < 2; dt++)
+        for (int pg = 0; pg < 2; pg++) {
+            if (g_quick && dt != pg)
+                continue;
+            const int sug = dsq_attn_decode_splits((int)L.size(), 2, 1000, sm);
+            for (int splits : {sug, 1, 3})
+                ok = run_decode_rope(mk(nm(dt, pg), dt, pg, pos0, one), splits) && ok;
+        }
+    for (int dt = 0; dt < 2; dt++) {
+        /* head_dim 64 and 18 query heads per kv head (two head groups:
+         * both blocks of the last split hold the new key) */
+        ok = run_decode_rope(mk(dt ? "int8/D64/g18/static" : "f16/D64/g18/static", dt, 0, {0, 99, 300},
+                                {1, 1, 1}, 64, 36, 2), 4) && ok;
+        ok = run_decode_rope(mk(dt ? "int8/D128/g18/paged16" : "f16/D128/g18/paged16", dt, 1, {5, 700},
+                                {1, 1}, 128, 18, 1), 2) && ok;
+    }
+    assert_true(ok);
+}
+
 /* ---- non-finite K/V (issue 14, defect 4) -------------------------------------
  * One K or V element of one (sequence, position, kv head) is NaN or +Inf.
  * Which outputs must be non-finite is decided by the double-precision
@@ -809,6 +949,14 @@ static void test_invalid_args(void **state)
                                      dsq_attn_decode_workspace_bytes(4, 12, 128, 8) - 1, 0),
                      DSQ_ERR_INTERNAL);
     assert_non_null(strstr(dsq_last_error_message(), "workspace")); /* the message names the problem */
+    /* fused RoPE: no inv_freq; a row stride that cannot hold the k and v
+     * heads (12 q + 2 x 2 kv heads of 128 = 2048 floats) */
+    const float *fp = (const float *)p;
+    assert_int_equal(dsq_attn_decode_rope(&kv, fp, 2048, NULL, p, 2048, ip, 1, 12, 1, p, 1 << 20, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_attn_decode_rope(&kv, fp, 2047, fp, p, 2048, ip, 1, 12, 1, p, 1 << 20, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_non_null(strstr(dsq_last_error_message(), "RoPE"));
     /* INT8 without scales */
     kv.dtype = DSQ_ATTN_KV_INT8;
     assert_int_equal(dsq_attn_kv_write(&kv, p, 2048, p, 2048, ip, ip, 1, 0),
@@ -1056,7 +1204,8 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invalid_args),  cmocka_unit_test(test_prefill_short),
-        cmocka_unit_test(test_decode_batch),  cmocka_unit_test(test_other_shapes),
+        cmocka_unit_test(test_decode_batch),  cmocka_unit_test(test_decode_rope),
+        cmocka_unit_test(test_other_shapes),
         cmocka_unit_test(test_nonfinite_kv),
         cmocka_unit_test(test_prefill_long),  cmocka_unit_test(test_timing),
         cmocka_unit_test(test_summary),
