@@ -22,6 +22,8 @@ PROMPT=${PROMPT:-512}
 GEN=${GEN:-256}
 KV=${KV:-f16}
 PORT=${PORT:-18080}
+BATCH_TOKENS=${BATCH_TOKENS:-512}   # the server's --batch-tokens (tokens per step)
+PREFILL_CHUNK=${PREFILL_CHUNK:-256} # and --prefill-chunk
 mkdir -p "$OUT"
 ROOT=$(pwd)
 [ -d .deps ] && source scripts/device_env.sh
@@ -68,7 +70,7 @@ start_server() { # LOG extra-args...: sets SPID once it listens
   local log=$1
   shift
   $CLI serve --model $M --port $PORT --max-seqs $CLIENTS --ctx $CTX --kv $KV \
-    --batch-tokens 512 --prefill-chunk 256 "$@" >"$log" 2>&1 &
+    --batch-tokens $BATCH_TOKENS --prefill-chunk $PREFILL_CHUNK "$@" >"$log" 2>&1 &
   SPID=$!
   for i in $(seq 300); do
     grep -q "listening on" "$log" && break
@@ -117,6 +119,7 @@ m3=$(snap); split_times "$m2" "$m3"
 python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
   >"$OUT/metrics_overlap.txt" 2>/dev/null
 kill -TERM $SPID; wait $SPID; echo "== server exit $?"
+[ "${SKIP_NOOVERLAP:-0}" = 1 ] && { echo "total $(( $(date +%s) - t0 )) s"; exit 0; }
 # the same plain load with the output work between steps (--no-overlap),
 # to see what the output worker buys
 start_server "$OUT/serve_nooverlap.log" --no-overlap
