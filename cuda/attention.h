@@ -143,7 +143,9 @@ dsq_status dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stri
  *   out      : [n_seqs][o_stride] bf16
  *   seq_lens : [n_seqs] device; cached tokens of b INCLUDING this step's
  *              token (kv_write must have run first): b attends to positions
- *              0 .. seq_lens[b]-1.  Must be >= 1.
+ *              0 .. seq_lens[b]-1.  Must be >= 1.  Not written by
+ *              the kernel right before on the stream: the merge kernel
+ *              reads it before its PDL wait.
  *   max_splits: host, 1..1024; fixed per launch shape (graph-capture safe).
  *              Each sequence uses min(max_splits, ceil(len/64)) splits
  *              computed on the device from its own length.  Use

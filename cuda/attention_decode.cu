@@ -500,10 +500,13 @@ __global__ void __launch_bounds__(D)
     __shared__ float red[D / 32];
     const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
     const int lane = d & 31, warp = d >> 5;
+    /* seq_lens is the pass's metadata, never written by the decode kernel
+     * before this one: read it (one global round trip) before the wait */
+    const int len = seq_lens[b];
     dsq_pdl_wait(); /* the partials of the decode kernel before it */
     dsq_pdl_trigger();
     int chunk, used;
-    split_plan(seq_lens[b], max_splits, chunk, used);
+    split_plan(len, max_splits, chunk, used);
     const int64_t slot0 = ((int64_t)b * n_heads + h) * max_splits;
 
     float M = -INFINITY;

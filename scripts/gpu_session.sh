@@ -188,6 +188,7 @@ bench)
     run b1_512_none 512 1 --kv f16 --sampling none
     run b1_8192 8192 1 --kv f16                   # issue 8: >= 1,000
     run b1_32768 32768 1 --kv f16 --kv-layout paged # issue 8: >= 700
+    run b8_512 512 8 --kv f16                     # issue 8: >= 6,000
     run b64_1024 1024 64 --kv f16                 # issue 7: >= 40,000
     run b64_1024_none 1024 64 --kv f16 --sampling none
     run b256_1024_int8 1024 256 --kv int8         # issue 7: >= 80,000
