@@ -61,9 +61,9 @@ fi
 timeout 300 $CLI bench --model $M --batch $CLIENTS --prompt-len $PROMPT --max-tokens $GEN \
   --kv $KV --kv-layout paged >"$OUT/bench.log" 2>&1
 echo "== dsqwen bench rc=$?"; grep -vE "^\s*$" "$OUT/bench.log" | tail -3
-# columns: batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%
-read -r BENCH_MS BENCH_TPS < <(awk -v b=$CLIENTS '$1 == b && $2 ~ /^[0-9]+$/ {print $6, $7}' "$OUT/bench.log")
-echo "bench: ${BENCH_TPS:-?} tok/s, ${BENCH_MS:-?} ms/step"
+# columns: batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor% e2e_t/s
+read -r BENCH_MS BENCH_TPS BENCH_E2E < <(awk -v b=$CLIENTS '$1 == b && $2 ~ /^[0-9]+$/ {print $6, $7, $10}' "$OUT/bench.log")
+echo "bench: ${BENCH_TPS:-?} tok/s, ${BENCH_MS:-?} ms/step, ${BENCH_E2E:-?} tok/s with the prefill"
 
 CTX=$(( PROMPT + GEN + 16 ))
 start_server() { # LOG extra-args...: sets SPID once it listens
@@ -83,6 +83,7 @@ grep "dsqwen serve" "$OUT/serve.log" | head -3
 args=(--url http://127.0.0.1:$PORT --clients $CLIENTS --prompt-len $PROMPT --max-tokens $GEN
       --waves 2 --processes 16 --json "$OUT/serve.json")
 [ -n "${BENCH_TPS:-}" ] && args+=(--bench-tok-s $BENCH_TPS --bench-ms-step $BENCH_MS)
+[ -n "${BENCH_E2E:-}" ] && args+=(--bench-e2e-tok-s $BENCH_E2E)
 # time inside dsq_step and the scheduler's own work per step, from
 # /metrics, as the difference over one run (the counters are cumulative)
 snap() {
