@@ -77,7 +77,7 @@ static void usage(FILE *f)
         "                            library's, min(4096, model))\n"
         "  --max-seqs N              requests generating at once (default 16)\n"
         "  --kv-pool-tokens N        paged KV pool size in tokens (default max-seqs x ctx)\n"
-        "  --batch-tokens N          most tokens in one step (default 384)\n"
+        "  --batch-tokens N          most tokens in one step (default 512)\n"
         "  --prefill-chunk N         most prompt tokens of one request per step (default 256)\n"
         "  --max-queue N             requests that may wait for room before 429 (default 64)\n"
         "  --retry-after S           Retry-After seconds of a 429 (default 1)\n"
@@ -119,11 +119,7 @@ int srv_parse_args(int argc, char **argv, srv_opts *o)
     o->backend = DSQ_BACKEND_AUTO;
     o->kv_dtype = -1;
     o->max_seqs = 16;
-    /* 384, not 512: with 64 streaming clients on the H200 the p99
-     * inter-token gap while a wave of prompts is admitted is 1.97-1.99x the
-     * decode step (2.22-2.31x at 512) for a TTFT p50 of 207 ms instead of
-     * 182 (docs/performance.md, "dsqwen serve") */
-    o->batch_tokens = 384;
+    o->batch_tokens = 512;
     o->prefill_chunk = 256;
     o->max_queue = 64;
     o->retry_after = 1;
