@@ -167,9 +167,6 @@ __device__ __forceinline__ void dec_convert16(const int8_t *raw, __half *dst)
     }
 }
 
-/* workspace: acc [n_seqs][n_heads][max_splits][D] f32, then
- *            ml  [n_seqs][n_heads][max_splits][2] f32 (running max m in
- *                log2 units, sum l) */
 /* The new token's K and V of one (sequence, kv head), as the ROPE variant's
  * last split computes them: thread t < D holds the pair (i, i + D/2) of K
  * (t < D/2) or V, rotated (K) and rounded to bf16 exactly as
@@ -225,7 +222,11 @@ __device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, f
     return r;
 }
 
-/* ROPE: q is the fp32 q|k|v product row of each sequence's new token (stride
+/* workspace: acc [n_seqs][n_heads][max_splits][D] f32, then
+ *            ml  [n_seqs][n_heads][max_splits][2] f32 (running max m in
+ *                log2 units, sum l)
+ *
+ * ROPE: q is the fp32 q|k|v product row of each sequence's new token (stride
  * q_stride floats), not yet rotated, and the token is at position len-1:
  * each block rotates its query heads while loading them (the bits the RoPE
  * kernel would have stored), and the block of the last split writes the new
