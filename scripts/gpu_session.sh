@@ -218,12 +218,21 @@ profile)
         echo "== $name rc=$? ($(el))"
         head -14 "$OUT/$name.log"
     }
-    prof bf16_b1_512 --batch 1 --context 512
-    prof q4_b1_512 --batch 1 --context 512 --quantize q4
-    prof int8_b1_512 --batch 1 --context 512 --quantize int8
-    prof bf16_b1_8192 --batch 1 --context 8192
-    prof bf16_b8_512 --batch 8 --context 512
-    prof q4_b64_1024 --batch 64 --context 1024 --quantize q4
+    # PROFILE=prefill: where a prompt's time goes (issues 7, 8, 13) instead
+    if [ "${PROFILE:-decode}" = prefill ]; then
+        prof prefill_512 --prefill 512 --steps 8 --warm 3
+        prof prefill_4096 --prefill 4096 --steps 4 --warm 2
+        prof mixed_63x1024_512 --prefill 512 --batch 64 --context 1024 --steps 8 --warm 3
+        prof bf16_b64_1024 --batch 64 --context 1024
+        prof prefill_128 --prefill 128 --steps 8 --warm 3
+    else
+        prof bf16_b1_512 --batch 1 --context 512
+        prof q4_b1_512 --batch 1 --context 512 --quantize q4
+        prof int8_b1_512 --batch 1 --context 512 --quantize int8
+        prof bf16_b1_8192 --batch 1 --context 8192
+        prof bf16_b8_512 --batch 8 --context 512
+        prof q4_b64_1024 --batch 64 --context 1024 --quantize q4
+    fi
     ;;
 fuzz)
     # The targets that cannot reach 10M executions on a 2-core machine.

@@ -13,6 +13,13 @@ Prefills `batch` random prompts of `context` tokens, decodes warm-up steps
 and prints, per kernel name: us per step, launches per step, and the share
 of the step's GPU time; then the wall time per step beside the GPU sum, so
 launch gaps show. --json writes the table.
+
+--prefill N profiles the prefill of one N-token prompt instead (a fresh
+sequence each time, no logits: what a server's admission costs); with
+--batch B > 1 it profiles the mixed step of issue 7 instead: B-1 sequences
+of `context` tokens decoding one token each beside one N-token prompt chunk
+(dsq_step, nothing sampled).  Prefill and mixed passes are not captured in
+CUDA graphs, so wall minus GPU sum is the host's launch cost there.
 """
 import argparse
 import json
@@ -44,7 +51,10 @@ def main():
     ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--json", default=None)
     ap.add_argument("--backend", default="cuda", help="cuda (cpu only to try the script)")
+    ap.add_argument("--prefill", type=int, default=0, help="profile an N-token prefill (or mixed step)")
     a = ap.parse_args()
+    if a.prefill:
+        return prefill_main(a)
     with dsqwen.Model(a.model, backend=a.backend, quantize=a.quantize, load_tokenizer=False) as m:
         V = min(m.info.n_vocab, 151643)
         with m.context(max_seqs=a.batch, max_context=a.context + a.warm + 2 * a.steps + 8,
@@ -67,6 +77,56 @@ def main():
                 c.synchronize()
                 torch.cuda.synchronize()
         info = m.info
+    report(a, pr, wall_ms, info, f"{a.quantize} weights, batch {a.batch}, context {a.context}, {a.steps} steps, "
+           "no logits", a.batch)
+
+
+def prefill_main(a):
+    """--prefill: one N-token prompt per call (fresh sequence), or with
+    --batch > 1 the mixed step: batch-1 decoding rows beside the chunk."""
+    n = a.prefill
+    with dsqwen.Model(a.model, backend=a.backend, quantize=a.quantize, load_tokenizer=False) as m:
+        V = min(m.info.n_vocab, 151643)
+        g = np.random.default_rng(11)
+        dec = a.batch - 1
+        with m.context(max_seqs=a.batch, max_context=max(n, a.context + a.warm + 2 * a.steps + 8),
+                       max_batch_tokens=n + dec) as c:
+            for b in range(dec):
+                c.prefill([int(x) for x in g.integers(0, V, a.context)], seq=b + 1, logits=None)
+            c.synchronize()
+
+            def one():
+                if dec:
+                    if c.seq_length(0):
+                        c.truncate(0, 0)
+                    batch = [(b + 1, [int(g.integers(0, V))]) for b in range(dec)]
+                    c.step(batch + [(0, [int(x) for x in g.integers(0, V, n)])])
+                    for b in range(dec):  # keep the decoding contexts at `context`
+                        c.truncate(b + 1, a.context)
+                else:
+                    c.seq_remove(0)
+                    c.prefill([int(x) for x in g.integers(0, V, n)], seq=0, logits=None)
+
+            for _ in range(a.warm):
+                one()
+            c.synchronize()
+            t = time.time()
+            for _ in range(a.steps):
+                one()
+            c.synchronize()
+            wall_ms = (time.time() - t) / a.steps * 1e3
+            with profile(activities=[ProfilerActivity.CUDA]) as pr:
+                for _ in range(a.steps):
+                    one()
+                c.synchronize()
+                torch.cuda.synchronize()
+        info = m.info
+    what = (f"mixed step: {dec} decoding rows at {a.context} + one {n}-token chunk" if dec
+            else f"prefill of one {n}-token prompt")
+    report(a, pr, wall_ms, info, f"{a.quantize} weights, {what}, {a.steps} calls, no logits", dec + n)
+
+
+def report(a, pr, wall_ms, info, title, tokens):
     rows = []
     for e in pr.key_averages():
         us = getattr(e, "device_time_total", None)
@@ -76,9 +136,8 @@ def main():
             rows.append(dict(kernel=e.key, us_per_step=us / a.steps, launches_per_step=e.count / a.steps))
     rows.sort(key=lambda r: -r["us_per_step"])
     gpu_us = sum(r["us_per_step"] for r in rows)
-    print(f"[{a.quantize} weights, batch {a.batch}, context {a.context}, {a.steps} steps, no logits; "
-          f"weight_bytes {info.weight_bytes / 1e6:.0f} MB, device_bytes {info.device_bytes / 1e6:.0f} MB]")
-    print(f"wall {wall_ms:.3f} ms/step ({a.batch / wall_ms * 1e3:.0f} tok/s); GPU kernels sum "
+    print(f"[{title}; weight_bytes {info.weight_bytes / 1e6:.0f} MB, device_bytes {info.device_bytes / 1e6:.0f} MB]")
+    print(f"wall {wall_ms:.3f} ms/step ({tokens / wall_ms * 1e3:.0f} tok/s); GPU kernels sum "
           f"{gpu_us / 1e3:.3f} ms/step; weight floor {info.weight_bytes / 4.48e12 * 1e3:.3f} ms")
     print(f"{'us/step':>9} {'launch':>7} {'share':>6}  kernel")
     for r in rows[:a.top]:
