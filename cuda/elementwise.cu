@@ -1,17 +1,35 @@
 /* elementwise.cu - SiLU gating, residual add, fp32 -> bf16 conversion. */
 #include "common.cuh"
 
-/* One thread per output element; gate/up are adjacent (interleaved rows of
- * the fused weight), so one 8-byte load fetches both. */
+/* silu(g) * u of one (gate, up) pair; expf, not __expf, to stay within an
+ * ulp or two of the CPU.  gate and up are adjacent (interleaved rows of the
+ * fused weight): one 8-byte load fetches a pair. */
+__device__ __forceinline__ uint16_t silu_mul1(float g, float u)
+{
+    const float s = g / (1.0f + expf(-g));
+    return dsq_f2bf(s * u);
+}
+
 __global__ void silu_mul_kernel(const float2 *__restrict__ gu, int64_t n, uint16_t *__restrict__ out)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
     float2 v = gu[i];
-    /* silu(g) = g * sigmoid(g); expf, not __expf, to stay within an ulp or two */
-    float s = v.x / (1.0f + expf(-v.x));
-    out[i] = dsq_f2bf(s * v.y);
+    out[i] = silu_mul1(v.x, v.y);
+}
+
+/* Four pairs per thread: two 16-byte reads, one 8-byte write.  The pair
+ * per thread kernel above ran at ~2.8 TB/s on the H200 (130 us per layer
+ * for a 4,096-token prompt's 366 MB). */
+__global__ void silu_mul4_kernel(const float4 *__restrict__ gu, int64_t n4, uint2 *__restrict__ out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4)
+        return;
+    const float4 a = gu[2 * i], b = gu[2 * i + 1];
+    out[i] = make_uint2((uint32_t)silu_mul1(a.x, a.y) | (uint32_t)silu_mul1(a.z, a.w) << 16,
+                        (uint32_t)silu_mul1(b.x, b.y) | (uint32_t)silu_mul1(b.z, b.w) << 16);
 }
 
 __global__ void add_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t n)
@@ -36,7 +54,14 @@ extern "C" dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq
     int64_t n = (int64_t)T * F;
     if (n <= 0)
         return DSQ_OK;
-    silu_mul_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(reinterpret_cast<const float2 *>(gu), n, out);
+    /* the first n4 * 4 pairs four at a time where aligned, the rest one by one */
+    const int64_t n4 = ((uintptr_t)gu & 15) || ((uintptr_t)out & 7) ? 0 : n / 4;
+    if (n4 > 0)
+        silu_mul4_kernel<<<blocks_for(n4, 256), 256, 0, stream>>>(reinterpret_cast<const float4 *>(gu), n4,
+                                                                   reinterpret_cast<uint2 *>(out));
+    if (n > n4 * 4)
+        silu_mul_kernel<<<blocks_for(n - n4 * 4, 256), 256, 0, stream>>>(
+            reinterpret_cast<const float2 *>(gu) + n4 * 4, n - n4 * 4, (uint16_t *)out + n4 * 4);
     return DSQ_CU_LAUNCHED("silu*mul kernel");
 }
 

@@ -125,9 +125,9 @@ static void test_embed(void **state)
 {
     (void)state;
     const int Es[] = {1, 17, 1000, 1536};
-    const int Ts[] = {1, 2, 17};
+    const int Ts[] = {1, 2, 17, 67}; /* 8 rows per block: partial blocks */
     for (int ei = 0; ei < 4; ei++)
-        for (int ti = 0; ti < 3; ti++) {
+        for (int ti = 0; ti < 4; ti++) {
             const int E = Es[ei], T = Ts[ti], V = 1000;
             float *tf;
             uint16_t *table = rand_bf16((size_t)V * E, 1.0f, &tf);
@@ -159,9 +159,9 @@ static void test_rmsnorm(void **state)
 {
     (void)state;
     const int Es[] = {1, 17, 1000, 1536};
-    const int Ts[] = {1, 2, 17};
+    const int Ts[] = {1, 2, 17, 67}; /* 8 rows per block: partial blocks */
     for (int ei = 0; ei < 4; ei++)
-        for (int ti = 0; ti < 3; ti++)
+        for (int ti = 0; ti < 4; ti++)
             for (int gather = 0; gather < 2; gather++) {
                 const int E = Es[ei], T = Ts[ti], R = T + 3; /* source rows */
                 float *x = rand_f32((size_t)R * E, 4.0f);
