@@ -1,5 +1,5 @@
 /* common.cuh - small device helpers shared by the kernels in this folder
- * (bf16 unpacking, warp sums, the launch check).  Device code only. */
+ * (bf16 unpacking, warp/block sums, the launch check).  Device code only. */
 #ifndef DSQ_CUDA_COMMON_CUH
 #define DSQ_CUDA_COMMON_CUH
 
@@ -36,6 +36,21 @@ __device__ __forceinline__ float dsq_warp_sum(float v)
     for (int o = 16; o > 0; o >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread
+ * gets the result.  `red` is __shared__ float[32]. */
+__device__ __forceinline__ float dsq_block_sum(float v, float *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nwarps = blockDim.x >> 5;
+    v = dsq_warp_sum(v);
+    __syncthreads(); /* red may still be read by a previous call */
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float s = lane < nwarps ? red[lane] : 0.0f;
+    return dsq_warp_sum(s);
 }
 
 /* Host: blocks of kernel `func` resident at once on the current device

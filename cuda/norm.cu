@@ -2,19 +2,45 @@
  * of the next matrix product). */
 #include "common.cuh"
 
-constexpr int kNormRowsPerBlock = 4; /* one warp per row */
+constexpr int kNormRowsPerBlock = 8; /* rmsnorm_warp_kernel: one warp per row */
+constexpr int kNormWarpMinRows = 1024; /* below: rmsnorm_block_kernel */
+
+/* One block per output row.  Two passes over the row: the sum of squares,
+ * then the scaled write; the second read hits L1 (a row is E*4 bytes). */
+__global__ void rmsnorm_block_kernel(const float *__restrict__ x, const int32_t *__restrict__ rows, int32_t E,
+                                     const float *__restrict__ w, float eps, uint16_t *__restrict__ out)
+{
+    __shared__ float red[32];
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
+    const int t = blockIdx.x;
+    const int r = rows ? rows[t] : t;
+    const float *xr = x + (size_t)r * E;
+    uint16_t *o = out + (size_t)t * E;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) {
+        float v = xr[i];
+        ss += v * v;
+    }
+    ss = dsq_block_sum(ss, red);
+    /* HF: variance = mean(x^2); x * rsqrt(variance + eps); then weight * (.) */
+    const float inv = rsqrtf(ss / (float)E + eps);
+    for (int i = threadIdx.x; i < E; i += blockDim.x)
+        o[i] = dsq_f2bf(w[i] * (xr[i] * inv));
+}
 
 /* One warp per output row, no block barrier.  NV > 0 (E % 4 == 0, E <=
  * 128 NV; x and w 16-byte, out 8-byte aligned): the lane's NV float4 of the
  * row are all requested at once and kept in registers for the write, so a
  * row costs one memory latency.  NV == 0: any E, two passes, the second
- * read from L1.  (One 512-thread block per row, the earlier kernel, was
- * bound by block launch and its barriers on long prompts: 20.7 us per call
- * for 4,096 x 1,536 on the H200, ~2x its memory time; a warp per row that
- * looped over the row was slower for up to ~1,000 rows, 4.7 vs 3.3 us at 64.) */
+ * read from L1.  For long prompts: the block kernel above is bound by block
+ * launch and its barriers there (20.7 us per call for 4,096 x 1,536 on the
+ * H200, ~2x its memory time; this one 11-12 us), but it is the faster one
+ * for few rows (H200, per call: 64 rows 3.3 vs 5.1 us, 512 rows 3.4 vs 4-5
+ * us; a batch-8 step lost 0.11 ms to this kernel), hence kNormWarpMinRows. */
 template <int NV>
 __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
-    rmsnorm_kernel(const float *__restrict__ x, const int32_t *__restrict__ rows, int32_t T, int32_t E,
+    rmsnorm_warp_kernel(const float *__restrict__ x, const int32_t *__restrict__ rows, int32_t T, int32_t E,
                    const float *__restrict__ w, float eps, uint16_t *__restrict__ out)
 {
     dsq_pdl_wait();
@@ -70,6 +96,12 @@ extern "C" dsq_status dsq_cu_rmsnorm(const float *x, const int32_t *rows, int32_
 {
     if (T <= 0)
         return DSQ_OK;
+    if (T < kNormWarpMinRows) {
+        const int threads = E >= 1024 ? 512 : E >= 256 ? 256 : 64;
+        return dsq_cu_status(dsq_launch_pdl(rmsnorm_block_kernel, dim3((unsigned)T), dim3(threads), 0, stream, x,
+                                            rows, E, w, eps, (uint16_t *)out),
+                             "rmsnorm kernel");
+    }
     const dim3 grid((unsigned)((T + kNormRowsPerBlock - 1) / kNormRowsPerBlock)), block(32 * kNormRowsPerBlock);
     const bool vec = E % 4 == 0 && !(((uintptr_t)x | (uintptr_t)w) & 15) && !((uintptr_t)out & 7);
     /* float4 per lane: the smallest register tile that holds the row */
@@ -77,14 +109,14 @@ extern "C" dsq_status dsq_cu_rmsnorm(const float *x, const int32_t *rows, int32_
     uint16_t *o = (uint16_t *)out;
     cudaError_t e;
     if (nv == 0 || nv > 32)
-        e = dsq_launch_pdl(rmsnorm_kernel<0>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
+        e = dsq_launch_pdl(rmsnorm_warp_kernel<0>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
     else if (nv <= 4)
-        e = dsq_launch_pdl(rmsnorm_kernel<4>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
+        e = dsq_launch_pdl(rmsnorm_warp_kernel<4>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
     else if (nv <= 8)
-        e = dsq_launch_pdl(rmsnorm_kernel<8>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
+        e = dsq_launch_pdl(rmsnorm_warp_kernel<8>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
     else if (nv <= 16)
-        e = dsq_launch_pdl(rmsnorm_kernel<16>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
+        e = dsq_launch_pdl(rmsnorm_warp_kernel<16>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
     else
-        e = dsq_launch_pdl(rmsnorm_kernel<32>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
+        e = dsq_launch_pdl(rmsnorm_warp_kernel<32>, grid, block, 0, stream, x, rows, T, E, w, eps, o);
     return dsq_cu_status(e, "rmsnorm kernel");
 }

@@ -124,9 +124,10 @@ static const double BF16_REL = 1.0 / 256; /* twice the bf16 rounding bound */
 static void test_embed(void **state)
 {
     (void)state;
-    /* every register tile (E <= 512, 1024, 2048, 4096), the loop (5000, odd E) */
+    /* warp kernel: every register tile (E <= 512, 1024, 2048, 4096), the loop (5000, odd E) */
     const int Es[] = {1, 17, 500, 1000, 1536, 3584, 5000};
-    const int Ts[] = {1, 2, 17, 67}; /* 4 rows per block: partial blocks */
+    /* up to 1,023 rows a block per row, then a warp per row (8 per block) */
+    const int Ts[] = {1, 2, 17, 1031};
     for (int ei = 0; ei < 7; ei++)
         for (int ti = 0; ti < 4; ti++) {
             const int E = Es[ei], T = Ts[ti], V = 1000;
@@ -159,9 +160,10 @@ static void test_embed(void **state)
 static void test_rmsnorm(void **state)
 {
     (void)state;
-    /* every register tile (E <= 512, 1024, 2048, 4096), the loop (5000, odd E) */
+    /* warp kernel: every register tile (E <= 512, 1024, 2048, 4096), the loop (5000, odd E) */
     const int Es[] = {1, 17, 500, 1000, 1536, 3584, 5000};
-    const int Ts[] = {1, 2, 17, 67}; /* 4 rows per block: partial blocks */
+    /* up to 1,023 rows a block per row, then a warp per row (8 per block) */
+    const int Ts[] = {1, 2, 17, 1031};
     for (int ei = 0; ei < 7; ei++)
         for (int ti = 0; ti < 4; ti++)
             for (int gather = 0; gather < 2; gather++) {
