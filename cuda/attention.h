@@ -138,6 +138,28 @@ dsq_status dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stri
                              const int32_t *seq_pos0, int32_t n_seqs, int32_t max_q_len,
                              int32_t n_heads, cudaStream_t stream);
 
+/* dsq_attn_prefill split over keys where the grid would leave the GPU
+ * part-empty (short prompts, chunks extending long sequences): each query
+ * tile's keys go to several blocks whose partials a merge kernel combines
+ * (attention_prefill.cu).
+ *   max_kv_len : host; >= every seq_pos0[b] + (its rows) (sizes the plan;
+ *                an undercount costs speed, not correctness)
+ *   split_tiles: 0 = choose from the SM count and the workspace (DSQ_CUDA_
+ *                PREFILL_SPLIT=0 turns that off); k > 0 = split every k
+ *                tiles of 64 keys (tests; the workspace must hold the
+ *                splits, else DSQ_ERR_INTERNAL)
+ *   workspace  : device, 16-byte aligned, scratch after the call; NULL: no
+ *                split.  dsq_attn_prefill_workspace_bytes(n_seqs * max_q_len,
+ *                n_heads, head_dim, n) bytes hold n splits.
+ * Same results as dsq_attn_prefill up to rounding (the merge divides by
+ * the summed l once; rows of a query tile with one split are identical). */
+dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, int64_t q_stride, void *out,
+                                int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
+                                int32_t n_seqs, int32_t max_q_len, int32_t max_kv_len, int32_t n_heads,
+                                int32_t split_tiles, void *workspace, size_t workspace_bytes,
+                                cudaStream_t stream);
+size_t dsq_attn_prefill_workspace_bytes(int32_t max_rows, int32_t n_heads, int32_t head_dim, int32_t n_split);
+
 /* Decode attention (flash-decoding): one query token per batch sequence.
  *   q        : [n_seqs][q_stride] bf16; head h at q + b*q_stride + h*head_dim
  *   out      : [n_seqs][o_stride] bf16

@@ -27,10 +27,22 @@
  * "diagonal" tiles, at most two per block) are screened first: non-finite V
  * values (fp16) or V scales (int8) are zeroed in shared memory and the key
  * is flagged; each row that attends to a flagged key outputs NaN.
+ *
+ * Split over keys (flash-decoding for prompts): a block walks its query
+ * tile's keys one tile of 64 after another, so a short prompt (8 query
+ * tiles x 12 heads = 96 blocks for 512 tokens on 132 SMs) or a chunk that
+ * extends a long sequence (up to 64 tiles per block for a 512-token chunk at
+ * offset 3,584) runs a long serial chain on a part-empty GPU.  With a
+ * workspace, the launcher gives each query tile's keys to up to n_split
+ * blocks of split_tiles tiles each (grid.z = n_seqs x n_split); a query tile
+ * with one split writes its output as before, one with more writes each
+ * split's unnormalised (o, m, l) to the workspace (l = NaN for a row that
+ * saw a non-finite V), and prefill_merge_kernel combines them.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "attention.h"
 #include "attention_tile.cuh"
@@ -86,11 +98,25 @@ __device__ __forceinline__ void screen_v(__half *sv, float *svs, int *bad)
     }
 }
 
+/* The splits of a query tile whose keys end at kv_end (exclusive): tiles
+ * [split * split_tiles, ...), the last split taking whatever remains, so a
+ * max_kv_len that undercounts cannot drop keys.  Shared by the attention and
+ * merge kernels. */
+__device__ __forceinline__ int prefill_splits_used(int kv_end, int n_split, int split_tiles)
+{
+    const int n_tiles = (kv_end + kTileKeys - 1) / kTileKeys;
+    return max(1, min(n_split, (n_tiles + split_tiles - 1) / split_tiles));
+}
+
+/* workspace (n_split > 1): acc [rows][n_heads][n_split][D] f32, then
+ *                          ml  [rows][n_heads][n_split][2] f32 (m in log2
+ *                              units, l; l NaN: the row saw a non-finite V)
+ * rows: the pass's token rows (cu_seqlens). */
 template <int D, bool INT8>
 __global__ void __launch_bounds__(kThreads)
     prefill_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, __nv_bfloat16 *out,
                    int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
-                   int group, float scale_log2)
+                   int group, float scale_log2, int n_split, int split_tiles, float *ws_acc, float *ws_ml)
 {
     constexpr int RH = D + 8;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -101,7 +127,8 @@ __global__ void __launch_bounds__(kThreads)
     float *svs = sks + 2 * kTileKeys;             /* [2][64]         */
     __shared__ int vbad[kTileKeys]; /* diagonal tile: key's V was non-finite */
 
-    const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kPrefillRows;
+    const int b = blockIdx.z / n_split, split = blockIdx.z % n_split;
+    const int h = blockIdx.y, m0 = blockIdx.x * kPrefillRows;
     /* programmatic dependent launch (pdl.cuh): q and this pass's K/V rows
      * come from the kernels before; every block waits, early exits too */
     dsq_pdl_wait();
@@ -127,8 +154,12 @@ __global__ void __launch_bounds__(kThreads)
     /* keys 0 .. kv_end-1: everything up to this block's last query */
     const int kv_end = pos0 + min(n, m0 + kPrefillRows);
     const int n_tiles = (kv_end + kTileKeys - 1) / kTileKeys;
+    const int used = prefill_splits_used(kv_end, n_split, split_tiles);
+    if (split >= used)
+        return;
+    const int j0 = split * split_tiles, j1 = split == used - 1 ? n_tiles : j0 + split_tiles;
     TileLoader<D, INT8> ld;
-    ld.issue(a, b, kvh, 0, kv_end, sk, sv, sks, svs);
+    ld.issue(a, b, kvh, j0 * kTileKeys, kv_end, sk, sv, sks, svs);
     ld.commit(sk, sv, sks, svs);
     cp_async_wait_all();
     __syncthreads();
@@ -146,10 +177,10 @@ __global__ void __launch_bounds__(kThreads)
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
     bool poison[2] = {false, false}; /* the row attends to a non-finite V */
 
-    for (int j = 0; j < n_tiles; j++) {
-        const int cur = j & 1;
+    for (int j = j0; j < j1; j++) {
+        const int cur = (j - j0) & 1;
         const int key0 = j * kTileKeys;
-        if (j + 1 < n_tiles)
+        if (j + 1 < j1)
             ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * kTileKeys * RH,
                      sv + (cur ^ 1) * kTileKeys * RH, sks + (cur ^ 1) * kTileKeys,
                      svs + (cur ^ 1) * kTileKeys);
@@ -210,7 +241,7 @@ __global__ void __launch_bounds__(kThreads)
                 pv_16keys<D>(o, pa, tv + kk * 16 * RH);
             }
         }
-        if (j + 1 < n_tiles)
+        if (j + 1 < j1)
             ld.commit(sk + (cur ^ 1) * kTileKeys * RH, sv + (cur ^ 1) * kTileKeys * RH,
                       sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
         cp_async_wait_all();
@@ -221,13 +252,30 @@ __global__ void __launch_bounds__(kThreads)
      * has l >= 1 (its largest finite score contributes 2^0) unless every
      * score it saw was -inf (l = 0: 0 * inf = NaN, as the CPU's softmax
      * gives) or NaN (l = NaN); neither may become a finite 0. */
-    float inv[2];
+    float inv[2], lsum[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float l = quad_sum(l_r[r]);
-        inv[r] = poison[r] ? __int_as_float(0x7fffffff) : 1.f / l;
+        lsum[r] = quad_sum(l_r[r]);
+        inv[r] = poison[r] ? __int_as_float(0x7fffffff) : 1.f / lsum[r];
     }
     const int row0 = m0 + warp * 16 + (lane >> 2);
+    if (used > 1) { /* this split's partial, merged by prefill_merge_kernel */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + r * 8;
+            if (row >= n)
+                continue;
+            const int64_t slot = ((int64_t)(tok0 + row) * gridDim.y + h) * n_split + split;
+            float *acc = ws_acc + slot * D + 2 * (lane & 3);
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                *(float2 *)(acc + i * 8) = make_float2(o[i][2 * r], o[i][2 * r + 1]);
+            if ((lane & 3) == 0)
+                *(float2 *)(ws_ml + slot * 2) =
+                    make_float2(m_r[r], poison[r] ? __int_as_float(0x7fffffff) : lsum[r]);
+        }
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row0 + r * 8;
@@ -239,6 +287,53 @@ __global__ void __launch_bounds__(kThreads)
             *(__nv_bfloat162 *)(dst + i * 8) =
                 __floats2bfloat162_rn(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
     }
+}
+
+/* One warp per (row, head) of a query tile that used several splits: o =
+ * sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s, M = max_s m_s.  As in the
+ * decode merge, a NaN sum (a NaN score or V) or every score -inf (M = -inf:
+ * 2^(-inf - -inf) is NaN) gives NaN, as the CPU's softmax does.  grid
+ * (ceil(max_q_len * n_heads / 4), 1, n_seqs), 128 threads. */
+template <int D>
+__global__ void __launch_bounds__(128)
+    prefill_merge_kernel(const float *__restrict__ ws_acc, const float *__restrict__ ws_ml,
+                         const int32_t *__restrict__ cu_seqlens, const int32_t *__restrict__ seq_pos0, int n_heads,
+                         int n_split, int split_tiles, __nv_bfloat16 *__restrict__ out, int64_t o_stride)
+{
+    constexpr int E = D / 32; /* values per lane: 4 or 2 */
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
+    const int b = blockIdx.z, lane = threadIdx.x & 31;
+    const int idx = blockIdx.x * 4 + (threadIdx.x >> 5);
+    const int row = idx / n_heads, h = idx % n_heads;
+    const int tok0 = cu_seqlens[b], n = cu_seqlens[b + 1] - tok0;
+    if (row >= n)
+        return;
+    const int m0 = row / kPrefillRows * kPrefillRows;
+    const int used = prefill_splits_used(seq_pos0[b] + min(n, m0 + kPrefillRows), n_split, split_tiles);
+    if (used <= 1)
+        return; /* written by the attention kernel */
+    const int64_t slot0 = ((int64_t)(tok0 + row) * n_heads + h) * n_split;
+    float M = -INFINITY;
+    for (int s = 0; s < used; s++)
+        M = fmaxf(M, ws_ml[(slot0 + s) * 2]);
+    float L = 0.f, acc[E];
+#pragma unroll
+    for (int k = 0; k < E; k++)
+        acc[k] = 0.f;
+    for (int s = 0; s < used; s++) {
+        const float2 ml = *(const float2 *)(ws_ml + (slot0 + s) * 2);
+        const float f = exp2f(ml.x - M);
+        L += f * ml.y;
+        const float *src = ws_acc + (slot0 + s) * D + lane * E;
+#pragma unroll
+        for (int k = 0; k < E; k++)
+            acc[k] += f * src[k];
+    }
+    __nv_bfloat16 *dst = out + (int64_t)(tok0 + row) * o_stride + h * D + lane * E;
+#pragma unroll
+    for (int k = 0; k < E; k += 2)
+        *(__nv_bfloat162 *)(dst + k) = __floats2bfloat162_rn(acc[k] / L, acc[k + 1] / L);
 }
 
 template <int D, bool INT8> static cudaError_t set_prefill_attr()
@@ -261,44 +356,120 @@ cudaError_t prefill_init()
 
 using namespace dsq_attn;
 
-extern "C" dsq_status dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
-                                        void *out, int64_t o_stride, const int32_t *cu_seqlens,
-                                        const int32_t *seq_pos0, int32_t n_seqs,
-                                        int32_t max_q_len, int32_t n_heads, cudaStream_t stream)
+/* Bytes of split workspace for rows x n_split partials. */
+static size_t prefill_ws_bytes(int64_t rows, int64_t n_heads, int64_t head_dim, int64_t n_split)
+{
+    return (size_t)(rows * n_heads * n_split * (head_dim + 2)) * sizeof(float);
+}
+
+extern "C" size_t dsq_attn_prefill_workspace_bytes(int32_t max_rows, int32_t n_heads, int32_t head_dim,
+                                                   int32_t n_split)
+{
+    if (max_rows <= 0 || n_heads <= 0 || head_dim <= 0 || n_split <= 1)
+        return 0;
+    return prefill_ws_bytes(max_rows, n_heads, head_dim, n_split);
+}
+
+/* DSQ_CUDA_PREFILL_SPLIT=0: never split (a measurement knob, read per call) */
+static bool split_enabled(void)
+{
+    const char *e = getenv("DSQ_CUDA_PREFILL_SPLIT");
+    return !(e && e[0] == '0');
+}
+
+extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, int64_t q_stride, void *out,
+                                           int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
+                                           int32_t n_seqs, int32_t max_q_len, int32_t max_kv_len, int32_t n_heads,
+                                           int32_t split_tiles, void *workspace, size_t workspace_bytes,
+                                           cudaStream_t stream)
 {
     if (!kv_ok(kv) || n_seqs < 0 || max_q_len < 0 || n_heads <= 0 ||
-        n_heads % kv->n_kv_heads || n_seqs > 65535 || n_heads > 65535)
+        n_heads % kv->n_kv_heads || n_seqs > 65535 || n_heads > 65535 || split_tiles < 0)
         return dsq_fail(DSQ_ERR_INTERNAL, "prefill attention: %d sequences, %d rows, %d heads over a cache of %d KV "
-                        "heads (or one kv_ok() refuses)", (int)n_seqs, (int)max_q_len, (int)n_heads,
-                        kv ? (int)kv->n_kv_heads : 0);
+                        "heads, split every %d tiles (or one kv_ok() refuses)", (int)n_seqs, (int)max_q_len,
+                        (int)n_heads, kv ? (int)kv->n_kv_heads : 0, (int)split_tiles);
     if (n_seqs == 0 || max_q_len == 0)
         return DSQ_OK;
     const int D = kv->head_dim;
     /* 16-byte Q loads: base aligned, row stride a multiple of 8 elements */
     if (!q || !out || !cu_seqlens || !seq_pos0 || !aligned16(q) || q_stride % 8 ||
         ((uintptr_t)out & 3) || o_stride % 2 || q_stride < (int64_t)n_heads * D ||
-        o_stride < (int64_t)n_heads * D)
+        o_stride < (int64_t)n_heads * D || (workspace && !aligned16(workspace)))
         return dsq_fail(DSQ_ERR_INTERNAL, "prefill attention: a NULL or misaligned pointer, or strides q %lld / out %lld "
                         "(>= %d, q a multiple of 8, out of 2)", (long long)q_stride, (long long)o_stride, (int)n_heads * D);
+    int dev = 0;
     dsq_status st = dsq_attn_init();
     if (st != DSQ_OK)
         return st;
+    /* the split plan: kv_tiles, the longest query tile's keys in tiles */
+    const int64_t n_qt = (max_q_len + kPrefillRows - 1) / kPrefillRows;
+    const int64_t kv_tiles = ((int64_t)(max_kv_len > max_q_len ? max_kv_len : max_q_len) + kTileKeys - 1) / kTileKeys;
+    const int64_t rows = (int64_t)n_seqs * max_q_len; /* bounds the pass's rows */
+    int64_t n_split = 1, tiles = kv_tiles;
+    if (workspace && split_tiles > 0) { /* forced (tests) */
+        tiles = split_tiles;
+        n_split = (kv_tiles + tiles - 1) / tiles;
+        if (workspace_bytes < prefill_ws_bytes(rows, n_heads, D, n_split) || n_split * n_seqs > 65535)
+            return dsq_fail(DSQ_ERR_INTERNAL, "prefill attention: %lld splits of %lld rows need %zu workspace bytes "
+                            "(%zu given) and at most 65,535 grid rows", (long long)n_split, (long long)rows,
+                            prefill_ws_bytes(rows, n_heads, D, n_split), workspace_bytes);
+    } else if (workspace && split_enabled()) {
+        /* about four blocks per SM (two rounds at the two that fit): the
+         * longest chain is what a part-empty GPU waits for */
+        int sms = 0;
+        cudaError_t ge = cudaGetDevice(&dev);
+        if (ge == cudaSuccess)
+            ge = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (ge != cudaSuccess)
+            return dsq_cu_status(ge, "prefill attention: device query");
+        const int64_t base = n_qt * n_heads * n_seqs;
+        int64_t want = (4 * (int64_t)sms + base - 1) / base;
+        const int64_t fit = (int64_t)(workspace_bytes / prefill_ws_bytes(rows, n_heads, D, 1));
+        want = want < fit ? want : fit;
+        want = want < kv_tiles ? want : kv_tiles;
+        want = want < 65535 / n_seqs ? want : 65535 / n_seqs;
+        if (want > 1) {
+            tiles = (kv_tiles + want - 1) / want;
+            n_split = (kv_tiles + tiles - 1) / tiles;
+        }
+    }
     cudaError_t e;
     KvArgs a = kv_args(kv);
     const int group = n_heads / kv->n_kv_heads;
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
-    dim3 grid((unsigned)((max_q_len + kPrefillRows - 1) / kPrefillRows), (unsigned)n_heads,
-              (unsigned)n_seqs);
+    dim3 grid((unsigned)n_qt, (unsigned)n_heads, (unsigned)(n_seqs * n_split));
     const __nv_bfloat16 *qb = (const __nv_bfloat16 *)q;
     __nv_bfloat16 *ob = (__nv_bfloat16 *)out;
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
+    float *ws_acc = n_split > 1 ? (float *)workspace : NULL;
+    float *ws_ml = n_split > 1 ? ws_acc + (size_t)(rows * n_heads * n_split * D) : NULL;
+    const int ns = (int)n_split, st_tiles = (int)(n_split > 1 ? tiles : kv_tiles + 1);
 #define DSQ_PREFILL_LAUNCH(DD, I8)                                                           \
     dsq_launch_pdl(prefill_kernel<DD, I8>, grid, dim3(kThreads), (size_t)prefill_smem_bytes<DD>(), \
-                   stream, a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2)
+                   stream, a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2, ns, st_tiles, \
+                   ws_acc, ws_ml)
     if (D == 128)
         e = i8 ? DSQ_PREFILL_LAUNCH(128, true) : DSQ_PREFILL_LAUNCH(128, false);
     else
         e = i8 ? DSQ_PREFILL_LAUNCH(64, true) : DSQ_PREFILL_LAUNCH(64, false);
 #undef DSQ_PREFILL_LAUNCH
-    return dsq_cu_status(e, "prefill attention kernel");
+    if (e != cudaSuccess || n_split <= 1)
+        return dsq_cu_status(e, "prefill attention kernel");
+    const dim3 mgrid((unsigned)((max_q_len * (int64_t)n_heads + 3) / 4), 1, (unsigned)n_seqs);
+    if (D == 128)
+        e = dsq_launch_pdl(prefill_merge_kernel<128>, mgrid, dim3(128), 0, stream, (const float *)ws_acc,
+                           (const float *)ws_ml, cu_seqlens, seq_pos0, (int)n_heads, ns, st_tiles, ob, o_stride);
+    else
+        e = dsq_launch_pdl(prefill_merge_kernel<64>, mgrid, dim3(128), 0, stream, (const float *)ws_acc,
+                           (const float *)ws_ml, cu_seqlens, seq_pos0, (int)n_heads, ns, st_tiles, ob, o_stride);
+    return dsq_cu_status(e, "prefill attention merge kernel");
+}
+
+extern "C" dsq_status dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
+                                        void *out, int64_t o_stride, const int32_t *cu_seqlens,
+                                        const int32_t *seq_pos0, int32_t n_seqs,
+                                        int32_t max_q_len, int32_t n_heads, cudaStream_t stream)
+{
+    return dsq_attn_prefill_ws(kv, q, q_stride, out, o_stride, cu_seqlens, seq_pos0, n_seqs, max_q_len, 0, n_heads,
+                               0, NULL, 0, stream);
 }

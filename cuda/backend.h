@@ -183,6 +183,8 @@ typedef struct cu_ctx {
     int32_t *meta;         /* [meta_cap] this pass's batch description */
     void *dec_ws;          /* flash-decoding partials */
     size_t dec_ws_bytes;
+    void *pre_ws;          /* split-key prefill partials (dsq_attn_prefill_ws) */
+    size_t pre_ws_bytes;
     size_t meta_cap;       /* int32 elements */
 
     int32_t *meta_host[2]; /* pinned [meta_cap], alternating between passes */
@@ -222,6 +224,7 @@ int32_t cu_bt_bucket(int32_t need, int32_t bt_max, int32_t *stride);
  * given shape, which is what lets a decode step be replayed from a graph). */
 typedef struct cu_pass {
     int32_t T, S, NL, max_q, decode, splits;
+    int32_t max_kv;    /* prefill part: the most keys a sequence holds after the pass */
     int32_t nd;        /* mixed pass: the first nd sequences (rows 0..nd-1) bring one
                           token each and use the decode kernel; the rest the prefill
                           kernel (max_q over those).  0 otherwise. */

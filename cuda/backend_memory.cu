@@ -246,6 +246,16 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
             cc->dec_ws_bytes = b;
     }
 
+    /* split-key prefill workspace: 4,096 row-splits (8 splits of a
+     * 512-token chunk; 25.6 MB for the 1.5B model's 12 heads), never more
+     * than 16 splits of the context's largest pass */
+    {
+        const int32_t budget = 4096, per = cc->max_tokens < budget ? cc->max_tokens : budget;
+        int32_t ns = budget / per;
+        ns = ns > 16 ? 16 : ns;
+        cc->pre_ws_bytes = dsq_attn_prefill_workspace_bytes(per, (int32_t)H, (int32_t)D, ns);
+    }
+
     /* batch metadata: tokens, pos, tok_seq [T]; cu_seqlens [S+1]; pos0, lens [S];
      * logit rows [T]; cu_seqlens of the prompt-chunk part [S+1]; block
      * tables [S][stride <= bt_max]; seq ids [S] (token history) */
@@ -267,6 +277,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     size_t o_log = cu_carve(&off, (size_t)(cc->logit_chunk * V) * 4);
     size_t o_meta = cu_carve(&off, cc->meta_cap * 4);
     size_t o_ws = cu_carve(&off, cc->dec_ws_bytes);
+    size_t o_pws = cc->pre_ws_bytes ? cu_carve(&off, cc->pre_ws_bytes) : 0;
     /* quantized layers: one matrix dequantized to bf16 for the cuBLASLt path */
     const int64_t wq = ((const cu_model *)c->model->be)->wq_tile_elems;
     size_t o_wq = wq ? cu_carve(&off, (size_t)wq * 2) : 0;
@@ -283,6 +294,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->logits = (float *)(b + o_log);
     cc->meta = (int32_t *)(b + o_meta);
     cc->dec_ws = b + o_ws;
+    cc->pre_ws = cc->pre_ws_bytes ? b + o_pws : NULL;
     cc->wq_tile = wq ? (dsq_bf16 *)(b + o_wq) : NULL;
     cc->wq_tile_elems = wq;
     c->scratch_bytes = (int64_t)(off + dsq_gemm_device_bytes(cc->gemm));

@@ -94,8 +94,9 @@ static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int
                                 cc->dec_ws_bytes, s));
     dsq_attn_kv kc = kv;
     kc.block_table = p->bt + (size_t)nd * p->bt_stride;
-    DSQ_TRY(dsq_attn_prefill(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,
-                             p->cu_pre, p->pos0 + nd, p->S - nd, p->max_q, H, s));
+    DSQ_TRY(dsq_attn_prefill_ws(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,
+                                p->cu_pre, p->pos0 + nd, p->S - nd, p->max_q, p->max_kv, H, 0, cc->pre_ws,
+                                cc->pre_ws_bytes, s));
     return DSQ_OK;
 }
 
@@ -352,6 +353,8 @@ dsq_status cu_prepare_pass(dsq_ctx *c, const dsq_batch *bt, int32_t NL, cu_pass 
             h[o_cupre + j - p.nd] = row - p.nd;
             if (n > p.max_q)
                 p.max_q = n;
+            if (bt->seq_pos0[i] + n > p.max_kv)
+                p.max_kv = bt->seq_pos0[i] + n;
         }
         for (int32_t t = a; t < a + n; t++, row++) {
             h[o_tok + row] = bt->tokens[t];

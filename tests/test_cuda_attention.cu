@@ -473,28 +473,51 @@ static void report(const Scenario &sc, const char *what, int s, const Err &e)
     }
 }
 
+/* Prefill three ways, each against the CPU reference: one block per query
+ * tile (dsq_attn_prefill), split over keys every few tiles (forced: 1 tile
+ * for short sequences, else ~4 splits), and the launcher's own plan; the
+ * outputs and the split workspace are poisoned first. */
 static void run_prefill(const Scenario &sc)
 {
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
-    void *dout;
+    int max_kv = 0;
+    for (int s = 0; s < b.n_seqs; s++)
+        max_kv = std::max(max_kv, sc.pos0[s] + sc.n[s]);
+    const int kv_tiles = (max_kv + 63) / 64;
+    const int forced = kv_tiles <= 8 ? 1 : (kv_tiles + 3) / 4;
+    const int n_split = (kv_tiles + forced - 1) / forced;
+    const size_t ws_bytes =
+        std::max(dsq_attn_prefill_workspace_bytes(b.n_seqs * b.max_n, sc.H, sc.D, std::max(n_split, 8)), (size_t)16);
+    void *dout, *ws;
     size_t out_bytes = (size_t)b.n_new * b.o_stride * 2;
     CK(cudaMalloc(&dout, out_bytes));
-    CK(cudaMemset(dout, 0xff, out_bytes)); /* bf16 NaN */
-    AK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0,
-                        b.n_seqs, b.max_n, sc.H, 0));
-    CK(cudaDeviceSynchronize());
-    std::vector<uint16_t> out((size_t)b.n_new * b.o_stride);
-    CK(cudaMemcpy(out.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMalloc(&ws, ws_bytes));
     bool ok = true;
-    for (int s = 0; s < b.n_seqs; s++) {
-        Err e = check_seq(sc, b, out, s, false);
-        report(sc, "prefill", s, e);
-        ok = ok && e.rel() < kTol &&
-             (sc.dtype != DSQ_ATTN_KV_INT8 || e.rel_true() < kTolUnquant);
+    for (int mode = 0; mode < 3; mode++) {
+        CK(cudaMemset(dout, 0xff, out_bytes)); /* bf16 NaN */
+        CK(cudaMemset(ws, 0xff, ws_bytes));
+        if (mode == 0)
+            AK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0, b.n_seqs, b.max_n,
+                                sc.H, 0));
+        else
+            AK(dsq_attn_prefill_ws(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0, b.n_seqs,
+                                   b.max_n, max_kv, sc.H, mode == 1 ? forced : 0, ws, ws_bytes, 0));
+        CK(cudaDeviceSynchronize());
+        std::vector<uint16_t> out((size_t)b.n_new * b.o_stride);
+        CK(cudaMemcpy(out.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+        char what[32];
+        snprintf(what, sizeof what, mode == 0 ? "prefill" : mode == 1 ? "pre/k%d" : "pre/auto", forced);
+        for (int s = 0; s < b.n_seqs; s++) {
+            Err e = check_seq(sc, b, out, s, false);
+            report(sc, what, s, e);
+            ok = ok && e.rel() < kTol &&
+                 (sc.dtype != DSQ_ATTN_KV_INT8 || e.rel_true() < kTolUnquant);
+        }
     }
     cudaFree(dout);
+    cudaFree(ws);
     release(b);
     assert_true(ok);
 }
@@ -834,6 +857,16 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
         CK(cudaMemset(ws, 0xff, ws_bytes));
         AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H,
                            splits, ws, ws_bytes, 0));
+    } else if (splits > 0) { /* split every `splits` tiles of keys */
+        int max_kv = 0;
+        for (int s = 0; s < b.n_seqs; s++)
+            max_kv = std::max(max_kv, sc.pos0[s] + sc.n[s]);
+        const int n_split = ((max_kv + 63) / 64 + splits - 1) / splits;
+        ws_bytes = std::max(dsq_attn_prefill_workspace_bytes(b.n_seqs * b.max_n, H, D, n_split), (size_t)16);
+        CK(cudaMalloc(&ws, ws_bytes));
+        CK(cudaMemset(ws, 0xff, ws_bytes));
+        AK(dsq_attn_prefill_ws(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0, b.n_seqs, b.max_n,
+                               max_kv, H, splits, ws, ws_bytes, 0));
     } else {
         AK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0,
                             b.n_seqs, b.max_n, H, 0));
@@ -873,7 +906,7 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
         }
     printf("  %-12s %-7s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
            "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
-           sc.name, decode ? "decode" : "prefill", sc.inj_side ? "V" : "K", sc.inj_head,
+           sc.name, decode ? "decode" : splits ? "pre/k1" : "prefill", sc.inj_side ? "V" : "K", sc.inj_head,
            (double)sc.inj_val, sc.inj_seq, sc.inj_pos, want_bad, got_bad, wrong, e.rel());
     cudaFree(dout);
     cudaFree(ws);
@@ -894,18 +927,21 @@ static void test_nonfinite_kv(void **state)
                  * 70-token prompt (rows before it share its tile and its
                  * warp's 16 rows), and in a prompt extending a cache */
                 Scenario p = mk(nm(dt, dt), dt, dt, {0, 10, 0}, {70, 40, 5});
-                p.inj_seq = 0;
-                p.inj_pos = 37;
                 p.inj_head = 1;
                 p.inj_side = side;
                 p.inj_val = vals[vi];
-                ok = run_nonfinite(p, false, 0) && ok;
-                p.inj_seq = 1;
-                p.inj_pos = 3; /* cached part: every new row attends to it */
-                ok = run_nonfinite(p, false, 0) && ok;
-                p.inj_seq = 0;
-                p.inj_pos = 66; /* second tile, second block of query rows */
-                ok = run_nonfinite(p, false, 0) && ok;
+                /* each prefill case unsplit, then split every tile of keys */
+                for (int sp = 0; sp < 2; sp++) {
+                    p.inj_seq = 0;
+                    p.inj_pos = 37;
+                    ok = run_nonfinite(p, false, sp) && ok;
+                    p.inj_seq = 1;
+                    p.inj_pos = 3; /* cached part: every new row attends to it */
+                    ok = run_nonfinite(p, false, sp) && ok;
+                    p.inj_seq = 0;
+                    p.inj_pos = 66; /* second tile, second block of query rows */
+                    ok = run_nonfinite(p, false, sp) && ok;
+                }
                 /* decode: a cached token, then the current one; splits merge */
                 Scenario d = mk(nm(dt, dt), dt, dt, {99, 36, 0}, {1, 1, 1});
                 d.inj_seq = 0;
