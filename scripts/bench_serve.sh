@@ -22,7 +22,7 @@ PROMPT=${PROMPT:-512}
 GEN=${GEN:-256}
 KV=${KV:-f16}
 PORT=${PORT:-18080}
-BATCH_TOKENS=${BATCH_TOKENS:-512}   # the server's --batch-tokens (tokens per step)
+BATCH_TOKENS=${BATCH_TOKENS:-384}   # the server's --batch-tokens (tokens per step; its default)
 PREFILL_CHUNK=${PREFILL_CHUNK:-256} # and --prefill-chunk
 mkdir -p "$OUT"
 ROOT=$(pwd)

@@ -77,7 +77,8 @@ static void usage(FILE *f)
         "                            library's, min(4096, model))\n"
         "  --max-seqs N              requests generating at once (default 16)\n"
         "  --kv-pool-tokens N        paged KV pool size in tokens (default max-seqs x ctx)\n"
-        "  --batch-tokens N          most tokens in one step (default 512)\n"
+        "  --batch-tokens N          most tokens in one step (default 384, or --max-seqs\n"
+        "                            when larger)\n"
         "  --prefill-chunk N         most prompt tokens of one request per step (default 256)\n"
         "  --max-queue N             requests that may wait for room before 429 (default 64)\n"
         "  --retry-after S           Retry-After seconds of a 429 (default 1)\n"
@@ -119,7 +120,7 @@ int srv_parse_args(int argc, char **argv, srv_opts *o)
     o->backend = DSQ_BACKEND_AUTO;
     o->kv_dtype = -1;
     o->max_seqs = 16;
-    o->batch_tokens = 512;
+    o->batch_tokens = 0; /* not given: 384, or max_seqs when larger (below) */
     o->prefill_chunk = 256;
     o->max_queue = 64;
     o->retry_after = 1;
@@ -196,6 +197,12 @@ int srv_parse_args(int argc, char **argv, srv_opts *o)
         fprintf(stderr, "dsqwen serve: --model DIR is required (dsqwen serve --help)\n");
         return 2;
     }
+    /* 384: on the H200, 64 streaming clients with 512-token prompts got p99
+     * inter-token 1.82-1.91x the decode step over 8 runs at 88-91% of
+     * `dsqwen bench`'s prefill-included rate; 512 gave 2.0-2.95x at 91-96%
+     * (docs/performance.md, 2026-12-04, stop 22) */
+    if (o->batch_tokens == 0)
+        o->batch_tokens = o->max_seqs > 384 ? o->max_seqs : 384;
     if (o->batch_tokens < o->max_seqs) {
         fprintf(stderr, "dsqwen serve: --batch-tokens (%d) must be at least --max-seqs (%d): "
                         "every generating request feeds one token per step\n",
