@@ -29,6 +29,7 @@ typedef struct cli_opts {
     size_t n_stops;
     int32_t max_tokens;      /* tokens to generate (bench: decode steps)    */
     int32_t ctx;             /* --ctx: max context per sequence, 0 = default */
+    int32_t batch_tokens;    /* --batch-tokens: max_batch_tokens, 0 = default */
     int32_t threads;         /* --threads, 0 = all cores                    */
     int show_thinking;       /* 1: print <think>..</think> text             */
     int32_t *tokens;         /* --tokens "1,2,3": prompt as ids (parsed)    */

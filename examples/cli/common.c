@@ -123,6 +123,8 @@ int cli_session_open(cli_session *s, const cli_opts *o, int32_t max_seqs, int32_
         int64_t per_seq = ((int64_t)o->ctx + cp.kv_block_size - 1) / cp.kv_block_size;
         cp.kv_pool_tokens = per_seq * cp.kv_block_size * max_seqs;
     }
+    if (o->batch_tokens > 0)
+        cp.max_batch_tokens = o->batch_tokens;
     if (max_batch > cp.max_batch_tokens)
         cp.max_batch_tokens = max_batch;
     if ((st = dsq_ctx_new(s->model, &cp, &s->ctx)) != DSQ_OK)

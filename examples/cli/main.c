@@ -26,7 +26,7 @@ enum {
     OPT_MIN_P, OPT_PENALTY, OPT_PENALTY_N, OPT_SEED, OPT_MAX_TOKENS, OPT_CTX, OPT_THREADS,
     OPT_SHOW_THINK, OPT_HIDE_THINK, OPT_TOKENS, OPT_RAW, OPT_SYSTEM, OPT_BATCH, OPT_PROMPT_LEN,
     OPT_GREEDY, OPT_STOP, OPT_VERBOSE, OPT_NO_PROGRESS, OPT_VERSION, OPT_HELP,
-    OPT_SAMPLING, OPT_QUANTIZE, OPT_QUANTIZE_HEAD, OPT_BITS, OPT_HEAD
+    OPT_SAMPLING, OPT_QUANTIZE, OPT_QUANTIZE_HEAD, OPT_BITS, OPT_HEAD, OPT_BATCH_TOKENS
 };
 
 typedef struct opt_doc {
@@ -47,6 +47,10 @@ static const opt_doc docs[] = {
       "KV cache layout (default static)" },
     { { "ctx", required_argument, NULL, OPT_CTX }, C_ALL, "N",
       "max tokens per sequence (default: the library's; bench: prompt + steps + 1)" },
+    { { "batch-tokens", required_argument, NULL, OPT_BATCH_TOKENS }, C_ALL, "N",
+      "most tokens one forward pass takes (max_batch_tokens; default 512, or the\n"
+      "bench's batch when larger): longer prompts are prefilled in chunks of N;\n"
+      "a prompt in one pass is faster on the GPU and holds N rows of activations" },
     { { "threads", required_argument, NULL, OPT_THREADS }, C_ALL | C_QUANT, "N",
       "CPU threads (default 0 = all cores)" },
     { { "quantize", required_argument, NULL, OPT_QUANTIZE }, C_ALL, "none|int8|q4",
@@ -524,6 +528,7 @@ int main(int argc, char **argv)
             break;
         case OPT_MAX_TOKENS: bad = parse_int("max-tokens", optarg, 1, INT32_MAX, &o.max_tokens); break;
         case OPT_CTX: bad = parse_int("ctx", optarg, 1, INT32_MAX, &o.ctx); break;
+        case OPT_BATCH_TOKENS: bad = parse_int("batch-tokens", optarg, 1, INT32_MAX, &o.batch_tokens); break;
         case OPT_THREADS: bad = parse_int("threads", optarg, 0, 1024, &o.threads); break;
         case OPT_SHOW_THINK: o.show_thinking = 1; break;
         case OPT_HIDE_THINK: o.show_thinking = 0; break;
