@@ -41,7 +41,7 @@ __global__ void rmsnorm_block_kernel(const float *__restrict__ x, const int32_t 
 template <int NV>
 __global__ void __launch_bounds__(32 * kNormRowsPerBlock)
     rmsnorm_warp_kernel(const float *__restrict__ x, const int32_t *__restrict__ rows, int32_t T, int32_t E,
-                   const float *__restrict__ w, float eps, uint16_t *__restrict__ out)
+                        const float *__restrict__ w, float eps, uint16_t *__restrict__ out)
 {
     dsq_pdl_wait();
     dsq_pdl_trigger();
