@@ -9,11 +9,13 @@
  * the M rows of the mma tiles: 6 of 16 are live for Qwen2-1.5B; the tensor
  * cores have throughput to spare, memory is the limit).  Tiles of 64 keys
  * stream through a ring of NS shared-memory stages filled by cp.async
- * (NS-1 tiles in flight while one is computed; int8 tiles arrive as raw
- * bytes and each warp dequantizes its own 16 keys to fp16, so no registers
- * are tied up by loads in flight); warp w takes keys 16w..16w+15 of each
- * tile with its own online-softmax state, and the 4 warps are combined in
- * shared memory at the end.  Each block writes (m, l, acc) of its split to
+ * (NS-1 tiles in flight while one is computed); warp w takes keys
+ * 16w..16w+15 of each tile with its own online-softmax state, and the 4
+ * warps are combined in shared memory at the end.  fp16 tiles feed the
+ * tensor cores through ldmatrix; int8 tiles stay raw bytes in shared memory
+ * and each thread converts the bytes of its own mma fragments in registers
+ * (see "INT8 fragments" below), which keeps the int8 kernel's work per key
+ * below the fp16 one's so that half the bytes can mean half the time.  Each block writes (m, l, acc) of its split to
  * the workspace; a merge kernel rescales and sums the splits.
  *
  * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
@@ -56,23 +58,27 @@ constexpr int kMaxSplits = 1024;
 /* Shared memory of the decode kernel, in order:
  *   ring [NS] x stage:
  *        fp16: sk [64][D+8], sv [64][D+8] fp16   (ldmatrix reads them)
- *        int8: rk [64][D],   rv [64][D]   int8   (raw cache bytes)
+ *        int8: rk [64][D],   rv [64][D]   int8   (raw cache bytes; the
+ *              16-byte chunk cc of row r at chunk cc ^ (r % (D/16)), so
+ *              that the fragment reads below are free of bank conflicts)
  *              sks [64], svs [64] fp32           (scales)
- *   int8 only: wk, wv [4 warps][16][D+8] fp16    each warp's dequantized keys
  * Q of the block's heads, sq [16][D+8] fp16, sits in the last stage, which
  * the prologue leaves empty and the first iteration refills only after a
  * barrier that follows every warp's Q fragment loads.  The 4-warp combine at
- * the end reuses the ring. */
+ * the end reuses the ring (sized up to fit it where the ring is smaller). */
 template <int D, bool INT8, int NS> struct DecSmem {
     static constexpr int kRowH = D + 8;
     static constexpr int kQ = kDecRows * kRowH * 2;
     static constexpr int kStage =
         INT8 ? 2 * kTileKeys * D + 2 * kTileKeys * 4 : 2 * kTileKeys * kRowH * 2;
-    static constexpr int kWarpBuf = INT8 ? 4 * 2 * 16 * kRowH * 2 : 0;
-    static constexpr int kTotal = NS * kStage + kWarpBuf;
+
     static_assert(kQ <= kStage, "Q must fit in one stage");
-    static_assert(NS * kStage >= (4 * kDecRows * D + 8 * kDecRows) * 4,
-                  "combine area must fit in the ring");
+    /* the 4-warp combine's row stride (floats): int8 rows carry 4 floats
+     * of padding per 32 columns (comb_col), so that each thread's float4
+     * stores of its 32 contiguous relabelled columns are conflict-free */
+    static constexpr int kCombRow = INT8 ? D + D / 8 : D;
+    static constexpr int kComb = (4 * kDecRows * kCombRow + 8 * kDecRows) * 4;
+    static constexpr int kTotal = NS * kStage > kComb ? NS * kStage : kComb;
 };
 
 /* Split plan of a sequence of `len` keys: splits of `chunk` keys (a multiple
@@ -89,6 +95,10 @@ __device__ __forceinline__ void split_plan(int len, int max_splits, int &chunk, 
     chunk = ((tiles + ns - 1) / ns) * kTileKeys;
     used = (len + chunk - 1) / chunk;
 }
+
+/* Stage position (in 16-byte chunks) of chunk cc of raw int8 row r (the
+ * swizzle of the int8 stage layout, see DecSmem). */
+__device__ __forceinline__ int i8_chunk(int r, int cc, int D) { return cc ^ (r & (D / 16 - 1)); }
 
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
 {
@@ -116,12 +126,13 @@ __device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int k
     if (!INT8) {
         __half *sk = (__half *)st, *sv = sk + kTileKeys * RH;
         constexpr int CPR = D / 8; /* 16-byte chunks per row */
+        const int64_t run = kv_run_row(a, b, key0, kTileKeys);
 #pragma unroll
         for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
             int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
             int key = key0 + r;
             bool ok = key < key_end;
-            int64_t off = ok ? (kv_row(a, b, key) * a.n_kv + kvh) * D + cc * 8 : 0;
+            int64_t off = ok ? ((run >= 0 ? run + r : kv_row(a, b, key)) * a.n_kv + kvh) * D + cc * 8 : 0;
             cp_async16(sk + r * RH + cc * 8, (const __half *)a.k + off, ok ? 16 : 0);
             cp_async16(sv + r * RH + cc * 8, (const __half *)a.v + off, ok ? 16 : 0);
         }
@@ -129,41 +140,130 @@ __device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int k
         int8_t *rk = (int8_t *)st, *rv = rk + kTileKeys * D;
         float *sks = (float *)(rv + kTileKeys * D), *svs = sks + kTileKeys;
         constexpr int CPR = D / 16;
+        const int64_t run = kv_run_row(a, b, key0, kTileKeys);
 #pragma unroll
         for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
             int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
             int key = key0 + r;
             bool ok = key < key_end;
-            int64_t off = ok ? (kv_row(a, b, key) * a.n_kv + kvh) * D + cc * 16 : 0;
-            cp_async16(rk + r * D + cc * 16, (const int8_t *)a.k + off, ok ? 16 : 0);
-            cp_async16(rv + r * D + cc * 16, (const int8_t *)a.v + off, ok ? 16 : 0);
+            int64_t off = ok ? ((run >= 0 ? run + r : kv_row(a, b, key)) * a.n_kv + kvh) * D + cc * 16 : 0;
+            const int sw = i8_chunk(r, cc, D) * 16; /* swizzled chunk */
+            cp_async16(rk + r * D + sw, (const int8_t *)a.k + off, ok ? 16 : 0);
+            cp_async16(rv + r * D + sw, (const int8_t *)a.v + off, ok ? 16 : 0);
         }
         /* threads 0..63: K scales, 64..127: V scales */
         int r = t & (kTileKeys - 1), key = key0 + r;
         bool ok = key < key_end;
-        int64_t si = ok ? kv_row(a, b, key) * a.n_kv + kvh : 0;
+        int64_t si = ok ? (run >= 0 ? run + r : kv_row(a, b, key)) * a.n_kv + kvh : 0;
         cp_async4((t < kTileKeys ? sks : svs) + r, (t < kTileKeys ? a.ks : a.vs) + si, ok ? 4 : 0);
     }
     cp_async_commit();
 }
 
-/* A warp's 16 raw int8 keys (rows of 16*... stride D) -> fp16 rows (stride D+8). */
-template <int D>
-__device__ __forceinline__ void dec_convert16(const int8_t *raw, __half *dst)
+/* ---- INT8 fragments ---------------------------------------------------------
+ * The int8 kernel builds the fp16 B fragments of its two products straight
+ * from the raw bytes in the ring, in registers, with the head dimension
+ * relabelled so that each thread's bytes are contiguous (a sum over d, or a
+ * set of output columns, does not care how d is numbered):
+ *
+ * Q.K^T, k-step kk, B[k = d][n = key]: thread (g = lane/4, c = lane%4)
+ *   holds key g of each 8-key block and logical dims 16kk + {2c, 2c+1} (b0),
+ *   16kk + {2c+8, 2c+9} (b1).  Logical dim (kk, j) of thread c is physical
+ *   dim c*D/4 + 4kk + j (j = 0..3 for 2c, 2c+1, 2c+8, 2c+9), so a thread's
+ *   D/4 bytes of a key are one or two 16-byte chunks, word kk = k-step kk.
+ *   Q is staged into sq in the same logical order (q_logical_col).
+ * P.V, n-block nb, B[k = key][n = d]: thread holds keys {2c, 2c+1} (b0),
+ *   {2c+8, 2c+9} (b1) and logical dim 8nb + g, physical g*D/8 + nb: a
+ *   thread's D/8 bytes of a key are contiguous; two keys' words are
+ *   interleaved byte by byte (prmt) into key pairs.  The output column
+ *   8nb + n of the accumulators is physical dim n*D/8 + nb (o_phys_col).
+ *
+ * Conversion is i8x4_to_h4 (exact); scales multiply the scores (K) and the
+ * weights (V) as before. */
+
+/* Logical sq column of physical head dim p (the Q.K^T relabelling). */
+template <int D> __device__ __forceinline__ int q_logical_col(int p)
 {
-    const int lane = threadIdx.x & 31;
-    constexpr int CPR = D / 16; /* 16-byte chunks per raw row: 8 or 4 */
+    const int c = p / (D / 4), rem = p % (D / 4), kk = rem >> 2, j = rem & 3;
+    return 16 * kk + (j < 2 ? 2 * c + j : 8 + 2 * c + j - 2);
+}
+
+/* Physical head dim of logical output column n of n-block nb (P.V): thread
+ * c's columns 2c, 2c+1 of every n-block are physical dims c*D/4 .. c*D/4 +
+ * D/4 - 1, contiguous. */
+template <int D> __host__ __device__ constexpr int o_phys_col(int nb, int n) { return n * (D / 8) + nb; }
+
+/* Position of physical dim d in a padded int8 combine row (kCombRow). */
+__device__ __forceinline__ int comb_col(int d) { return d + 4 * (d >> 5); }
+
+/* s[2][4] = Q (A fragments, relabelled) . K^T of the 16 raw keys at stage
+ * rows row0 .. row0+15 (K scales not applied). */
+template <int D>
+__device__ __forceinline__ void qk16_i8(float s[2][4], const uint32_t (*qf)[4], const int8_t *rk, int row0)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    constexpr int CPT = D / 64; /* 16-byte chunks per thread per key: 2 or 1 */
 #pragma unroll
-    for (int i = 0; i < 16 * CPR / 32; i++) {
-        int c = lane + i * 32, r = c / CPR, cc = c % CPR;
-        uint4 w = *(const uint4 *)(raw + r * D + cc * 16);
-        uint4 o0, o1;
-        i8x4_to_h4(w.x, o0.x, o0.y);
-        i8x4_to_h4(w.y, o0.z, o0.w);
-        i8x4_to_h4(w.z, o1.x, o1.y);
-        i8x4_to_h4(w.w, o1.z, o1.w);
-        *(uint4 *)(dst + r * (D + 8) + cc * 16) = o0;
-        *(uint4 *)(dst + r * (D + 8) + cc * 16 + 8) = o1;
+    for (int nb = 0; nb < 2; nb++) {
+        const int r = row0 + nb * 8 + g;
+        uint32_t w[D / 16];
+#pragma unroll
+        for (int q = 0; q < CPT; q++) {
+            const uint4 v = *(const uint4 *)(rk + r * D + i8_chunk(r, c * CPT + q, D) * 16);
+            w[4 * q] = v.x;
+            w[4 * q + 1] = v.y;
+            w[4 * q + 2] = v.z;
+            w[4 * q + 3] = v.w;
+        }
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t b0, b1;
+            i8x4_to_h4(w[kk], b0, b1);
+            mma16816(s[nb], qf[kk], b0, b1);
+        }
+    }
+}
+
+/* The D/8 raw bytes of stage row r that thread g holds in P.V (physical
+ * dims g*D/8 ..), as words. */
+template <int D> __device__ __forceinline__ void v_words(const int8_t *rv, int r, int g, uint32_t *w)
+{
+    if (D == 128) {
+        const uint4 v = *(const uint4 *)(rv + r * D + i8_chunk(r, g, D) * 16);
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
+    } else { /* D == 64: half a chunk */
+        const uint2 v = *(const uint2 *)(rv + r * D + i8_chunk(r, g >> 1, D) * 16 + (g & 1) * 8);
+        w[0] = v.x;
+        w[1] = v.y;
+    }
+}
+
+/* o[D/8][4] += P (A fragment over the 16 keys) . V of the 16 raw keys at
+ * stage rows row0 .. row0+15 (V scales already in P); o's columns are
+ * relabelled (o_phys_col). */
+template <int D>
+__device__ __forceinline__ void pv16_i8(float (*o)[4], const uint32_t pa[4], const int8_t *rv, int row0)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    constexpr int NW = D / 32; /* words per thread per key */
+    uint32_t w[4][NW];         /* keys 2c, 2c+1, 2c+8, 2c+9 */
+    v_words<D>(rv, row0 + 2 * c, g, w[0]);
+    v_words<D>(rv, row0 + 2 * c + 1, g, w[1]);
+    v_words<D>(rv, row0 + 2 * c + 8, g, w[2]);
+    v_words<D>(rv, row0 + 2 * c + 9, g, w[3]);
+#pragma unroll
+    for (int wi = 0; wi < NW; wi++) {
+        uint32_t b0[4], b1[4]; /* n-blocks 4wi .. 4wi+3 */
+        i8x4_to_h4(__byte_perm(w[0][wi], w[1][wi], 0x5140), b0[0], b0[1]);
+        i8x4_to_h4(__byte_perm(w[0][wi], w[1][wi], 0x7362), b0[2], b0[3]);
+        i8x4_to_h4(__byte_perm(w[2][wi], w[3][wi], 0x5140), b1[0], b1[1]);
+        i8x4_to_h4(__byte_perm(w[2][wi], w[3][wi], 0x7362), b1[2], b1[3]);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            mma16816(o[4 * wi + j], pa, b0[j], b1[j]);
     }
 }
 
@@ -246,7 +346,6 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ int xfin[kThreads / 32];
     unsigned char *ring = smem;
     __half *sq = (__half *)(ring + (NS - 1) * SM::kStage);
-    __half *wbuf = (__half *)(ring + NS * SM::kStage); /* int8 only */
 
     const int split = blockIdx.x, b = blockIdx.z;
     const int kvh = blockIdx.y / n_hg, hg = blockIdx.y % n_hg;
@@ -321,8 +420,9 @@ __global__ void __launch_bounds__(kThreads)
             const __nv_bfloat162 bq = __floats2bfloat162_rn(x0, x1);
             uint4 w = make_uint4(*reinterpret_cast<const uint32_t *>(&bq), 0u, 0u, 0u);
             const uint32_t h = bf16x8_to_h8(w).x;
-            sq[r * RH + i] = __ushort_as_half((unsigned short)(h & 0xffffu));
-            sq[r * RH + i + D / 2] = __ushort_as_half((unsigned short)(h >> 16));
+            sq[r * RH + (INT8 ? q_logical_col<D>(i) : i)] = __ushort_as_half((unsigned short)(h & 0xffffu));
+            sq[r * RH + (INT8 ? q_logical_col<D>(i + D / 2) : i + D / 2)] =
+                __ushort_as_half((unsigned short)(h >> 16));
         }
         if (writer) { /* block-uniform */
             nkv = new_kv<D, INT8>(kv0, kv1, c, sn, xmax, xfin);
@@ -350,7 +450,15 @@ __global__ void __launch_bounds__(kThreads)
             uint4 val = make_uint4(0, 0, 0, 0);
             if (r < nrows)
                 val = bf16x8_to_h8(*(const uint4 *)(q + (int64_t)b * q_stride + (h0 + r) * D + cc * 8));
-            *(uint4 *)(sq + r * RH + cc * 8) = val;
+            if (!INT8) {
+                *(uint4 *)(sq + r * RH + cc * 8) = val;
+            } else { /* relabelled columns (INT8 fragments) */
+                const uint32_t wv[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    sq[r * RH + q_logical_col<D>(cc * 8 + e)] =
+                        __ushort_as_half((unsigned short)(wv[e >> 1] >> (16 * (e & 1))));
+            }
         }
     }
     __syncthreads();
@@ -381,8 +489,8 @@ __global__ void __launch_bounds__(kThreads)
                     row[i + half] = __ushort_as_half((unsigned short)(nkv.bits >> 16));
                 } else {
                     int8_t *row = (int8_t *)st + (is_v ? kTileKeys * D : 0) + rr * D;
-                    row[i] = (int8_t)(nkv.bits & 0xffu);
-                    row[i + half] = (int8_t)(nkv.bits >> 8);
+                    row[i8_chunk(rr, i >> 4, D) * 16 + (i & 15)] = (int8_t)(nkv.bits & 0xffu);
+                    row[i8_chunk(rr, (i + half) >> 4, D) * 16 + ((i + half) & 15)] = (int8_t)(nkv.bits >> 8);
                     if (i == 0)
                         ((float *)(st + 2 * kTileKeys * D))[(is_v ? kTileKeys : 0) + rr] = nkv.scale;
                 }
@@ -393,25 +501,13 @@ __global__ void __launch_bounds__(kThreads)
         if (wkey0 >= kend)
             continue;
         unsigned char *st = ring + (j % NS) * SM::kStage;
-        const __half *tk, *tv;
-        const float *tks = nullptr, *tvs = nullptr;
-        if (!INT8) {
-            tk = (const __half *)st + warp * 16 * RH;
-            tv = (const __half *)st + kTileKeys * RH + warp * 16 * RH;
-        } else {
-            const int8_t *rk = (const int8_t *)st, *rv = rk + kTileKeys * D;
-            tks = (const float *)(rv + kTileKeys * D) + warp * 16;
-            tvs = tks + kTileKeys;
-            __half *wk = wbuf + warp * 2 * 16 * RH, *wv = wk + 16 * RH;
-            __syncwarp(); /* the previous tile's ldmatrix reads are done */
-            dec_convert16<D>(rk + warp * 16 * D, wk);
-            dec_convert16<D>(rv + warp * 16 * D, wv);
-            __syncwarp();
-            tk = wk;
-            tv = wv;
-        }
+        const int8_t *rk = (const int8_t *)st, *rv = rk + kTileKeys * D; /* int8 */
+        const float *tks = (const float *)(rv + kTileKeys * D) + warp * 16, *tvs = tks + kTileKeys;
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        qk_16keys<D>(s, qf, tk);
+        if (!INT8)
+            qk_16keys<D>(s, qf, (const __half *)st + warp * 16 * RH);
+        else
+            qk16_i8<D>(s, qf, rk, warp * 16);
         float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nb = 0; nb < 2; nb++) {
@@ -442,24 +538,40 @@ __global__ void __launch_bounds__(kThreads)
         }
         uint32_t pa[4] = {pack_half2(p[0][0], p[0][1]), pack_half2(p[0][2], p[0][3]),
                           pack_half2(p[1][0], p[1][1]), pack_half2(p[1][2], p[1][3])};
-        pv_16keys<D>(o, pa, tv);
+        if (!INT8)
+            pv_16keys<D>(o, pa, (const __half *)st + kTileKeys * RH + warp * 16 * RH);
+        else
+            pv16_i8<D>(o, pa, rv, warp * 16);
     }
     cp_async_wait<0>(); /* only empty groups can remain; keep the ring quiet */
     __syncthreads();    /* all warps done with the ring */
 
     /* combine the 4 warps in the ring area */
-    float *racc = (float *)ring;               /* [4][16][D] */
-    float *rm = racc + 4 * kDecRows * D;       /* [4][16]    */
+    constexpr int CR = SM::kCombRow;
+    float *racc = (float *)ring;               /* [4][16][CR] */
+    float *rm = racc + 4 * kDecRows * CR;      /* [4][16]    */
     float *rl = rm + 4 * kDecRows;             /* [4][16]    */
     {
         const int g = lane >> 2;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float l = quad_sum(l_r[r]);
-            float *dst = racc + (warp * kDecRows + g + 8 * r) * D + 2 * (lane & 3);
+            float *row = racc + (warp * kDecRows + g + 8 * r) * CR;
+            const int c = lane & 3;
+            if (!INT8) {
 #pragma unroll
-            for (int i = 0; i < D / 8; i++)
-                *(float2 *)(dst + i * 8) = make_float2(o[i][2 * r], o[i][2 * r + 1]);
+                for (int i = 0; i < D / 8; i++)
+                    *(float2 *)(row + i * 8 + 2 * c) = make_float2(o[i][2 * r], o[i][2 * r + 1]);
+            } else { /* relabelled: columns o_phys_col(i, 2c + e) = c*D/4 + e*D/8 + i */
+                static_assert(o_phys_col<D>(0, 1) == D / 8, "relabelling");
+#pragma unroll
+                for (int m = 0; m < D / 16; m++) {
+                    const int e = 4 * m >= D / 8, i0 = 4 * m - e * (D / 8);
+                    *(float4 *)(row + comb_col(c * (D / 4) + 4 * m)) =
+                        make_float4(o[i0][2 * r + e], o[i0 + 1][2 * r + e], o[i0 + 2][2 * r + e],
+                                    o[i0 + 3][2 * r + e]);
+                }
+            }
             if ((lane & 3) == 0) {
                 rm[warp * kDecRows + g + 8 * r] = m_r[r];
                 rl[warp * kDecRows + g + 8 * r] = l;
@@ -478,7 +590,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int w = 0; w < 4; w++) {
             float mw = rm[w * kDecRows + r];
             float f = mw == -INFINITY ? 0.f : exp2f(mw - M);
-            acc += f * racc[(w * kDecRows + r) * D + d];
+            acc += f * racc[(w * kDecRows + r) * CR + (INT8 ? comb_col(d) : d)];
             L += f * rl[w * kDecRows + r];
         }
         const int64_t slot = ((int64_t)b * n_heads + h0 + r) * max_splits + split;
@@ -621,14 +733,17 @@ static int64_t splits_cap_env(void)
 }
 
 extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
-                                          int32_t max_context, int32_t n_sms)
+                                          int32_t max_context, int32_t n_sms, int32_t kv_dtype)
 {
-    /* about one wave at 2 resident blocks per SM.  Measured on H200 (graph
-     * replay, context 4096): batch 64 fastest at 2 splits (83 us, 3.2 TB/s;
-     * 4: 89 us, 8: 96 us), batch 1 at 32-64 splits (11 us); a split below
-     * one tile of 64 keys only adds merge work */
+    /* about one wave of resident blocks: 2 per SM for F16 (a 104 KB ring),
+     * 3 for INT8 (68 KB; registers allow 3).  Measured on H200 (graph
+     * replay, context 4096, test_cuda_attention): batch 64 F16 fastest at
+     * 2 splits (74 us, 81% of 4.48 TB/s; 3: 90, 4: 79), INT8 at 3 (50 us;
+     * 2: 66, 4: 63); batch 1 at 32-64 splits; a split below one tile of 64
+     * keys only adds merge work */
+    const int64_t per_sm = kv_dtype == DSQ_ATTN_KV_INT8 ? 3 : 2;
     int64_t units = (int64_t)(n_seqs > 0 ? n_seqs : 1) * (n_kv_heads > 0 ? n_kv_heads : 1);
-    int64_t target = 2 * (int64_t)(n_sms > 0 ? n_sms : 132);
+    int64_t target = per_sm * (int64_t)(n_sms > 0 ? n_sms : 132);
     int64_t s = target / units;
     int64_t cap = (max_context + kTileKeys - 1) / kTileKeys;
     if (s > cap)

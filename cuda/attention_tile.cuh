@@ -26,6 +26,7 @@ struct KvArgs {
     const float *ks, *vs;    /* [rows][n_kv] (INT8)         */
     const int32_t *bt;       /* [n_batch_seqs][bt_stride]   */
     int32_t bt_stride, bs, n_kv;
+    int32_t bs_shift;        /* log2(bs) when bs is a power of two, else -1 */
 };
 
 static inline KvArgs kv_args(const dsq_attn_kv *kv)
@@ -39,14 +40,33 @@ static inline KvArgs kv_args(const dsq_attn_kv *kv)
     a.bt_stride = kv->bt_stride;
     a.bs = kv->block_size;
     a.n_kv = kv->n_kv_heads;
+    a.bs_shift = -1;
+    for (int sh = 0; sh < 31; sh++)
+        if (kv->block_size == (1 << sh))
+            a.bs_shift = sh;
     return a;
 }
 
 /* Physical row of position `pos` of batch sequence `b` (see attention.h). */
 __device__ __forceinline__ int64_t kv_row(const KvArgs &a, int b, int pos)
 {
-    int blk = __ldg(a.bt + (int64_t)b * a.bt_stride + pos / a.bs);
-    return (int64_t)blk * a.bs + pos % a.bs;
+    /* paged caches have power-of-two blocks (16): a shift, not a division */
+    const int bi = a.bs_shift >= 0 ? pos >> a.bs_shift : pos / a.bs;
+    const int in = a.bs_shift >= 0 ? pos & (a.bs - 1) : pos - bi * a.bs;
+    int blk = __ldg(a.bt + (int64_t)b * a.bt_stride + bi);
+    return (int64_t)blk * a.bs + in;
+}
+
+/* Physical row of position pos0 when positions pos0 .. pos0 + n - 1 all lie
+ * in one block (then row(pos0 + r) = that + r: one block-table read for a
+ * whole tile, as in a static cache), else -1. */
+__device__ __forceinline__ int64_t kv_run_row(const KvArgs &a, int b, int pos0, int n)
+{
+    const int bi = a.bs_shift >= 0 ? pos0 >> a.bs_shift : pos0 / a.bs;
+    const int in = a.bs_shift >= 0 ? pos0 & (a.bs - 1) : pos0 - bi * a.bs;
+    if (in + n > a.bs)
+        return -1;
+    return (int64_t)__ldg(a.bt + (int64_t)b * a.bt_stride + bi) * a.bs + in;
 }
 
 /* ---- tensor-core wrappers ------------------------------------------------- */
@@ -151,6 +171,7 @@ template <int D, bool INT8> struct TileLoader {
                                           float *svs)
     {
         const int t = threadIdx.x;
+        const int64_t run = kv_run_row(a, b, key0, kTileKeys);
 #pragma unroll
         for (int i = 0; i < kPerThread; i++) {
             int c = t + i * kThreads;
@@ -159,7 +180,7 @@ template <int D, bool INT8> struct TileLoader {
             bool ok = key < key_end;
             int64_t off = 0;
             if (ok)
-                off = (kv_row(a, b, key) * a.n_kv + kvh) * D;
+                off = ((run >= 0 ? run + r : kv_row(a, b, key)) * a.n_kv + kvh) * D;
             if (!INT8) {
                 const __half *gk = (const __half *)a.k + off + cc * 8;
                 const __half *gv = (const __half *)a.v + off + cc * 8;
@@ -178,7 +199,7 @@ template <int D, bool INT8> struct TileLoader {
             int key = key0 + (t & (kTileKeys - 1));
             rscale = 0.f;
             if (key < key_end) {
-                int64_t si = kv_row(a, b, key) * a.n_kv + kvh;
+                int64_t si = (run >= 0 ? run + (t & (kTileKeys - 1)) : kv_row(a, b, key)) * a.n_kv + kvh;
                 rscale = __ldg((t < kTileKeys ? a.ks : a.vs) + si);
             }
         }

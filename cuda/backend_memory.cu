@@ -238,7 +238,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->dec_splits_max = 1;
     cc->dec_ws_bytes = 0;
     for (int32_t n = 1; n <= cc->max_bseqs; n++) {
-        int32_t s = dsq_attn_decode_splits(n, (int32_t)KV, p->max_context, cm->n_sms);
+        int32_t s = dsq_attn_decode_splits(n, (int32_t)KV, p->max_context, cm->n_sms,
+                                           int8 ? DSQ_ATTN_KV_INT8 : DSQ_ATTN_KV_F16);
         size_t b = dsq_attn_decode_workspace_bytes(n, (int32_t)H, (int32_t)D, s);
         if (s > cc->dec_splits_max)
             cc->dec_splits_max = s;

@@ -396,8 +396,9 @@ dsq_status cu_prepare_pass(dsq_ctx *c, const dsq_batch *bt, int32_t NL, cu_pass 
     p.cu_pre = cc->meta + o_cupre;
     p.bt = cc->meta + o_bt;
     p.sid = cc->meta + o_sid;
-    p.splits = p.decode ? dsq_attn_decode_splits(S, KV, c->p.max_context, cm->n_sms)
-               : p.nd > 0 ? dsq_attn_decode_splits(p.nd, KV, c->p.max_context, cm->n_sms) : 0;
+    const int32_t kvd = cc->kv[0].dtype;
+    p.splits = p.decode ? dsq_attn_decode_splits(S, KV, c->p.max_context, cm->n_sms, kvd)
+               : p.nd > 0 ? dsq_attn_decode_splits(p.nd, KV, c->p.max_context, cm->n_sms, kvd) : 0;
     if (p.splits > cc->dec_splits_max)
         p.splits = cc->dec_splits_max;
     *pp = p;

@@ -659,7 +659,7 @@ static void test_decode_batch(void **state)
             std::vector<int> pos0, one(L.size(), 1);
             for (int x : L)
                 pos0.push_back(x - 1);
-            int sug = dsq_attn_decode_splits(8, 2, 65, sm);
+            int sug = dsq_attn_decode_splits(8, 2, 65, sm, dt);
             run_decode(mk(nm(dt, pg), dt, pg, pos0, one), {sug, 1, 3});
             if (g_quick)
                 continue;
@@ -667,7 +667,7 @@ static void test_decode_batch(void **state)
             pos0.clear();
             for (int x : L2)
                 pos0.push_back(x - 1);
-            sug = dsq_attn_decode_splits(8, 2, 8192, sm);
+            sug = dsq_attn_decode_splits(8, 2, 8192, sm, dt);
             run_decode(mk(nm(dt, pg), dt, pg, pos0, one), {sug, 1, 7});
         }
 }
@@ -814,7 +814,7 @@ static void test_decode_rope(void **state)
         for (int pg = 0; pg < 2; pg++) {
             if (g_quick && dt != pg)
                 continue;
-            const int sug = dsq_attn_decode_splits((int)L.size(), 2, 1000, sm);
+            const int sug = dsq_attn_decode_splits((int)L.size(), 2, 1000, sm, dt);
             for (int splits : {sug, 1, 3})
                 ok = run_decode_rope(mk(nm(dt, pg), dt, pg, pos0, one), splits) && ok;
         }
@@ -1021,7 +1021,7 @@ __global__ void fill_const(float *p, size_t n, float v)
         p[i] = v;
 }
 
-static int g_profile = 0; /* DSQ_ATTN_PROFILE=1: one launch per config, for ncu */
+static int g_profile = 0; /* DSQ_ATTN_PROFILE=1: one launch per config (the planned splits), for ncu */
 
 /* Median time of one fn() call: `reps` calls captured into one CUDA graph
  * (how the backend runs a decode step: no host launch cost in the numbers),
@@ -1094,7 +1094,9 @@ static void test_timing(void **state)
     (void)state;
     if (g_quick)
         skip();
-    const int ctx = 4096, slots = 64, KVH = 2, D = 128, H = 12;
+    /* DSQ_ATTN_PROFILE_CTX=n: another context length (profiling only) */
+    const char *pc = getenv("DSQ_ATTN_PROFILE_CTX");
+    const int ctx = g_profile && pc && atoi(pc) >= 64 ? atoi(pc) : 4096, slots = 64, KVH = 2, D = 128, H = 12;
     const int sm = n_sms();
     cudaEvent_t e0, e1;
     cudaStream_t st;
@@ -1152,10 +1154,10 @@ static void test_timing(void **state)
         const int batches[2] = {1, 64};
         for (int bi = 0; bi < 2; bi++) {
             d.batch = batches[bi];
-            int sug = dsq_attn_decode_splits(d.batch, KVH, ctx, sm);
-            int cands[] = {sug, 2, 4, 8, 16, 32, 64};
-            for (int c = 0; c < 7; c++) {
-                if ((c > 0 && cands[c] == sug) || (g_profile && cands[c] != 4))
+            int sug = dsq_attn_decode_splits(d.batch, KVH, ctx, sm, dt);
+            int cands[] = {sug, 2, 3, 4, 6, 8, 16, 32, 64};
+            for (int c = 0; c < 9; c++) {
+                if ((c > 0 && cands[c] == sug) || (g_profile && c != 0))
                     continue;
                 d.splits = cands[c];
                 float ms = time_ms(st, e0, e1, 50, dec_fn, &d);

@@ -52,6 +52,9 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--backend", default="cuda", help="cuda (cpu only to try the script)")
     ap.add_argument("--prefill", type=int, default=0, help="profile an N-token prefill (or mixed step)")
+    ap.add_argument("--sample", action="store_true",
+                    help="decode steps sample in the library (T 0.6 / top-p 0.95, dsq_step): lm_head and "
+                         "sampling in the table, as dsqwen bench's default")
     a = ap.parse_args()
     if a.prefill:
         return prefill_main(a)
@@ -63,22 +66,32 @@ def main():
             for b in range(a.batch):
                 c.prefill([int(x) for x in g.integers(0, V, a.context)], seq=b, logits=None)
             seqs = list(range(a.batch))
+            sp = (m.sample_params(temperature=0.6, top_p=0.95, top_k=0, min_p=0.0, repetition_penalty=1.0,
+                                  presence_penalty=0.0, frequency_penalty=0.0, seed=7) if a.sample else None)
+
+            def dec():
+                toks = [int(x) for x in g.integers(0, V, a.batch)]
+                if sp is None:
+                    c.decode_step(seqs, toks, logits=False)
+                else:
+                    c.step([(b, [toks[b]], sp) for b in seqs])
+
             for _ in range(a.warm):
-                c.decode_step(seqs, [int(x) for x in g.integers(0, V, a.batch)], logits=False)
+                dec()
             c.synchronize()
             t = time.time()
             for _ in range(a.steps):
-                c.decode_step(seqs, [int(x) for x in g.integers(0, V, a.batch)], logits=False)
+                dec()
             c.synchronize()
             wall_ms = (time.time() - t) / a.steps * 1e3
             with profile(activities=[ProfilerActivity.CUDA]) as pr:
                 for _ in range(a.steps):
-                    c.decode_step(seqs, [int(x) for x in g.integers(0, V, a.batch)], logits=False)
+                    dec()
                 c.synchronize()
                 torch.cuda.synchronize()
         info = m.info
     report(a, pr, wall_ms, info, f"{a.quantize} weights, batch {a.batch}, context {a.context}, {a.steps} steps, "
-           "no logits", a.batch)
+           + ("sampled T 0.6 / top-p 0.95" if a.sample else "no logits"), a.batch)
 
 
 def prefill_main(a):
