@@ -185,6 +185,12 @@ typedef struct cu_ctx {
     size_t dec_ws_bytes;
     void *pre_ws;          /* split-key prefill partials (dsq_attn_prefill_ws) */
     size_t pre_ws_bytes;
+    int32_t rows_max;      /* products of up to this many rows through gemm_rows.cu
+                              (DSQ_CUDA_GEMM_ROWS; 0: cuBLASLt as before) */
+    float *rows_ws;        /* its split-K partials [rows_ws_bytes] */
+    size_t rows_ws_bytes;
+    int32_t *rows_tickets; /* [rows_n_tickets], zeroed at creation */
+    int32_t rows_n_tickets;
     size_t meta_cap;       /* int32 elements */
 
     int32_t *meta_host[2]; /* pinned [meta_cap], alternating between passes */

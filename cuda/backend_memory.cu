@@ -156,6 +156,12 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         cc->gemv_mma_min = atoi(mma_env) < 0 ? 0 : atoi(mma_env);
     const char *fuse_env = getenv("DSQ_CUDA_NORM_FUSE"); /* measurement knob: 0 = rmsnorm kernel always */
     cc->norm_fuse = !(fuse_env && fuse_env[0] == '0');
+    /* DSQ_CUDA_GEMM_ROWS=n (1..64): bf16 products of more rows than the
+     * GEMV takes, up to n, run gemm_rows.cu instead of cuBLASLt (off by
+     * default until measured against it on the GPU) */
+    const char *rows_env = getenv("DSQ_CUDA_GEMM_ROWS");
+    cc->rows_max = rows_env && *rows_env ? atoi(rows_env) : 0;
+    cc->rows_max = cc->rows_max < 0 ? 0 : cc->rows_max > DSQ_GEMM_ROWS_MAX ? DSQ_GEMM_ROWS_MAX : cc->rows_max;
     const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: one limit for all; 0 = cuBLASLt only */
     if (env && *env) {
         int v = atoi(env);
@@ -279,6 +285,13 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     size_t o_meta = cu_carve(&off, cc->meta_cap * 4);
     size_t o_ws = cu_carve(&off, cc->dec_ws_bytes);
     size_t o_pws = cc->pre_ws_bytes ? cu_carve(&off, cc->pre_ws_bytes) : 0;
+    /* gemm_rows.cu's split-K partials (16 MB: 12 splits of 64 rows of the
+     * widest split product, qkv) and one ticket per 64-row tile of the
+     * widest product (the head) */
+    cc->rows_ws_bytes = cc->rows_max ? (size_t)16 << 20 : 0;
+    cc->rows_n_tickets = cc->rows_max ? (int32_t)((V > 2 * F ? V : 2 * F) + 63) / 64 : 0;
+    size_t o_rws = cc->rows_max ? cu_carve(&off, cc->rows_ws_bytes) : 0;
+    size_t o_rtk = cc->rows_max ? cu_carve(&off, (size_t)cc->rows_n_tickets * 4) : 0;
     /* quantized layers: one matrix dequantized to bf16 for the cuBLASLt path */
     const int64_t wq = ((const cu_model *)c->model->be)->wq_tile_elems;
     size_t o_wq = wq ? cu_carve(&off, (size_t)wq * 2) : 0;
@@ -296,6 +309,11 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->meta = (int32_t *)(b + o_meta);
     cc->dec_ws = b + o_ws;
     cc->pre_ws = cc->pre_ws_bytes ? b + o_pws : NULL;
+    cc->rows_ws = cc->rows_max ? (float *)(b + o_rws) : NULL;
+    cc->rows_tickets = cc->rows_max ? (int32_t *)(b + o_rtk) : NULL;
+    if (cc->rows_max)
+        CU_TRY(cudaMemsetAsync(cc->rows_tickets, 0, (size_t)cc->rows_n_tickets * 4, cc->stream),
+               "gemm (rows) ticket initialisation");
     cc->wq_tile = wq ? (dsq_bf16 *)(b + o_wq) : NULL;
     cc->wq_tile_elems = wq;
     c->scratch_bytes = (int64_t)(off + dsq_gemm_device_bytes(cc->gemm));

@@ -157,6 +157,26 @@ dsq_status dsq_cu_gemv_mma_norm(const float *xr, const int32_t *rows, const floa
                                 const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
                                 dsq_epilogue epi, void *y, int nt, cudaStream_t stream);
 
+/* ---- gemm_rows.cu: up to 64 rows on the tensor cores, weights read once ------ */
+
+/* y = epilogue(x W^T) for 1..DSQ_GEMM_ROWS_MAX rows (the batched decode
+ * step's products): x bf16 [T][K], W bf16 [N][K], y as dsq_epilogue says
+ * (SILU_MUL: gate/up interleaved rows, N even).  Only where
+ * dsq_cu_gemm_rows_ok(): K a multiple of 128, 16-byte aligned x and W.
+ * Products with few 64-row tiles split K over `splits` blocks (0: the
+ * kernel's plan; clamped to K/128 and to the workspace): the partials go to
+ * ws (fp32, >= dsq_cu_gemm_rows_ws_floats(T, N, splits) floats) and one
+ * ticket per tile (tickets [>= ceil(N/64)], zero before the first call;
+ * every call leaves them zero) picks the block that sums them in a fixed
+ * order; without ws / tickets one split.  Same stream rules as the GEMVs
+ * (PDL); no host synchronisation, capturable. */
+#define DSQ_GEMM_ROWS_MAX 64
+int dsq_cu_gemm_rows_ok(int32_t T, int32_t K, const void *x, const dsq_bf16 *w);
+size_t dsq_cu_gemm_rows_ws_floats(int32_t T, int32_t N, int32_t splits);
+dsq_status dsq_cu_gemm_rows(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T, int32_t N,
+                            int32_t K, dsq_epilogue epi, void *y, float *ws, size_t ws_bytes, int32_t *tickets,
+                            int32_t n_tickets, int32_t splits, cudaStream_t stream);
+
 /* ---- gemm.cu: many rows, cuBLASLt ------------------------------------------- */
 
 /* A cuBLASLt handle, its workspace and a cache of chosen algorithms (so the
@@ -202,6 +222,13 @@ typedef struct dsq_cu_linear_env {
     const float *norm_w;     /* fp32 [cols] */
     float norm_eps;
     int32_t norm_fuse;        /* 0: never fold the norm into the GEMV (measurement) */
+    /* bf16 products of gemv_max < T <= rows_max rows through gemm_rows.cu
+     * (0: never; DSQ_CUDA_GEMM_ROWS) with this split-K workspace */
+    int32_t rows_max;
+    float *rows_ws;
+    size_t rows_ws_bytes;
+    int32_t *rows_tickets;    /* [rows_n_tickets], zero between products */
+    int32_t rows_n_tickets;
 } dsq_cu_linear_env;
 
 /* Most rows the quantized GEMV kernels take (cuda/gemv_quant.h). */

@@ -22,6 +22,9 @@ static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const floa
             return dsq_cu_gemv_mma(x, w, bias, T, N, K, epi, y, 0, env->stream);
         return dsq_cu_gemv(x, w, bias, T, N, K, epi, y, env->stream);
     }
+    if (T <= env->rows_max && dsq_cu_gemm_rows_ok(T, K, x, w))
+        return dsq_cu_gemm_rows(x, w, bias, T, N, K, epi, y, env->rows_ws, env->rows_ws_bytes, env->rows_tickets,
+                                env->rows_n_tickets, 0, env->stream);
     if (epi == DSQ_EPI_SILU_MUL) {
         dsq_status st = dsq_gemm_run(env->gemm, x, w, NULL, T, N, K, DSQ_EPI_STORE, env->gu_scratch, env->stream);
         if (st != DSQ_OK)
@@ -65,6 +68,7 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
         dsq_cu_linear_env e = *env;
         e.norm_w = NULL; /* made by dsq_cu_linear already */
         e.gemv_max = 0; /* T > 8 here: cuBLASLt */
+        e.rows_max = 0; /* gemm_rows.cu loads W before its PDL wait: never a tile the kernel before wrote */
         return linear_bf16(&d, x, bias, T, epi, y, &e);
     }
     /* y row width: SILU_MUL writes N/2 bf16, the others N fp32 */

@@ -387,7 +387,22 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
         dy = dev_nan(epi == DSQ_EPI_SILU_MUL ? ny * 2 : ny * 4);
     const uint16_t *xin = dx + (misalign ? 1 : 0);
     const float *xref = xf + (misalign ? 1 : 0);
-    if (use_gemm == 2)
+    if (use_gemm == 3) { /* gemm_rows.cu, nt = splits (0: its plan); the tickets must come back zero */
+        const int tiles = (N + 63) / 64, sp = nt > 0 ? nt : 16;
+        const size_t wsb = dsq_cu_gemm_rows_ws_floats(T, N, sp) * 4;
+        void *dws = dev_nan(wsb), *dtk = NULL;
+        CU(cudaMalloc(&dtk, (size_t)tiles * 4));
+        CU(cudaMemset(dtk, 0, (size_t)tiles * 4));
+        DS(dsq_cu_gemm_rows(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, (float *)dws, wsb,
+                            (int32_t *)dtk, tiles, nt, 0));
+        int32_t *tk = (int32_t *)malloc((size_t)tiles * 4);
+        to_host(tk, dtk, (size_t)tiles * 4);
+        for (int i = 0; i < tiles; i++)
+            assert_int_equal(tk[i], 0);
+        free(tk);
+        cudaFree(dws);
+        cudaFree(dtk);
+    } else if (use_gemm == 2)
         DS(dsq_cu_gemv_mma(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, 0));
     else if (use_gemm)
         DS(dsq_gemm_run(g, xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, (float *)dy, 0));
@@ -407,7 +422,8 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
     product_ref(xref, wf, bias, y0, T, N, K, epi, ref, tol);
     static const char *en[] = {"store", "bias", "add", "silu*mul"};
     char name[96];
-    snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s nt=%d r=%d", use_gemm == 2 ? "gemv-mma" : use_gemm ? "gemm" : "gemv", T, N, K, en[epi],
+    snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s nt=%d r=%d",
+             use_gemm == 3 ? "gemm-rows" : use_gemm == 2 ? "gemv-mma" : use_gemm ? "gemm" : "gemv", T, N, K, en[epi],
              misalign ? " unaligned" : "", nt, r);
     check(name, got, ref, tol, ny);
     cudaFree(dx); cudaFree(dw); cudaFree(db); cudaFree(dy);
@@ -596,6 +612,84 @@ static void test_gemv_mma(void **state)
     assert_false(dsq_cu_gemv_mma_ok(2, 1536, (void *)24, (const dsq_bf16 *)16));
 }
 
+/* The product for up to 64 rows (gemm_rows.cu) against the same
+ * references: T across the token groups (1, 8, 9, 16, 17, 33, 64), partial
+ * 64-row tiles, one split and several (the workspace poisoned, the tickets
+ * checked back at zero), the planned split, every epilogue; then split
+ * launches replayed from a CUDA graph (the tickets must reset between
+ * replays), and the refusals. */
+static void test_gemm_rows(void **state)
+{
+    (void)state;
+    const int Ts[] = {1, 8, 9, 16, 17, 33, 64};
+    const int shapes[][2] = {{130, 256}, {64, 1536}, {1001, 384}, {200, 8960}};
+    for (int ti = 0; ti < 7; ti++)
+        for (int sh = 0; sh < 4; sh++)
+            for (int e = 0; e < 4; e++) {
+                const int T = Ts[ti];
+                if (sh == 3 && T != 9 && T != 64)
+                    continue; /* the long-K shape (70 stages) at two T: keeps the run short */
+                run_product(NULL, 3, T, shapes[sh][0], shapes[sh][1], (dsq_epilogue)e, 0, 0);
+                if (e == (T + sh) % 4)
+                    for (int sp : {1, 2, 3, 7})
+                        run_product(NULL, 3, T, shapes[sh][0], shapes[sh][1], (dsq_epilogue)e, 0, sp);
+            }
+    run_product(NULL, 3, 64, 17920 / 8, 1536, DSQ_EPI_SILU_MUL, 0, 0); /* a gate/up-like width */
+
+    /* graph replay of split launches: y = x W^T twice per graph, three replays */
+    {
+        const int T = 24, N = 192, K = 640, tiles = 3, sp = 5;
+        float *xf, *wf;
+        uint16_t *xh = rand_bf16((size_t)T * K, 1.0f, &xf), *wh = rand_bf16((size_t)N * K, 1.0f, &wf);
+        void *dx = dev_copy(xh, (size_t)T * K * 2), *dw = dev_copy(wh, (size_t)N * K * 2);
+        const size_t wsb = dsq_cu_gemm_rows_ws_floats(T, N, sp) * 4;
+        void *dws = dev_nan(wsb), *dy = dev_nan((size_t)T * N * 4), *dtk;
+        CU(cudaMalloc(&dtk, tiles * 4));
+        CU(cudaMemset(dtk, 0, tiles * 4));
+        cudaStream_t st;
+        CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        cudaGraph_t gr;
+        cudaGraphExec_t gx;
+        CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < 2; i++)
+            DS(dsq_cu_gemm_rows((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE, dy,
+                                (float *)dws, wsb, (int32_t *)dtk, tiles, sp, st));
+        CU(cudaStreamEndCapture(st, &gr));
+        CU(cudaGraphInstantiate(&gx, gr, 0));
+        double *ref = (double *)malloc((size_t)T * N * 8), *tol = (double *)malloc((size_t)T * N * 8);
+        product_ref(xf, wf, NULL, NULL, T, N, K, DSQ_EPI_STORE, ref, tol);
+        float *got = (float *)malloc((size_t)T * N * 4);
+        for (int r = 0; r < 3; r++) {
+            CU(cudaMemset(dy, 0xff, (size_t)T * N * 4));
+            CU(cudaGraphLaunch(gx, st));
+            CU(cudaStreamSynchronize(st));
+            to_host(got, dy, (size_t)T * N * 4);
+            check("gemm-rows graph replay (5 splits, twice per graph)", got, ref, tol, (size_t)T * N);
+        }
+        int32_t tk[tiles];
+        to_host(tk, dtk, sizeof tk);
+        for (int i = 0; i < tiles; i++)
+            assert_int_equal(tk[i], 0);
+        cudaGraphExecDestroy(gx);
+        cudaGraphDestroy(gr);
+        cudaStreamDestroy(st);
+        cudaFree(dx); cudaFree(dw); cudaFree(dws); cudaFree(dy); cudaFree(dtk);
+        free(xh); free(xf); free(wh); free(wf); free(ref); free(tol); free(got);
+    }
+    assert_true(dsq_cu_gemm_rows_ok(64, 1536, (void *)16, (const dsq_bf16 *)16));
+    assert_false(dsq_cu_gemm_rows_ok(65, 1536, (void *)16, (const dsq_bf16 *)16));
+    assert_false(dsq_cu_gemm_rows_ok(9, 1544, (void *)16, (const dsq_bf16 *)16));
+    assert_false(dsq_cu_gemm_rows_ok(9, 1536, (void *)24, (const dsq_bf16 *)16));
+    assert_int_equal(dsq_cu_gemm_rows(NULL, NULL, NULL, 65, 64, 128, DSQ_EPI_STORE, (void *)16, NULL, 0, NULL, 0, 0, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemm_rows((const dsq_bf16 *)16, (const dsq_bf16 *)16, NULL, 9, 63, 128,
+                                      DSQ_EPI_SILU_MUL, (void *)16, NULL, 0, NULL, 0, 0, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemm_rows((const dsq_bf16 *)16, (const dsq_bf16 *)16, NULL, 9, 64, 128, DSQ_EPI_BIAS,
+                                      (void *)16, NULL, 0, NULL, 0, 0, 0),
+                     DSQ_ERR_INTERNAL);
+}
+
 static void test_rope_kv_write(void **state)
 {
     (void)state;
@@ -747,6 +841,35 @@ static void test_linear_dispatch(void **state)
         printf("  dsq_cu_linear T=%d (%s): bit-identical to the direct launch\n", T,
                T <= env.gemv_max ? "GEMV" : "cuBLASLt");
     }
+    /* rows_max (DSQ_CUDA_GEMM_ROWS): more rows than the GEMV takes go
+     * through gemm_rows.cu, with the env's workspace and tickets */
+    {
+        const size_t wsb = (size_t)1 << 20;
+        void *dws = dev_nan(wsb), *dtk;
+        CU(cudaMalloc(&dtk, 64 * 4));
+        CU(cudaMemset(dtk, 0, 64 * 4));
+        env.rows_max = TM;
+        env.rows_ws = (float *)dws;
+        env.rows_ws_bytes = wsb;
+        env.rows_tickets = (int32_t *)dtk;
+        env.rows_n_tickets = 64;
+        for (int e = 0; e < 2; e++) {
+            const dsq_epilogue epi = e ? DSQ_EPI_SILU_MUL : DSQ_EPI_STORE;
+            const size_t yb = e ? (size_t)TM * (N / 2) * 2 : (size_t)TM * N * 4;
+            w.layout = e ? DSQ_WL_GATE_UP : DSQ_WL_ROWS;
+            DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, TM, epi, da, &env));
+            DS(dsq_cu_gemm_rows((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, TM, N, K, epi, db, (float *)dws, wsb,
+                                (int32_t *)dtk, 64, 0, 0));
+            to_host(ha, da, yb);
+            to_host(hb, db, yb);
+            assert_memory_equal(ha, hb, yb);
+        }
+        w.layout = DSQ_WL_ROWS;
+        printf("  dsq_cu_linear T=%d with rows_max %d (gemm_rows.cu): bit-identical to the direct launch\n", TM,
+               TM);
+        cudaFree(dws);
+        cudaFree(dtk);
+    }
     cudaFree(dx); cudaFree(dw); cudaFree(dgu); cudaFree(da); cudaFree(db); cudaFree(dc);
     free(xh); free(xf); free(wh); free(wf); free(ha); free(hb);
     dsq_gemm_destroy(g);
@@ -755,6 +878,12 @@ static void test_linear_dispatch(void **state)
 /* ---- timing: GEMV vs cuBLASLt on the model's products --------------------------------------- */
 
 /* us per call of one product, rotating through weight copies (pool) */
+/* gemm_rows.cu's split-K workspace and tickets for the timing table */
+static float *g_rows_ws;
+static int32_t *g_rows_tk;
+static const size_t kRowsWsBytes = (size_t)64 << 20;
+static const int kRowsTickets = 4096;
+
 static float time_product(int method, int nt, int r, dsq_gemm *g, const void *dx, const void *dw, int copies,
                           size_t wb, void *dy, int T, int N, int K, cudaEvent_t e0, cudaEvent_t e1)
 {
@@ -767,6 +896,9 @@ static float time_product(int method, int nt, int r, dsq_gemm *g, const void *dx
             DS(dsq_cu_gemv_cfg((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, r, 0));
         else if (method == 2)
             DS(dsq_cu_gemv_mma((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, 0));
+        else if (method == 3) /* nt = splits, 0: its plan */
+            DS(dsq_cu_gemm_rows((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, g_rows_ws, kRowsWsBytes,
+                                g_rows_tk, kRowsTickets, nt, 0));
         else
             DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, (float *)dy, 0));
     }
@@ -795,13 +927,17 @@ static void test_product_timing(void **state)
     CU(cudaMalloc(&dx, (size_t)64 * 8960 * 2));
     CU(cudaMemset(dx, 0x3c, (size_t)64 * 8960 * 2));
     CU(cudaMalloc(&dy, (size_t)64 * 151936 * 4));
+    CU(cudaMalloc(&g_rows_ws, kRowsWsBytes));
+    CU(cudaMalloc(&g_rows_tk, kRowsTickets * 4));
+    CU(cudaMemset(g_rows_tk, 0, kRowsTickets * 4));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
     printf("\n  product timing, us per call (GB/s of weights streamed); gemv default block shape, best\n"
-           "  (threads x rows per block) of the shapes tried, tensor-core GEMV (best block, 0 = default), cuBLASLt\n");
-    printf("  %-20s %3s %13s %20s %17s %13s  %s\n", "shape", "T", "gemv default", "gemv best", "mma best (nt)",
-           "cuBLASLt", "faster");
+           "  (threads x rows per block) of the shapes tried, tensor-core GEMV (best block, 0 = default),\n"
+           "  gemm_rows.cu (its planned split count; best of the splits tried), cuBLASLt\n");
+    printf("  %-20s %3s %13s %20s %17s %13s %19s %13s  %s\n", "shape", "T", "gemv default", "gemv best",
+           "mma best (nt)", "rows planned", "rows best (S)", "cuBLASLt", "faster");
     for (int s = 0; s < 5; s++) {
         const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
         const int copies = (int)(pool / wb) < 1 ? 1 : (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
@@ -831,21 +967,47 @@ static void test_product_timing(void **state)
                         um = u, mnt = mts[a];
                 }
             }
+            float rp = -1, rb = -1;
+            int rbs = 0;
+            if (T >= 2) {
+                rp = time_product(3, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                const int sps[] = {1, 2, 4, 8, 12};
+                for (int a = 0; a < 5; a++) {
+                    if (sps[a] > K / 128)
+                        continue;
+                    float u = time_product(3, sps[a], 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                    if (rb < 0 || u < rb)
+                        rb = u, rbs = sps[a];
+                }
+            }
             uc = time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
-            char a[32] = "-", b[40] = "-", c[32], m[40] = "-";
+            char a[32] = "-", b[40] = "-", c[32], m[40] = "-", rpa[32] = "-", rba[40] = "-";
+            if (rp >= 0) {
+                snprintf(rpa, sizeof rpa, "%6.1f (%4.0f)", rp, wb / (rp * 1e3));
+                snprintf(rba, sizeof rba, "%6.1f (%4.0f) %2d", rb, wb / (rb * 1e3), rbs);
+            }
             if (ud >= 0) {
                 snprintf(a, sizeof a, "%6.1f (%4.0f)", ud, wb / (ud * 1e3));
                 snprintf(b, sizeof b, "%6.1f (%4.0f) %3dx%d", ub, wb / (ub * 1e3), bnt, br);
                 snprintf(m, sizeof m, "%6.1f (%4.0f) %3d", um, wb / (um * 1e3), mnt);
             }
             snprintf(c, sizeof c, "%6.1f (%4.0f)", uc, wb / (uc * 1e3));
-            const char *best = ub >= 0 && ub < uc && ub <= um ? "gemv" : um >= 0 && um < uc ? "mma" : "cuBLASLt";
-            printf("  %-20s %3d %13s %20s %17s %13s  %s\n", sh[s].name, T, a, b, m, c, best);
+            float bu = uc;
+            const char *best = "cuBLASLt";
+            if (ub >= 0 && ub < bu)
+                bu = ub, best = "gemv";
+            if (um >= 0 && um < bu)
+                bu = um, best = "mma";
+            if (rp >= 0 && rp < bu)
+                bu = rp, best = "rows";
+            printf("  %-20s %3d %13s %20s %17s %13s %19s %13s  %s\n", sh[s].name, T, a, b, m, rpa, rba, c, best);
         }
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaFree(dw); cudaFree(dx); cudaFree(dy);
+    cudaFree(g_rows_ws);
+    cudaFree(g_rows_tk);
     dsq_gemm_destroy(g);
 }
 
@@ -864,7 +1026,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embed),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv), cmocka_unit_test(test_gemv_norm),
-        cmocka_unit_test(test_gemv_mma), cmocka_unit_test(test_rope_kv_write),
+        cmocka_unit_test(test_gemv_mma), cmocka_unit_test(test_gemm_rows), cmocka_unit_test(test_rope_kv_write),
         cmocka_unit_test(test_gemm),    cmocka_unit_test(test_linear_dispatch),
         cmocka_unit_test(test_product_timing),
     };
