@@ -142,15 +142,13 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->gemv_max_head = 2;
     /* 5..8 rows: tensor-core GEMV (gemv_mma.cu), on sm_80 and later */
     cc->gemv_mma_min = 5; /* T 2..4: the FMA GEMV is as fast (test_cuda_kernels timing) */
-    {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cc->device) != cudaSuccess) {
-            (void)cudaGetLastError();
-            major = 0;
-        }
-        if (major < 8)
-            cc->gemv_mma_min = 0;
+    int major = 0; /* compute capability: the mma.sync kernels need 8 */
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cc->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        major = 0;
     }
+    if (major < 8)
+        cc->gemv_mma_min = 0;
     const char *mma_env = getenv("DSQ_CUDA_GEMV_MMA"); /* measurement knob: fewest rows for the MMA GEMV, 0 = off */
     if (mma_env && *mma_env && cc->gemv_mma_min > 0) /* never below sm_80, where mma.sync bf16 does not exist */
         cc->gemv_mma_min = atoi(mma_env) < 0 ? 0 : atoi(mma_env);
@@ -160,7 +158,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
      * GEMV takes, up to n, run gemm_rows.cu instead of cuBLASLt (off by
      * default until measured against it on the GPU) */
     const char *rows_env = getenv("DSQ_CUDA_GEMM_ROWS");
-    cc->rows_max = rows_env && *rows_env ? atoi(rows_env) : 0;
+    cc->rows_max = rows_env && *rows_env && major >= 8 ? atoi(rows_env) : 0;
     cc->rows_max = cc->rows_max < 0 ? 0 : cc->rows_max > DSQ_GEMM_ROWS_MAX ? DSQ_GEMM_ROWS_MAX : cc->rows_max;
     const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: one limit for all; 0 = cuBLASLt only */
     if (env && *env) {
@@ -285,9 +283,10 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     size_t o_meta = cu_carve(&off, cc->meta_cap * 4);
     size_t o_ws = cu_carve(&off, cc->dec_ws_bytes);
     size_t o_pws = cc->pre_ws_bytes ? cu_carve(&off, cc->pre_ws_bytes) : 0;
-    /* gemm_rows.cu's split-K partials (16 MB: 12 splits of 64 rows of the
-     * widest split product, qkv) and one ticket per 64-row tile of the
-     * widest product (the head) */
+    /* gemm_rows.cu's split-K partials (16 MB; its plan for the split
+     * products at 64 rows needs ~5-6 MB: qkv 10-12 splits x 64 x 2,048
+     * floats, down ~13 x 64 x 1,536; it clamps to what is here) and one
+     * ticket per 64-row tile of the widest product (the head) */
     cc->rows_ws_bytes = cc->rows_max ? (size_t)16 << 20 : 0;
     cc->rows_n_tickets = cc->rows_max ? (int32_t)((V > 2 * F ? V : 2 * F) + 63) / 64 : 0;
     size_t o_rws = cc->rows_max ? cu_carve(&off, cc->rows_ws_bytes) : 0;

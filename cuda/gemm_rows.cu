@@ -66,10 +66,11 @@ __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, u
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(src_bytes));
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 /* Copy stage s of x (k = s*XK ..) into buffer `dst` [TM][XS]; tokens >= T
  * are zero-filled. One cp.async group. */
@@ -95,8 +96,8 @@ __device__ __forceinline__ void stage_w(const uint4 *ra, const uint4 *rb, int s,
     }
 }
 
-/* The epilogue of one output (token t, W row n) or, for SILU_MUL, of one
- * (token t, pair p = n / 2) from the gate and up sums. */
+/* The STORE / BIAS / ADD epilogue of one output (token t, W row n);
+ * SILU_MUL pairs rows in the kernel. */
 template <int EPI>
 __device__ __forceinline__ void store_one(const RowsArgs &a, int t, int n, float v)
 {

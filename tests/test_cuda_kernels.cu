@@ -621,9 +621,9 @@ static void test_gemv_mma(void **state)
 static void test_gemm_rows(void **state)
 {
     (void)state;
-    const int Ts[] = {1, 8, 9, 16, 17, 33, 64};
+    const int Ts[] = {1, 8, 9, 16, 17, 27, 33, 44, 50, 64}; /* every token-group count 1..8 */
     const int shapes[][2] = {{130, 256}, {64, 1536}, {1001, 384}, {200, 8960}};
-    for (int ti = 0; ti < 7; ti++)
+    for (int ti = 0; ti < 10; ti++)
         for (int sh = 0; sh < 4; sh++)
             for (int e = 0; e < 4; e++) {
                 const int T = Ts[ti];
@@ -646,6 +646,7 @@ static void test_gemm_rows(void **state)
         void *dws = dev_nan(wsb), *dy = dev_nan((size_t)T * N * 4), *dtk;
         CU(cudaMalloc(&dtk, tiles * 4));
         CU(cudaMemset(dtk, 0, tiles * 4));
+        CU(cudaDeviceSynchronize()); /* the legacy-stream fills, before a non-blocking stream's work */
         cudaStream_t st;
         CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         cudaGraph_t gr;
@@ -660,7 +661,7 @@ static void test_gemm_rows(void **state)
         product_ref(xf, wf, NULL, NULL, T, N, K, DSQ_EPI_STORE, ref, tol);
         float *got = (float *)malloc((size_t)T * N * 4);
         for (int r = 0; r < 3; r++) {
-            CU(cudaMemset(dy, 0xff, (size_t)T * N * 4));
+            CU(cudaMemsetAsync(dy, 0xff, (size_t)T * N * 4, st)); /* ordered before the replay */
             CU(cudaGraphLaunch(gx, st));
             CU(cudaStreamSynchronize(st));
             to_host(got, dy, (size_t)T * N * 4);
