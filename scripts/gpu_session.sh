@@ -205,6 +205,9 @@ bench)
     # until these rows beat the defaults above)
     DSQ_CUDA_GEMM_ROWS=64 run b64_1024_rows 1024 64 --kv f16
     DSQ_CUDA_GEMM_ROWS=64 run b8_512_rows 512 8 --kv f16
+    # gate/up and the head through the GEMVs at 8 rows (the tensor-core GEMV
+    # with SiLU*mul fused; the 2-row crossover predates gemv_mma.cu)
+    DSQ_CUDA_GEMV_MAX=8 run b8_512_gemv8 512 8 --kv f16
     [ "$Q" = 1 ] || run b256_1024_int8 1024 256 --kv int8         # issue 7: >= 80,000
     [ "$Q" = 1 ] || run b64_4096_f16 4096 64 --kv f16             # issue 7: INT8 >= 1.4x F16
     [ "$Q" = 1 ] || run b64_4096_int8 4096 64 --kv int8
