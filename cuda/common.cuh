@@ -30,6 +30,21 @@ __device__ __forceinline__ uint16_t dsq_f2bf(float f)
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+/* c[4] += A (16 x 16 bf16, row) . B (16 x 8 bf16, col), fp32 accumulate:
+ * mma.sync m16n8k16 with the PTX fragment layout (a0..a3: rows g / g+8,
+ * k 2q.. / 2q+8..; b0, b1: k 2q.. / 2q+8.., column g; g = lane / 4, q =
+ * lane % 4).  sm_80 and later; compiles to nothing before. */
+__device__ __forceinline__ void dsq_mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
 __device__ __forceinline__ float dsq_warp_sum(float v)
 {
 #pragma unroll

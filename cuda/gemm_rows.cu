@@ -52,17 +52,6 @@ struct RowsArgs {
     int T, N, K, S, kstages;
 };
 
-__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
-
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
@@ -146,8 +135,8 @@ __global__ void __launch_bounds__(RW * 32) gemm_rows_kernel(RowsArgs a)
 #pragma unroll
             for (int j = 0; j < NT8; j++) {
                 const uint4 xv = *reinterpret_cast<const uint4 *>(xb + j * 8 * XS + c * 32);
-                mma_bf16(acc[j], wa[c].x, wb[c].x, wa[c].y, wb[c].y, xv.x, xv.y);
-                mma_bf16(acc[j], wa[c].z, wb[c].z, wa[c].w, wb[c].w, xv.z, xv.w);
+                dsq_mma_bf16(acc[j], wa[c].x, wb[c].x, wa[c].y, wb[c].y, xv.x, xv.y);
+                dsq_mma_bf16(acc[j], wa[c].z, wb[c].z, wa[c].w, wb[c].w, xv.z, xv.w);
             }
             if (s + 1 < s1) { /* chunk c of the next stage, as soon as its registers are free */
                 wa[c] = __ldcs(ra + ((s + 1) * CPS + c) * 4);

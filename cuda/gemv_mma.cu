@@ -41,17 +41,6 @@ struct MmaArgs {
     void *y;
 };
 
-__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
-
 /* chunks c0 + u*NWp (u < MMA_UNROLL) of this lane's two rows of tile `tile` */
 __device__ __forceinline__ void load_tile_w(uint4 (&wa)[MMA_UNROLL], uint4 (&wb)[MMA_UNROLL], const MmaArgs &a,
                                             int tile, int c0, int NWp, int KC)
@@ -102,8 +91,8 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
                     uint4 xv = make_uint4(0, 0, 0, 0);
                     if (xrow)
                         xv = NORM ? xrow[4 * ch] : __ldg(xrow + 4 * ch);
-                    mma_bf16(c, wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-                    mma_bf16(c, wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+                    dsq_mma_bf16(c, wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+                    dsq_mma_bf16(c, wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
                 }
             }
             c0 += MMA_UNROLL * NWp;
