@@ -14,9 +14,10 @@
  * warps are combined in shared memory at the end.  fp16 tiles feed the
  * tensor cores through ldmatrix; int8 tiles stay raw bytes in shared memory
  * and each thread converts the bytes of its own mma fragments in registers
- * (see "INT8 fragments" below), which keeps the int8 kernel's work per key
- * below the fp16 one's so that half the bytes can mean half the time.  Each block writes (m, l, acc) of its split to
- * the workspace; a merge kernel rescales and sums the splits.
+ * (see "INT8 fragments" below): a conversion pass through shared memory
+ * made the int8 kernel issue-bound, as slow as fp16 with half the bytes.
+ * Each block writes (m, l, acc) of its split to the workspace; a merge
+ * kernel rescales and sums the splits.
  *
  * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
  * so every key a block sees is one the query attends to, and a NaN/Inf in
@@ -71,7 +72,6 @@ template <int D, bool INT8, int NS> struct DecSmem {
     static constexpr int kQ = kDecRows * kRowH * 2;
     static constexpr int kStage =
         INT8 ? 2 * kTileKeys * D + 2 * kTileKeys * 4 : 2 * kTileKeys * kRowH * 2;
-
     static_assert(kQ <= kStage, "Q must fit in one stage");
     /* the 4-warp combine's row stride (floats): int8 rows carry 4 floats
      * of padding per 32 columns (comb_col), so that each thread's float4
