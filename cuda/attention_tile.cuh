@@ -47,14 +47,20 @@ static inline KvArgs kv_args(const dsq_attn_kv *kv)
     return a;
 }
 
+/* Block index bi and offset in of position pos (paged caches have
+ * power-of-two blocks, 16: a shift, not a division). */
+__device__ __forceinline__ void kv_block_of(const KvArgs &a, int pos, int &bi, int &in)
+{
+    bi = a.bs_shift >= 0 ? pos >> a.bs_shift : pos / a.bs;
+    in = a.bs_shift >= 0 ? pos & (a.bs - 1) : pos - bi * a.bs;
+}
+
 /* Physical row of position `pos` of batch sequence `b` (see attention.h). */
 __device__ __forceinline__ int64_t kv_row(const KvArgs &a, int b, int pos)
 {
-    /* paged caches have power-of-two blocks (16): a shift, not a division */
-    const int bi = a.bs_shift >= 0 ? pos >> a.bs_shift : pos / a.bs;
-    const int in = a.bs_shift >= 0 ? pos & (a.bs - 1) : pos - bi * a.bs;
-    int blk = __ldg(a.bt + (int64_t)b * a.bt_stride + bi);
-    return (int64_t)blk * a.bs + in;
+    int bi, in;
+    kv_block_of(a, pos, bi, in);
+    return (int64_t)__ldg(a.bt + (int64_t)b * a.bt_stride + bi) * a.bs + in;
 }
 
 /* Physical row of position pos0 when positions pos0 .. pos0 + n - 1 all lie
@@ -62,11 +68,9 @@ __device__ __forceinline__ int64_t kv_row(const KvArgs &a, int b, int pos)
  * whole tile, as in a static cache), else -1. */
 __device__ __forceinline__ int64_t kv_run_row(const KvArgs &a, int b, int pos0, int n)
 {
-    const int bi = a.bs_shift >= 0 ? pos0 >> a.bs_shift : pos0 / a.bs;
-    const int in = a.bs_shift >= 0 ? pos0 & (a.bs - 1) : pos0 - bi * a.bs;
-    if (in + n > a.bs)
-        return -1;
-    return (int64_t)__ldg(a.bt + (int64_t)b * a.bt_stride + bi) * a.bs + in;
+    int bi, in;
+    kv_block_of(a, pos0, bi, in);
+    return in + n > a.bs ? -1 : kv_row(a, b, pos0);
 }
 
 /* ---- tensor-core wrappers ------------------------------------------------- */
