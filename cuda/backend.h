@@ -187,7 +187,11 @@ typedef struct cu_ctx {
     size_t pre_ws_bytes;
     int32_t rows_max;      /* products of up to this many rows through gemm_rows.cu
                               (DSQ_CUDA_GEMM_ROWS; 0: cuBLASLt as before) */
-    float *rows_ws;        /* its split-K partials [rows_ws_bytes] */
+    int32_t qrows_max;     /* quantized products of up to this many rows through
+                              gemm_rows.cu (DSQ_CUDA_QROWS; 0: GEMV / dequantize
+                              + cuBLASLt as before) */
+    float *rows_ws;        /* gemm_rows.cu's split-K partials [rows_ws_bytes]
+                              (rows_max or qrows_max > 0) */
     size_t rows_ws_bytes;
     int32_t *rows_tickets; /* [rows_n_tickets], zeroed at creation */
     int32_t rows_n_tickets;

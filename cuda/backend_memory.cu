@@ -160,6 +160,13 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *rows_env = getenv("DSQ_CUDA_GEMM_ROWS");
     cc->rows_max = rows_env && *rows_env && major >= 8 ? atoi(rows_env) : 0;
     cc->rows_max = cc->rows_max < 0 ? 0 : cc->rows_max > DSQ_GEMM_ROWS_MAX ? DSQ_GEMM_ROWS_MAX : cc->rows_max;
+    /* DSQ_CUDA_QROWS=n (1..64): products with Q8_ROW / Q4_G128 weights of
+     * up to n rows on the tensor cores (gemm_rows.cu) instead of the
+     * quantized GEMV (1..8 rows) or dequantize + cuBLASLt (off by default
+     * until measured on the GPU) */
+    const char *qrows_env = getenv("DSQ_CUDA_QROWS");
+    cc->qrows_max = qrows_env && *qrows_env && major >= 8 ? atoi(qrows_env) : 0;
+    cc->qrows_max = cc->qrows_max < 0 ? 0 : cc->qrows_max > DSQ_GEMM_ROWS_MAX ? DSQ_GEMM_ROWS_MAX : cc->qrows_max;
     const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: one limit for all; 0 = cuBLASLt only */
     if (env && *env) {
         int v = atoi(env);
@@ -287,10 +294,11 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
      * products at 64 rows needs ~5-6 MB: qkv 10-12 splits x 64 x 2,048
      * floats, down ~13 x 64 x 1,536; it clamps to what is here) and one
      * ticket per 64-row tile of the widest product (the head) */
-    cc->rows_ws_bytes = cc->rows_max ? (size_t)16 << 20 : 0;
-    cc->rows_n_tickets = cc->rows_max ? (int32_t)((V > 2 * F ? V : 2 * F) + 63) / 64 : 0;
-    size_t o_rws = cc->rows_max ? cu_carve(&off, cc->rows_ws_bytes) : 0;
-    size_t o_rtk = cc->rows_max ? cu_carve(&off, (size_t)cc->rows_n_tickets * 4) : 0;
+    const int rows_on = cc->rows_max > 0 || cc->qrows_max > 0;
+    cc->rows_ws_bytes = rows_on ? (size_t)16 << 20 : 0;
+    cc->rows_n_tickets = rows_on ? (int32_t)((V > 2 * F ? V : 2 * F) + 63) / 64 : 0;
+    size_t o_rws = rows_on ? cu_carve(&off, cc->rows_ws_bytes) : 0;
+    size_t o_rtk = rows_on ? cu_carve(&off, (size_t)cc->rows_n_tickets * 4) : 0;
     /* quantized layers: one matrix dequantized to bf16 for the cuBLASLt path */
     const int64_t wq = ((const cu_model *)c->model->be)->wq_tile_elems;
     size_t o_wq = wq ? cu_carve(&off, (size_t)wq * 2) : 0;
@@ -308,9 +316,9 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->meta = (int32_t *)(b + o_meta);
     cc->dec_ws = b + o_ws;
     cc->pre_ws = cc->pre_ws_bytes ? b + o_pws : NULL;
-    cc->rows_ws = cc->rows_max ? (float *)(b + o_rws) : NULL;
-    cc->rows_tickets = cc->rows_max ? (int32_t *)(b + o_rtk) : NULL;
-    if (cc->rows_max)
+    cc->rows_ws = rows_on ? (float *)(b + o_rws) : NULL;
+    cc->rows_tickets = rows_on ? (int32_t *)(b + o_rtk) : NULL;
+    if (rows_on)
         CU_TRY(cudaMemsetAsync(cc->rows_tickets, 0, (size_t)cc->rows_n_tickets * 4, cc->stream),
                "gemm (rows) ticket initialisation");
     cc->wq_tile = wq ? (dsq_bf16 *)(b + o_wq) : NULL;

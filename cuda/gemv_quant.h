@@ -68,6 +68,23 @@ dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, cons
                                   int32_t K, int32_t n0, int32_t n1, dsq_bf16 *out,
                                   cudaStream_t stream);
 
+/* Tensor-core products of 1..DSQ_GEMM_ROWS_MAX rows (cuda/gemm_rows.cu,
+ * the bf16 dsq_cu_gemm_rows of kernels.h with the codes converted to bf16
+ * in registers): same arguments, workspace, tickets, splits and stream
+ * rules as dsq_cu_gemm_rows; only where dsq_cu_gemm_rows_q_ok(): K a
+ * multiple of 128 (whole Q4 groups), 16-byte aligned x and q.  Numerics:
+ * fp32 accumulation of x * code (exact bf16 operands); Q4 adds each group's
+ * sum times its scale, Q8 multiplies the row's sum by its scale. */
+int dsq_cu_gemm_rows_q_ok(int32_t T, int32_t K, const void *x, const void *q);
+dsq_status dsq_cu_gemm_rows_q8(const dsq_bf16 *x, const int8_t *q, const float *scales, const float *bias,
+                               int32_t T, int32_t N, int32_t K, dsq_epilogue epi, void *y, float *ws,
+                               size_t ws_bytes, int32_t *tickets, int32_t n_tickets, int32_t splits,
+                               cudaStream_t stream);
+dsq_status dsq_cu_gemm_rows_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                               const uint8_t *zeros, const float *bias, int32_t T, int32_t N, int32_t K,
+                               dsq_epilogue epi, void *y, float *ws, size_t ws_bytes, int32_t *tickets,
+                               int32_t n_tickets, int32_t splits, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -225,6 +225,9 @@ typedef struct dsq_cu_linear_env {
     /* bf16 products of gemv_max < T <= rows_max rows through gemm_rows.cu
      * (0: never; DSQ_CUDA_GEMM_ROWS) with this split-K workspace */
     int32_t rows_max;
+    /* Q8_ROW / Q4_G128 products of T <= qrows_max rows through gemm_rows.cu
+     * (0: never; DSQ_CUDA_QROWS), with the same workspace */
+    int32_t qrows_max;
     float *rows_ws;
     size_t rows_ws_bytes;
     int32_t *rows_tickets;    /* [rows_n_tickets], zero between products */

@@ -211,10 +211,18 @@ bench)
     [ "$Q" = 1 ] || run b256_1024_int8 1024 256 --kv int8         # issue 7: >= 80,000
     [ "$Q" = 1 ] || run b64_4096_f16 4096 64 --kv f16             # issue 7: INT8 >= 1.4x F16
     [ "$Q" = 1 ] || run b64_4096_int8 4096 64 --kv int8
-    if [ "$Q" != 1 ] && $CLI help 2>&1 | grep -q quantize; then    # issue 10, once wired
-        run b1_512_q8 512 1 --kv f16 --quantize int8
+    # issue 10 (quantized weights; BENCH_QUANT=1 runs them in the quick set
+    # too): the GEMV / dequantize + cuBLASLt defaults, then the tensor-core
+    # products of gemm_rows.cu (DSQ_CUDA_QROWS, off by default until these
+    # rows beat the defaults)
+    if { [ "$Q" != 1 ] || [ "${BENCH_QUANT:-0}" = 1 ]; } && $CLI help 2>&1 | grep -q quantize; then
+        run b1_512_q8 512 1 --kv f16 --quantize int8 --quantize-head
+        DSQ_CUDA_QROWS=64 run b1_512_q8_rows 512 1 --kv f16 --quantize int8 --quantize-head
         run b1_512_q4 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QROWS=64 run b1_512_q4_rows 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QROWS=64 run b8_512_q4_rows 512 8 --kv f16 --quantize q4
         run b64_1024_q4 1024 64 --kv f16 --quantize q4
+        DSQ_CUDA_QROWS=64 run b64_1024_q4_rows 1024 64 --kv f16 --quantize q4
     fi
     timeout 75 "$B/tests/bench_mixed_step" $M 1024 63 2048 512 5 >"$OUT/mixed.log" 2>&1
     echo "== mixed step (issue 7: worst <= 2x plain) rc=$?"; grep -E "RESULT" "$OUT/mixed.log"

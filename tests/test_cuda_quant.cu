@@ -1,6 +1,7 @@
 /*
- * test_cuda_quant.cu - the quantized-weight GPU kernels (cuda/gemv_quant.cu)
- * against the CPU products of lib/quant_cpu.c, which are the reference.
+ * test_cuda_quant.cu - the quantized-weight GPU kernels (cuda/gemv_quant.cu,
+ * and the Q8 / Q4 instances of cuda/gemm_rows.cu) against the CPU products
+ * of lib/quant_cpu.c, which are the reference.
  *
  * Weights are quantized on the host (dsq_q8_quantize_rows /
  * dsq_q4_quantize_rows) from random bf16 matrices of odd sizes, uploaded
@@ -14,7 +15,9 @@
  * explicit block shapes.  The bf16 dequantization kernels must equal
  * bf16(CPU dequantization) bit for bit.  Exits 77 (skipped) without a GPU.
  *
- * Written in a session without a GPU: compiled, not yet run.
+ * The gemm_rows.cu cases (test_gemm_rows_q8 / _q4 and the gemm_rows
+ * column of the timing table) were written in a session without a GPU
+ * (stop 24): compiled, not yet run.
  */
 #include <math.h>
 #include <stdio.h>
@@ -138,17 +141,46 @@ static void cpu_ref(const qmat *m, const float *xf, int T, float *y, double *mag
     free(scratch);
 }
 
+/* rows_splits < 0: the GEMV (nt x r); >= 0: gemm_rows.cu with that many
+ * K splits (0: its plan) over a NaN-poisoned workspace and zeroed tickets,
+ * which must come back zero. */
 static dsq_status launch(const qmat *m, const uint16_t *dx, const float *dbias, int T, dsq_epilogue epi,
-                         void *dy, int nt, int r)
+                         void *dy, int nt, int r, int rows_splits)
 {
+    if (rows_splits < 0) {
+        if (m->is_q4)
+            return dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz,
+                                      dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, nt, r, 0);
+        return dsq_cu_gemv_q8_cfg(dx, (const int8_t *)m->dq, (const float *)m->ds, dbias, T, (int32_t)m->N,
+                                  (int32_t)m->K, epi, dy, nt, r, 0);
+    }
+    const int32_t N = (int32_t)m->N, K = (int32_t)m->K, tiles = (N + 63) / 64;
+    const int max_splits = K / 128 < 16 ? K / 128 : 16;
+    const size_t wsb = dsq_cu_gemm_rows_ws_floats(T, N, rows_splits ? rows_splits : max_splits) * 4;
+    void *dws = dev_nan(wsb);
+    int32_t *dtk = NULL;
+    CU(cudaMalloc((void **)&dtk, (size_t)tiles * 4));
+    CU(cudaMemset(dtk, 0, (size_t)tiles * 4));
+    dsq_status st;
     if (m->is_q4)
-        return dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz,
-                                  dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, nt, r, 0);
-    return dsq_cu_gemv_q8_cfg(dx, (const int8_t *)m->dq, (const float *)m->ds, dbias, T, (int32_t)m->N,
-                              (int32_t)m->K, epi, dy, nt, r, 0);
+        st = dsq_cu_gemm_rows_q4(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz, dbias, T,
+                                 N, K, epi, dy, (float *)dws, wsb, dtk, tiles, rows_splits, 0);
+    else
+        st = dsq_cu_gemm_rows_q8(dx, (const int8_t *)m->dq, (const float *)m->ds, dbias, T, N, K, epi, dy,
+                                 (float *)dws, wsb, dtk, tiles, rows_splits, 0);
+    int32_t *tk = (int32_t *)malloc((size_t)tiles * 4);
+    to_host(tk, dtk, (size_t)tiles * 4);
+    for (int i = 0; i < tiles; i++)
+        if (tk[i] != 0)
+            fail_msg("gemm_rows %s %dx%d T=%d splits %d: ticket %d left at %d", m->is_q4 ? "q4" : "q8", N, K, T,
+                     rows_splits, i, tk[i]);
+    free(tk);
+    cudaFree(dws), cudaFree(dtk);
+    return st;
 }
 
-static void check_case(const qmat *m, int T, dsq_epilogue epi, int nt, int r, int misalign, double *worst)
+static void check_case(const qmat *m, int T, dsq_epilogue epi, int nt, int r, int misalign, double *worst,
+                       int rows_splits = -1)
 {
     const int64_t N = m->N, K = m->K;
     uint16_t *x = (uint16_t *)malloc((size_t)(T * K + 8) * 2);
@@ -170,7 +202,7 @@ static void check_case(const qmat *m, int T, dsq_epilogue epi, int nt, int r, in
     float *dbias = (float *)dev_copy(bias, (size_t)N * 4);
     const size_t ybytes = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
     void *dy = epi == DSQ_EPI_ADD ? dev_copy(init, ybytes) : dev_nan(ybytes);
-    DS(launch(m, dxb + misalign, epi == DSQ_EPI_BIAS ? dbias : NULL, T, epi, dy, nt, r));
+    DS(launch(m, dxb + misalign, epi == DSQ_EPI_BIAS ? dbias : NULL, T, epi, dy, nt, r, rows_splits));
     void *got = malloc(ybytes);
     to_host(got, dy, ybytes);
     const double fp = 4.0 * (double)K * 0x1p-24;
@@ -185,8 +217,9 @@ static void check_case(const qmat *m, int T, dsq_epilogue epi, int nt, int r, in
                 double e = isnan(v) ? INFINITY : fabs(v - ref) / tol;
                 *worst = e > *worst ? e : *worst;
                 if (!(e <= 1.0))
-                    fail_msg("%s %lldx%lld T=%d silu_mul (%d,%lld): %g vs %g (tol %g)", m->is_q4 ? "q4" : "q8",
-                             (long long)N, (long long)K, T, t, (long long)i, v, ref, tol);
+                    fail_msg("%s %lldx%lld T=%d silu_mul splits %d (%d,%lld): %g vs %g (tol %g)",
+                             m->is_q4 ? "q4" : "q8", (long long)N, (long long)K, T, rows_splits, t, (long long)i, v,
+                             ref, tol);
             }
     } else {
         for (int t = 0; t < T; t++)
@@ -201,8 +234,8 @@ static void check_case(const qmat *m, int T, dsq_epilogue epi, int nt, int r, in
                 double e = isnan(v) ? INFINITY : fabs(v - ref) / tol;
                 *worst = e > *worst ? e : *worst;
                 if (!(e <= 1.0))
-                    fail_msg("%s %lldx%lld T=%d epi %d nt %d r %d (%d,%lld): %g vs CPU %g (tol %g)",
-                             m->is_q4 ? "q4" : "q8", (long long)N, (long long)K, T, (int)epi, nt, r, t,
+                    fail_msg("%s %lldx%lld T=%d epi %d nt %d r %d splits %d (%d,%lld): %g vs CPU %g (tol %g)",
+                             m->is_q4 ? "q4" : "q8", (long long)N, (long long)K, T, (int)epi, nt, r, rows_splits, t,
                              (long long)n, v, ref, tol);
             }
     }
@@ -249,6 +282,71 @@ static void test_gemv_q4(void **state)
 {
     (void)state;
     run_gemv_tests(1);
+}
+
+/* The tensor-core products of 1..64 rows (gemm_rows.cu) against the same
+ * CPU products and tolerance: K a multiple of 128 (whole groups; 70 groups
+ * for the down shape), partial 64-row tiles, T across the token-group
+ * counts, every epilogue, the planned split and forced ones (1, 2, 3, 7);
+ * the refusals last. */
+static void run_rows_tests(int is_q4)
+{
+    static const int64_t RS_SIZES[][2] = {{1, 128}, {33, 1536}, {130, 256}, {64, 384}, {18, 8960}, {200, 640}};
+    const int Ts[] = {1, 2, 5, 8, 9, 17, 33, 64};
+    double worst = 0;
+    for (size_t si = 0; si < sizeof RS_SIZES / sizeof RS_SIZES[0]; si++) {
+        qmat m = make_qmat(is_q4, RS_SIZES[si][0], RS_SIZES[si][1]);
+        for (int ti = 0; ti < 8; ti++) {
+            const int T = Ts[ti];
+            check_case(&m, T, DSQ_EPI_STORE, 0, 0, 0, &worst, 0);
+            check_case(&m, T, DSQ_EPI_BIAS, 0, 0, 0, &worst, 0);
+            check_case(&m, T, DSQ_EPI_ADD, 0, 0, 0, &worst, 0);
+            if (m.N % 2 == 0)
+                check_case(&m, T, DSQ_EPI_SILU_MUL, 0, 0, 0, &worst, 0);
+            if (ti % 3 == si % 3)
+                for (int sp : {1, 2, 3, 7})
+                    check_case(&m, T, (dsq_epilogue)((ti + sp) % (m.N % 2 ? 3 : 4)), 0, 0, 0, &worst, sp);
+        }
+        free_qmat(&m);
+    }
+    printf("  gemm_rows %s: worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8", worst);
+    /* refusals: K not whole groups, 65 rows, misaligned x, missing scales / zeros */
+    qmat m = make_qmat(is_q4, 8, 256);
+    uint16_t *dx = (uint16_t *)dev_nan(65 * 256 * 2 + 16);
+    float *dy = (float *)dev_nan(65 * 8 * 4);
+    assert_false(dsq_cu_gemm_rows_q_ok(4, 200, dx, m.dq));
+    assert_false(dsq_cu_gemm_rows_q_ok(65, 256, dx, m.dq));
+    assert_false(dsq_cu_gemm_rows_q_ok(4, 256, dx + 1, m.dq));
+    assert_true(dsq_cu_gemm_rows_q_ok(64, 256, dx, m.dq));
+    if (is_q4) {
+        assert_int_equal(dsq_cu_gemm_rows_q4(dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds, NULL, NULL, 4, 8, 256,
+                                             DSQ_EPI_STORE, dy, NULL, 0, NULL, 0, 0, 0),
+                         DSQ_ERR_INTERNAL);
+        assert_int_equal(dsq_cu_gemm_rows_q4(dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds, (const uint8_t *)m.dz,
+                                             NULL, 65, 8, 256, DSQ_EPI_STORE, dy, NULL, 0, NULL, 0, 0, 0),
+                         DSQ_ERR_INTERNAL);
+    } else {
+        assert_int_equal(dsq_cu_gemm_rows_q8(dx, (const int8_t *)m.dq, NULL, NULL, 4, 8, 256, DSQ_EPI_STORE, dy, NULL,
+                                             0, NULL, 0, 0, 0),
+                         DSQ_ERR_INTERNAL);
+        assert_int_equal(dsq_cu_gemm_rows_q8(dx, (const int8_t *)m.dq, (const float *)m.ds, NULL, 4, 8, 256,
+                                             DSQ_EPI_BIAS, dy, NULL, 0, NULL, 0, 0, 0),
+                         DSQ_ERR_INTERNAL);
+    }
+    cudaFree(dx), cudaFree(dy);
+    free_qmat(&m);
+}
+
+static void test_gemm_rows_q8(void **state)
+{
+    (void)state;
+    run_rows_tests(0);
+}
+
+static void test_gemm_rows_q4(void **state)
+{
+    (void)state;
+    run_rows_tests(1);
 }
 
 static void test_dequant_bf16(void **state)
@@ -310,9 +408,10 @@ static void test_bad_args(void **state)
 
 /* us per call, rotating through `copies` weight copies of `wb` bytes each in
  * pool (together larger than L2); q4 scales / zeros sit after the codes of
- * each copy. */
+ * each copy.  nt < 0: gemm_rows.cu (its planned split; ws, tickets). */
 static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_t wb, int copies, void *dy,
-                    int T, int N, int K, cudaEvent_t e0, cudaEvent_t e1)
+                    int T, int N, int K, cudaEvent_t e0, cudaEvent_t e1, float *ws = NULL, size_t ws_bytes = 0,
+                    int32_t *tickets = NULL, int n_tickets = 0)
 {
     const int iters = 20;
     const size_t codes = q4 ? (size_t)N * (K / 2) : (size_t)N * K;
@@ -321,7 +420,14 @@ static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_
         if (it == 0)
             CU(cudaEventRecord(e0, 0));
         char *w = pool + (size_t)((it + 3) % copies) * wb;
-        if (q4)
+        if (nt < 0 && q4)
+            DS(dsq_cu_gemm_rows_q4(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
+                                   (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE, dy,
+                                   ws, ws_bytes, tickets, n_tickets, 0, 0));
+        else if (nt < 0)
+            DS(dsq_cu_gemm_rows_q8(dx, (const int8_t *)w, (const float *)(w + codes), NULL, T, N, K, DSQ_EPI_STORE, dy,
+                                   ws, ws_bytes, tickets, n_tickets, 0, 0));
+        else if (q4)
             DS(dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
                                   (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE,
                                   dy, nt, r, 0));
@@ -348,21 +454,28 @@ static void test_quant_product_timing(void **state)
         {"qkv 2048x1536", 2048, 1536}, {"o 1536x1536", 1536, 1536}, {"gate/up 17920x1536", 17920, 1536},
         {"down 1536x8960", 1536, 8960}, {"lm_head 151936x1536", 151936, 1536},
     };
-    const int Ts[] = {1, 2, 4, 8};
+    const int Ts[] = {1, 2, 4, 8, 16, 64};
     const size_t pool_bytes = (size_t)512 << 20;
+    const size_t ws_bytes = (size_t)16 << 20;
+    const int n_tickets = (151936 + 63) / 64;
+    float *ws = NULL;
+    int32_t *tickets = NULL;
+    CU(cudaMalloc((void **)&ws, ws_bytes));
+    CU(cudaMalloc((void **)&tickets, (size_t)n_tickets * 4));
+    CU(cudaMemset(tickets, 0, (size_t)n_tickets * 4));
     char *pool = NULL;
     void *dx = NULL, *dy = NULL;
     CU(cudaMalloc((void **)&pool, pool_bytes));
     CU(cudaMemset(pool, 0x2c, pool_bytes)); /* fp16 0x2c2c = 0.066, fp32 0x2c2c2c2c: finite scales */
-    CU(cudaMalloc(&dx, (size_t)8 * 8960 * 2));
-    CU(cudaMemset(dx, 0x3c, (size_t)8 * 8960 * 2));
-    CU(cudaMalloc(&dy, (size_t)8 * 151936 * 4));
+    CU(cudaMalloc(&dx, (size_t)64 * 8960 * 2));
+    CU(cudaMemset(dx, 0x3c, (size_t)64 * 8960 * 2));
+    CU(cudaMalloc(&dy, (size_t)64 * 151936 * 4));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
-    printf("\n  quantized product timing, us per call (GB/s of quantized bytes); default block shape and the\n"
-           "  best (threads x rows per block) tried\n");
-    printf("  %-4s %-20s %3s %14s %22s\n", "fmt", "shape", "T", "default", "best");
+    printf("\n  quantized product timing, us per call (GB/s of quantized bytes); GEMV (1..8 rows): default block\n"
+           "  shape and the best (threads x rows per block) tried; gemm_rows.cu (tensor cores, 1..64 rows)\n");
+    printf("  %-4s %-20s %3s %14s %22s %14s\n", "fmt", "shape", "T", "gemv default", "gemv best", "gemm_rows");
     for (int q4 = 1; q4 >= 0; q4--)
         for (int si = 0; si < 5; si++) {
             if (q4 && si == 4)
@@ -373,8 +486,15 @@ static void test_quant_product_timing(void **state)
             const size_t wb_al = (wb + 255) & ~(size_t)255;
             int copies = (int)(pool_bytes / wb_al);
             copies = copies < 1 ? 1 : copies > 8 ? 8 : copies;
-            for (int ti = 0; ti < 4; ti++) {
+            for (int ti = 0; ti < 6; ti++) {
                 const int T = Ts[ti];
+                const float urows = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1,
+                                           ws, ws_bytes, tickets, n_tickets);
+                if (T > DSQ_GEMV_MAX_TOKENS) {
+                    printf("  %-4s %-20s %3d %14s %22s %7.1f (%4.0f)\n", q4 ? "q4" : "q8", sh[si].name, T, "", "",
+                           urows, wb / (urows * 1e3));
+                    continue;
+                }
                 const float ud = time_q(q4, 0, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
                 float ub = -1;
                 int bnt = 0, br = 0;
@@ -388,8 +508,8 @@ static void test_quant_product_timing(void **state)
                         if (ub < 0 || u < ub)
                             ub = u, bnt = nts[a], br = rs[b];
                     }
-                printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d\n", q4 ? "q4" : "q8", sh[si].name, T, ud,
-                       wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br);
+                printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d %7.1f (%4.0f)\n", q4 ? "q4" : "q8",
+                       sh[si].name, T, ud, wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br, urows, wb / (urows * 1e3));
             }
         }
     cudaEventDestroy(e0);
@@ -397,6 +517,8 @@ static void test_quant_product_timing(void **state)
     cudaFree(pool);
     cudaFree(dx);
     cudaFree(dy);
+    cudaFree(ws);
+    cudaFree(tickets);
 }
 
 int main(void)
@@ -414,6 +536,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemv_q8),
         cmocka_unit_test(test_gemv_q4),
+        cmocka_unit_test(test_gemm_rows_q8),
+        cmocka_unit_test(test_gemm_rows_q4),
         cmocka_unit_test(test_dequant_bf16),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_quant_product_timing),
