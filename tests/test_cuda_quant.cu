@@ -349,6 +349,76 @@ static void test_gemm_rows_q4(void **state)
     run_rows_tests(1);
 }
 
+/* dsq_cu_linear with qrows_max (DSQ_CUDA_QROWS): quantized products of up
+ * to that many rows go to gemm_rows.cu with the env's workspace and tickets
+ * (the same bits as the direct launch), more rows keep the previous path;
+ * with qrows_max 0 a few rows still take the GEMV. */
+static void test_linear_qrows_dispatch(void **state)
+{
+    (void)state;
+    for (int is_q4 = 0; is_q4 < 2; is_q4++) {
+        const int N = 96, K = 384, TM = 64;
+        qmat m = make_qmat(is_q4, N, K);
+        uint16_t *x = (uint16_t *)malloc((size_t)TM * K * 2);
+        for (int i = 0; i < TM * K; i++)
+            x[i] = dsq_f32_to_bf16(frand(1.0f));
+        uint16_t *dx = (uint16_t *)dev_copy(x, (size_t)TM * K * 2);
+        void *da = dev_nan((size_t)TM * N * 4), *db = dev_nan((size_t)TM * N * 4);
+        const size_t wsb = (size_t)1 << 20;
+        void *dws = dev_nan(wsb), *dtk;
+        CU(cudaMalloc(&dtk, 64 * 4));
+        CU(cudaMemset(dtk, 0, 64 * 4));
+        dsq_cu_linear_env env = {}; /* no norm, no dequantization tile, legacy stream */
+        env.gemv_max = 8;
+        env.qrows_max = TM;
+        env.rows_ws = (float *)dws;
+        env.rows_ws_bytes = wsb;
+        env.rows_tickets = (int32_t *)dtk;
+        env.rows_n_tickets = 64;
+        dsq_weight w = {};
+        w.format = is_q4 ? DSQ_WF_Q4_G128 : DSQ_WF_Q8_ROW;
+        w.rows = N;
+        w.cols = K;
+        w.data = m.dq;
+        w.scales = m.ds;
+        w.zeros = m.dz;
+        w.group_size = is_q4 ? 128 : 0;
+        float *ha = (float *)malloc((size_t)TM * N * 4), *hb = (float *)malloc((size_t)TM * N * 4);
+        const int Ts[] = {1, 7, 9, 64};
+        for (int ti = 0; ti < 4; ti++)
+            for (int e = 0; e < 2; e++) {
+                const int T = Ts[ti];
+                const dsq_epilogue epi = e ? DSQ_EPI_SILU_MUL : DSQ_EPI_STORE;
+                const size_t yb = e ? (size_t)T * (N / 2) * 2 : (size_t)T * N * 4;
+                w.layout = e ? DSQ_WL_GATE_UP : DSQ_WL_ROWS;
+                DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, epi, da, &env));
+                if (is_q4)
+                    DS(dsq_cu_gemm_rows_q4((const dsq_bf16 *)dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds,
+                                           (const uint8_t *)m.dz, NULL, T, N, K, epi, db, (float *)dws, wsb,
+                                           (int32_t *)dtk, 64, 0, 0));
+                else
+                    DS(dsq_cu_gemm_rows_q8((const dsq_bf16 *)dx, (const int8_t *)m.dq, (const float *)m.ds, NULL, T,
+                                           N, K, epi, db, (float *)dws, wsb, (int32_t *)dtk, 64, 0, 0));
+                to_host(ha, da, yb);
+                to_host(hb, db, yb);
+                assert_memory_equal(ha, hb, yb);
+            }
+        /* qrows_max 0: 3 rows through the quantized GEMV */
+        env.qrows_max = 0;
+        w.layout = DSQ_WL_ROWS;
+        DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, 3, DSQ_EPI_STORE, da, &env));
+        DS(launch(&m, dx, NULL, 3, DSQ_EPI_STORE, db, 0, 0, -1));
+        to_host(ha, da, (size_t)3 * N * 4);
+        to_host(hb, db, (size_t)3 * N * 4);
+        assert_memory_equal(ha, hb, (size_t)3 * N * 4);
+        printf("  dsq_cu_linear %s, qrows_max 64 (T 1, 7, 9, 64) and 0 (T 3): bit-identical to the direct launch\n",
+               is_q4 ? "q4" : "q8");
+        free(x), free(ha), free(hb);
+        cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(dws), cudaFree(dtk);
+        free_qmat(&m);
+    }
+}
+
 static void test_dequant_bf16(void **state)
 {
     (void)state;
@@ -538,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_gemv_q4),
         cmocka_unit_test(test_gemm_rows_q8),
         cmocka_unit_test(test_gemm_rows_q4),
+        cmocka_unit_test(test_linear_qrows_dispatch),
         cmocka_unit_test(test_dequant_bf16),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_quant_product_timing),
