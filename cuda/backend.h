@@ -87,6 +87,10 @@ size_t cu_carve(size_t *off, size_t bytes);
  *   GATED_FFN     w bf16 [2F][E], layout DSQ_WL_GATE_UP (gate/up
  *                 interleaved by rows)
  *   ATTEND        nothing */
+/* Decode passes of at most this many rows may prefetch weights (l2p_bytes):
+ * more rows make attention itself stream enough bytes. */
+#define DSQ_CU_L2P_ROWS 8
+
 typedef struct cu_op_data {
     float *norm;
     dsq_weight w;
@@ -159,6 +163,9 @@ typedef struct cu_ctx {
     int resid_after;       /* LINEAR_RESID as product then add, not fused (DSQ_CUDA_RESIDUAL=after) */
     int decode_rope;       /* decode passes: RoPE + KV write inside the decode attention kernel
                               (DSQ_CUDA_DECODE_ROPE=0: the separate RoPE + KV write kernel) */
+    uint64_t l2p_bytes;    /* decode passes of <= DSQ_CU_L2P_ROWS rows: after each qkv product,
+                              prefetch this many bytes of the layer's next weights into L2
+                              (DSQ_CUDA_L2_PREFETCH=MB; 0: off) */
     int32_t logit_chunk;   /* rows of logits computed and copied at once */
     int32_t dec_splits_max;
     int64_t kv_rows;       /* physical KV rows (static: max_seqs * max_context) */

@@ -167,6 +167,12 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *qrows_env = getenv("DSQ_CUDA_QROWS");
     cc->qrows_max = qrows_env && *qrows_env && major >= 8 ? atoi(qrows_env) : 0;
     cc->qrows_max = cc->qrows_max < 0 ? 0 : cc->qrows_max > DSQ_GEMM_ROWS_MAX ? DSQ_GEMM_ROWS_MAX : cc->qrows_max;
+    /* DSQ_CUDA_L2_PREFETCH=MB: small decode passes prefetch the next
+     * weights of each layer into L2 while attention runs (l2_prefetch.cu;
+     * off by default until measured on the GPU) */
+    const char *l2p_env = getenv("DSQ_CUDA_L2_PREFETCH");
+    const long l2p_mb = l2p_env && *l2p_env ? atol(l2p_env) : 0;
+    cc->l2p_bytes = l2p_mb > 0 && l2p_mb <= 1024 ? (uint64_t)l2p_mb << 20 : 0;
     const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: one limit for all; 0 = cuBLASLt only */
     if (env && *env) {
         int v = atoi(env);

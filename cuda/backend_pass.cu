@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "quant_cpu.h"
 
 /* The product environment of this context for a product class. */
 static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
@@ -157,6 +158,45 @@ dsq_status cu_head_rows(dsq_ctx *c, int32_t r0, int32_t n)
                          cc->logits, &env);
 }
 
+/* Bytes a product streams of its weight (scales and zero points aside). */
+static uint64_t weight_stream_bytes(const dsq_weight *w)
+{
+    switch (w->format) {
+    case DSQ_WF_BF16: return (uint64_t)w->rows * (uint64_t)w->cols * 2;
+    case DSQ_WF_Q8_ROW: return (uint64_t)w->rows * (uint64_t)w->cols;
+    case DSQ_WF_Q4_G128: return (uint64_t)dsq_q4_q_bytes(w->rows, w->cols);
+    default: return 0;
+    }
+}
+
+/* After op i of layer l (the qkv product of a small decode pass): prefetch
+ * the weights of the layer's later products, in recipe order, up to
+ * cc->l2p_bytes (the rows a product reads first come first: its first
+ * rounds then hit L2). */
+static dsq_status prefetch_next(dsq_ctx *c, int32_t l, int32_t i)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const cu_model *cm = (const cu_model *)c->model->be;
+    const dsq_arch *a = c->model->cfg.arch;
+    dsq_l2p_range r[DSQ_L2P_MAX_RANGES];
+    int32_t n = 0;
+    uint64_t left = cc->l2p_bytes;
+    for (int32_t j = i + 1; j < a->n_ops && n < DSQ_L2P_MAX_RANGES && left >= 16; j++) {
+        if (a->recipe[j].kind != DSQ_OP_LINEAR_RESID && a->recipe[j].kind != DSQ_OP_GATED_FFN)
+            continue;
+        const dsq_weight *w = &cm->layers[l].op[j].w;
+        uint64_t b = weight_stream_bytes(w);
+        b = (b < left ? b : left) & ~(uint64_t)15;
+        if (b == 0 || !w->data)
+            continue;
+        r[n].p = w->data;
+        r[n].bytes = b;
+        n++;
+        left -= b;
+    }
+    return dsq_cu_l2_prefetch(r, n, cc->stream);
+}
+
 /* Everything from the embedding to the first chunk of logits (into
  * cc->logits), on the context's stream; no host synchronisation.  Each layer
  * walks the model description's recipe. */
@@ -178,6 +218,8 @@ static dsq_status enqueue_pass(dsq_ctx *c, const cu_pass *p)
                 continue; /* the next op normalises its input */
             const float *norm = i > 0 && norm_deferred(a, i - 1) ? cm->layers[l].op[i - 1].norm : NULL;
             DSQ_TRY(run_op(c, p, &a->recipe[i], &cm->layers[l].op[i], l, norm));
+            if (a->recipe[i].kind == DSQ_OP_QKV_ROPE && cc->l2p_bytes && p->decode && T <= DSQ_CU_L2P_ROWS)
+                DSQ_TRY(prefetch_next(c, l, i));
         }
     if (p->NL == 0)
         return DSQ_OK;

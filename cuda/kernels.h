@@ -85,6 +85,21 @@ dsq_status dsq_cu_rope(const float *qkv, int32_t row_stride, const int32_t *pos,
                        int32_t n_rot_heads, int32_t n_heads, int32_t D, const float *inv_freq,
                        dsq_bf16 *out, cudaStream_t stream);
 
+/* ---- l2_prefetch.cu: weights into L2 ahead of their product --------------- */
+
+/* One byte range of device memory (16-byte aligned start and length). */
+#define DSQ_L2P_MAX_RANGES 4
+typedef struct dsq_l2p_range {
+    const void *p;
+    uint64_t bytes;
+} dsq_l2p_range;
+
+/* Ask the L2 to fetch up to DSQ_L2P_MAX_RANGES ranges (empty ones skipped)
+ * while later kernels on the stream run: a hint, nothing is written.  PDL
+ * as the other kernels (pdl.cuh): the next kernel may launch at once.
+ * Enqueue only; capturable.  DSQ_ERR_INTERNAL for a misaligned range. */
+dsq_status dsq_cu_l2_prefetch(const dsq_l2p_range *ranges, int32_t n, cudaStream_t stream);
+
 /* ---- elementwise.cu ------------------------------------------------------ */
 
 /* out[t][i] = bf16( silu(gu[t][2i]) * gu[t][2i+1] ), silu(g) = g / (1 + e^-g),

@@ -205,6 +205,13 @@ bench)
     # until these rows beat the defaults above)
     DSQ_CUDA_GEMM_ROWS=64 run b64_1024_rows 1024 64 --kv f16
     DSQ_CUDA_GEMM_ROWS=64 run b8_512_rows 512 8 --kv f16
+    # each layer's next weights prefetched into L2 while attention runs
+    # (DSQ_CUDA_L2_PREFETCH=MB, off by default until these rows beat b1_512
+    # / b8_512 / b1_8192)
+    DSQ_CUDA_L2_PREFETCH=8 run b1_512_l2p8 512 1 --kv f16
+    DSQ_CUDA_L2_PREFETCH=20 run b1_512_l2p20 512 1 --kv f16
+    DSQ_CUDA_L2_PREFETCH=20 run b8_512_l2p20 512 8 --kv f16
+    [ "$Q" = 1 ] || DSQ_CUDA_L2_PREFETCH=20 run b1_8192_l2p20 8192 1 --kv f16
     # gate/up and the head through the GEMVs at 8 rows (the tensor-core GEMV
     # with SiLU*mul fused; the 2-row crossover predates gemv_mma.cu)
     DSQ_CUDA_GEMV_MAX=8 run b8_512_gemv8 512 8 --kv f16

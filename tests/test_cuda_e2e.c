@@ -208,6 +208,23 @@ static void test_residual_after(void **s)
     unsetenv("DSQ_CUDA_RESIDUAL");
 }
 
+/* Knobs that change which kernels run, not what they compute, against the
+ * same golden data: DSQ_CUDA_GEMM_ROWS (bf16 products of up to 64 rows,
+ * the prompt's included, through gemm_rows.cu) and DSQ_CUDA_L2_PREFETCH
+ * (decode steps prefetch each layer's next weights into L2). */
+static void test_rows_and_prefetch_knobs(void **s)
+{
+    (void)s;
+    assert_int_equal(setenv("DSQ_CUDA_GEMM_ROWS", "64", 1), 0);
+    run_golden("tiny", DSQ_KV_STATIC, DSQ_KV_F16);
+    run_golden("tiny_tied", DSQ_KV_PAGED, DSQ_KV_INT8);
+    unsetenv("DSQ_CUDA_GEMM_ROWS");
+    assert_int_equal(setenv("DSQ_CUDA_L2_PREFETCH", "1", 1), 0);
+    run_golden("tiny", DSQ_KV_STATIC, DSQ_KV_F16);
+    run_golden("tiny_nobias", DSQ_KV_PAGED, DSQ_KV_INT8);
+    unsetenv("DSQ_CUDA_L2_PREFETCH");
+}
+
 /* ---- batched decode == each sequence alone ---------------------------------------------- */
 
 /* Prompt of sequence i: golden prompt tokens rotated by i, length len. */
@@ -498,7 +515,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_static_f16), cmocka_unit_test(test_golden_static_int8),
         cmocka_unit_test(test_golden_paged_f16),  cmocka_unit_test(test_golden_paged_int8),
-        cmocka_unit_test(test_golden_no_bias),    cmocka_unit_test(test_residual_after),
+        cmocka_unit_test(test_golden_no_bias),
+        cmocka_unit_test(test_rows_and_prefetch_knobs),
+        cmocka_unit_test(test_residual_after),
         cmocka_unit_test(test_batched_decode),    cmocka_unit_test(test_remove_add),
         cmocka_unit_test(test_kv_full),           cmocka_unit_test(test_vs_cpu),
         cmocka_unit_test(test_refusals),

@@ -691,6 +691,24 @@ static void test_gemm_rows(void **state)
                      DSQ_ERR_INTERNAL);
 }
 
+/* dsq_cu_l2_prefetch: a hint that must launch (and finish) for aligned
+ * ranges, skip empty ones, and refuse misaligned ones and too many. */
+static void test_l2_prefetch(void **state)
+{
+    (void)state;
+    const size_t n = ((size_t)3 << 20) + 48;
+    void *d = dev_nan(n);
+    const dsq_l2p_range r[3] = {{d, ((size_t)3 << 20)}, {(char *)d + 16, 4096 + 32}, {NULL, 0}};
+    DS(dsq_cu_l2_prefetch(r, 3, 0));
+    DS(dsq_cu_l2_prefetch(r, 0, 0));
+    CU(cudaDeviceSynchronize());
+    const dsq_l2p_range bad[2] = {{(char *)d + 8, 64}, {d, 24}};
+    assert_int_equal(dsq_cu_l2_prefetch(bad, 1, 0), DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_l2_prefetch(bad + 1, 1, 0), DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_l2_prefetch(r, DSQ_L2P_MAX_RANGES + 1, 0), DSQ_ERR_INTERNAL);
+    CU(cudaFree(d));
+}
+
 static void test_rope_kv_write(void **state)
 {
     (void)state;
@@ -1027,7 +1045,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embed),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv), cmocka_unit_test(test_gemv_norm),
-        cmocka_unit_test(test_gemv_mma), cmocka_unit_test(test_gemm_rows), cmocka_unit_test(test_rope_kv_write),
+        cmocka_unit_test(test_gemv_mma), cmocka_unit_test(test_gemm_rows),
+        cmocka_unit_test(test_l2_prefetch), cmocka_unit_test(test_rope_kv_write),
         cmocka_unit_test(test_gemm),    cmocka_unit_test(test_linear_dispatch),
         cmocka_unit_test(test_product_timing),
     };

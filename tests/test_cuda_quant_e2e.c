@@ -98,6 +98,16 @@ static void test_gpu_vs_cpu(void **state)
     free(r);
 }
 
+/* The same with DSQ_CUDA_QROWS=64: every product of the prompt (12 rows)
+ * and of the decode steps (1 row) through gemm_rows.cu's Q8 / Q4 kernels
+ * (quant_tiny's in-feature counts are multiples of 128, as they need). */
+static void test_gpu_vs_cpu_qrows(void **state)
+{
+    assert_int_equal(setenv("DSQ_CUDA_QROWS", "64", 1), 0);
+    test_gpu_vs_cpu(state);
+    unsetenv("DSQ_CUDA_QROWS");
+}
+
 int main(void)
 {
 #ifndef DSQ_HAVE_CUDA
@@ -111,6 +121,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_vs_cpu),
+        cmocka_unit_test(test_gpu_vs_cpu_qrows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #endif
