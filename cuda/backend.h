@@ -166,6 +166,7 @@ typedef struct cu_ctx {
     uint64_t l2p_bytes;    /* decode passes of <= DSQ_CU_L2P_ROWS rows: after each qkv product,
                               prefetch this many bytes of the layer's next weights into L2
                               (DSQ_CUDA_L2_PREFETCH=MB; 0: off) */
+    int l2p_all;           /* ... after every product, not only qkv (DSQ_CUDA_L2_PREFETCH_AT=all) */
     int32_t logit_chunk;   /* rows of logits computed and copied at once */
     int32_t dec_splits_max;
     int64_t kv_rows;       /* physical KV rows (static: max_seqs * max_context) */

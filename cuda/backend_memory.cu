@@ -173,6 +173,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *l2p_env = getenv("DSQ_CUDA_L2_PREFETCH");
     const long l2p_mb = l2p_env && *l2p_env ? atol(l2p_env) : 0;
     cc->l2p_bytes = l2p_mb > 0 && l2p_mb <= 1024 ? (uint64_t)l2p_mb << 20 : 0;
+    const char *l2p_at = getenv("DSQ_CUDA_L2_PREFETCH_AT");
+    cc->l2p_all = l2p_at && strcmp(l2p_at, "all") == 0;
     const char *env = getenv("DSQ_CUDA_GEMV_MAX"); /* measurement knob: one limit for all; 0 = cuBLASLt only */
     if (env && *env) {
         int v = atoi(env);

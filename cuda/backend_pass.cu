@@ -169,32 +169,69 @@ static uint64_t weight_stream_bytes(const dsq_weight *w)
     }
 }
 
-/* After op i of layer l (the qkv product of a small decode pass): prefetch
- * the weights of the layer's later products, in recipe order, up to
- * cc->l2p_bytes (the rows a product reads first come first: its first
- * rounds then hit L2). */
-static dsq_status prefetch_next(dsq_ctx *c, int32_t l, int32_t i)
+static int is_product(const dsq_op *op)
+{
+    return op->kind == DSQ_OP_QKV_ROPE || op->kind == DSQ_OP_LINEAR_RESID || op->kind == DSQ_OP_GATED_FFN;
+}
+
+/* Where a pass's weight prefetch has reached, in stream order: product op
+ * `op` of layer `layer`, `off` bytes into its weight. */
+typedef struct l2p_cursor {
+    int32_t layer, op;
+    uint64_t off;
+} l2p_cursor;
+
+/* After op i of layer l: ask the L2 for the next cc->l2p_bytes of weights
+ * in the order the products stream them (the rest of this layer, then the
+ * next layer's), from the later of the next product and where the previous
+ * prefetch of the pass stopped (a product's first rows come first: its
+ * first rounds then hit L2). */
+static dsq_status prefetch_next(dsq_ctx *c, int32_t l, int32_t i, l2p_cursor *cur)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
     const cu_model *cm = (const cu_model *)c->model->be;
     const dsq_arch *a = c->model->cfg.arch;
+    const int32_t NL = c->model->cfg.n_layers;
+    int32_t L = l, j = i + 1;
+    uint64_t off = 0;
+    if (cur->layer > L || (cur->layer == L && cur->op >= j)) /* resume where the last prefetch stopped */
+        L = cur->layer, j = cur->op, off = cur->off;
     dsq_l2p_range r[DSQ_L2P_MAX_RANGES];
     int32_t n = 0;
     uint64_t left = cc->l2p_bytes;
-    for (int32_t j = i + 1; j < a->n_ops && n < DSQ_L2P_MAX_RANGES && left >= 16; j++) {
-        if (a->recipe[j].kind != DSQ_OP_LINEAR_RESID && a->recipe[j].kind != DSQ_OP_GATED_FFN)
+    while (L < NL && n < DSQ_L2P_MAX_RANGES && left >= 16) {
+        if (j >= a->n_ops) {
+            L++, j = 0, off = 0;
             continue;
-        const dsq_weight *w = &cm->layers[l].op[j].w;
-        uint64_t b = weight_stream_bytes(w);
+        }
+        const dsq_weight *w = &cm->layers[L].op[j].w;
+        const uint64_t total = is_product(&a->recipe[j]) && w->data ? weight_stream_bytes(w) : 0;
+        if (off >= total) {
+            j++, off = 0;
+            continue;
+        }
+        uint64_t b = total - off;
         b = (b < left ? b : left) & ~(uint64_t)15;
-        if (b == 0 || !w->data)
-            continue;
-        r[n].p = w->data;
+        if (b == 0)
+            break;
+        r[n].p = (const char *)w->data + off;
         r[n].bytes = b;
         n++;
         left -= b;
+        off += b;
     }
+    cur->layer = L, cur->op = j, cur->off = off;
     return dsq_cu_l2_prefetch(r, n, cc->stream);
+}
+
+/* Whether a prefetch follows op `op` in this pass (l2p_bytes, small decode
+ * passes): after the qkv product (attention, next, leaves the memory
+ * idle), or after every product with DSQ_CUDA_L2_PREFETCH_AT=all. */
+static int prefetch_after(const cu_ctx *cc, const cu_pass *p, const dsq_op *op)
+{
+    if (!cc->l2p_bytes || !p->decode || p->T > DSQ_CU_L2P_ROWS)
+        return 0;
+    return op->kind == DSQ_OP_QKV_ROPE || (cc->l2p_all && is_product(op));
 }
 
 /* Everything from the embedding to the first chunk of logits (into
@@ -212,14 +249,15 @@ static dsq_status enqueue_pass(dsq_ctx *c, const cu_pass *p)
 
     DSQ_TRY(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
     DSQ_TRY(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
+    l2p_cursor l2p = {0, 0, 0};
     for (int32_t l = 0; l < cf->n_layers; l++)
         for (int32_t i = 0; i < a->n_ops; i++) {
             if (norm_deferred(a, i))
                 continue; /* the next op normalises its input */
             const float *norm = i > 0 && norm_deferred(a, i - 1) ? cm->layers[l].op[i - 1].norm : NULL;
             DSQ_TRY(run_op(c, p, &a->recipe[i], &cm->layers[l].op[i], l, norm));
-            if (a->recipe[i].kind == DSQ_OP_QKV_ROPE && cc->l2p_bytes && p->decode && T <= DSQ_CU_L2P_ROWS)
-                DSQ_TRY(prefetch_next(c, l, i));
+            if (prefetch_after(cc, p, &a->recipe[i]))
+                DSQ_TRY(prefetch_next(c, l, i, &l2p));
         }
     if (p->NL == 0)
         return DSQ_OK;

@@ -211,6 +211,8 @@ bench)
     DSQ_CUDA_L2_PREFETCH=8 run b1_512_l2p8 512 1 --kv f16
     DSQ_CUDA_L2_PREFETCH=20 run b1_512_l2p20 512 1 --kv f16
     DSQ_CUDA_L2_PREFETCH=20 run b8_512_l2p20 512 8 --kv f16
+    DSQ_CUDA_L2_PREFETCH=8 DSQ_CUDA_L2_PREFETCH_AT=all run b1_512_l2p8all 512 1 --kv f16
+    DSQ_CUDA_L2_PREFETCH=16 DSQ_CUDA_L2_PREFETCH_AT=all run b1_512_l2p16all 512 1 --kv f16
     [ "$Q" = 1 ] || DSQ_CUDA_L2_PREFETCH=20 run b1_8192_l2p20 8192 1 --kv f16
     # gate/up and the head through the GEMVs at 8 rows (the tensor-core GEMV
     # with SiLU*mul fused; the 2-row crossover predates gemv_mma.cu)

@@ -222,6 +222,9 @@ static void test_rows_and_prefetch_knobs(void **s)
     assert_int_equal(setenv("DSQ_CUDA_L2_PREFETCH", "1", 1), 0);
     run_golden("tiny", DSQ_KV_STATIC, DSQ_KV_F16);
     run_golden("tiny_nobias", DSQ_KV_PAGED, DSQ_KV_INT8);
+    assert_int_equal(setenv("DSQ_CUDA_L2_PREFETCH_AT", "all", 1), 0);
+    run_golden("tiny_tied", DSQ_KV_STATIC, DSQ_KV_F16);
+    unsetenv("DSQ_CUDA_L2_PREFETCH_AT");
     unsetenv("DSQ_CUDA_L2_PREFETCH");
 }
 
