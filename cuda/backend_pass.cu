@@ -181,11 +181,14 @@ typedef struct l2p_cursor {
     uint64_t off;
 } l2p_cursor;
 
-/* After op i of layer l: ask the L2 for the next cc->l2p_bytes of weights
- * in the order the products stream them (the rest of this layer, then the
- * next layer's), from the later of the next product and where the previous
- * prefetch of the pass stopped (a product's first rows come first: its
- * first rounds then hit L2). */
+/* After op i of layer l: ask the L2 for the weights of the next
+ * cc->l2p_bytes bytes of the stream, in the order the products read them
+ * (the rest of this layer, then the next layer's), counted from the start
+ * of the next product: bytes an earlier prefetch of the pass already asked
+ * for count against the budget and are not asked for again, so the front
+ * never runs more than l2p_bytes ahead of the product about to run (data
+ * fetched further ahead would be evicted before use).  A product's first
+ * rows come first: its first rounds then hit L2. */
 static dsq_status prefetch_next(dsq_ctx *c, int32_t l, int32_t i, l2p_cursor *cur)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
@@ -193,12 +196,9 @@ static dsq_status prefetch_next(dsq_ctx *c, int32_t l, int32_t i, l2p_cursor *cu
     const dsq_arch *a = c->model->cfg.arch;
     const int32_t NL = c->model->cfg.n_layers;
     int32_t L = l, j = i + 1;
-    uint64_t off = 0;
-    if (cur->layer > L || (cur->layer == L && cur->op >= j)) /* resume where the last prefetch stopped */
-        L = cur->layer, j = cur->op, off = cur->off;
+    uint64_t off = 0, left = cc->l2p_bytes;
     dsq_l2p_range r[DSQ_L2P_MAX_RANGES];
     int32_t n = 0;
-    uint64_t left = cc->l2p_bytes;
     while (L < NL && n < DSQ_L2P_MAX_RANGES && left >= 16) {
         if (j >= a->n_ops) {
             L++, j = 0, off = 0;
@@ -206,21 +206,27 @@ static dsq_status prefetch_next(dsq_ctx *c, int32_t l, int32_t i, l2p_cursor *cu
         }
         const dsq_weight *w = &cm->layers[L].op[j].w;
         const uint64_t total = is_product(&a->recipe[j]) && w->data ? weight_stream_bytes(w) : 0;
-        if (off >= total) {
+        if (off + 16 > total) { /* done with this weight (a tail under 16 bytes is left out) */
             j++, off = 0;
             continue;
         }
-        uint64_t b = total - off;
-        b = (b < left ? b : left) & ~(uint64_t)15;
-        if (b == 0)
-            break;
-        r[n].p = (const char *)w->data + off;
-        r[n].bytes = b;
-        n++;
+        const uint64_t b = ((total - off) < left ? (total - off) : left) & ~(uint64_t)15;
+        /* the part of [off, off + b) an earlier prefetch asked for */
+        uint64_t done = 0;
+        if (L < cur->layer || (L == cur->layer && j < cur->op))
+            done = b;
+        else if (L == cur->layer && j == cur->op && cur->off > off)
+            done = cur->off - off < b ? cur->off - off : b;
+        if (b - done >= 16) {
+            r[n].p = (const char *)w->data + off + done;
+            r[n].bytes = b - done;
+            n++;
+        }
         left -= b;
         off += b;
     }
-    cur->layer = L, cur->op = j, cur->off = off;
+    if (L > cur->layer || (L == cur->layer && (j > cur->op || (j == cur->op && off > cur->off))))
+        cur->layer = L, cur->op = j, cur->off = off;
     return dsq_cu_l2_prefetch(r, n, cc->stream);
 }
 

@@ -74,7 +74,9 @@ dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, cons
  * rules as dsq_cu_gemm_rows; only where dsq_cu_gemm_rows_q_ok(): K a
  * multiple of 128 (whole Q4 groups), 16-byte aligned x and q.  Numerics:
  * fp32 accumulation of x * code (exact bf16 operands); Q4 adds each group's
- * sum times its scale, Q8 multiplies the row's sum by its scale. */
+ * sum times its scale, Q8 multiplies the row's sum by its scale.  Q4 zero
+ * points must be 0..16 (the loader's check, lib/weights_quant.c): the
+ * code - zero pairs are exact bf16 integers only then. */
 int dsq_cu_gemm_rows_q_ok(int32_t T, int32_t K, const void *x, const void *q);
 dsq_status dsq_cu_gemm_rows_q8(const dsq_bf16 *x, const int8_t *q, const float *scales, const float *bias,
                                int32_t T, int32_t N, int32_t K, dsq_epilogue epi, void *y, float *ws,

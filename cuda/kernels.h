@@ -95,8 +95,9 @@ typedef struct dsq_l2p_range {
 } dsq_l2p_range;
 
 /* Ask the L2 to fetch up to DSQ_L2P_MAX_RANGES ranges (empty ones skipped)
- * while later kernels on the stream run: a hint, nothing is written.  PDL
- * as the other kernels (pdl.cuh): the next kernel may launch at once.
+ * while later kernels on the stream run: a hint, nothing is written.  PDL,
+ * triggering before its wait (the exception pdl.cuh describes): the next
+ * kernel may launch at once.
  * Enqueue only; capturable.  DSQ_ERR_INTERNAL for a misaligned range. */
 dsq_status dsq_cu_l2_prefetch(const dsq_l2p_range *ranges, int32_t n, cudaStream_t stream);
 

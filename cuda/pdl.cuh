@@ -15,6 +15,15 @@
  *  - dsq_pdl_trigger() lets the next kernel launch; kernels call it after
  *    their wait, so at most one dependent grid waits at a time.
  *
+ * One exception: the L2 prefetch kernel (l2_prefetch.cu) reads and writes
+ * nothing and triggers before its wait, so that the kernel after it still
+ * launches during the tail of the kernel before it.  Ordering holds (the
+ * prefetch kernel completes only after its own wait, so the next kernel's
+ * wait covers both), but the next kernel's pre-wait prologue may then run
+ * beside the kernel two back: prologues read only constants (weights) or
+ * data older than that kernel (decode attention reads the sequence
+ * lengths, the block table and earlier K/V before its wait).
+ *
  * On devices before sm_90, or with DSQ_CUDA_PDL=0 in the environment (a
  * measurement knob), the attribute is not set and both calls are no-ops. */
 #ifndef DSQ_CUDA_PDL_CUH

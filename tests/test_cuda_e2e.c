@@ -209,14 +209,14 @@ static void test_residual_after(void **s)
 }
 
 /* Knobs that change which kernels run, not what they compute, against the
- * same golden data: DSQ_CUDA_GEMM_ROWS (bf16 products of up to 64 rows,
- * the prompt's included, through gemm_rows.cu) and DSQ_CUDA_L2_PREFETCH
+ * same golden data: DSQ_CUDA_GEMM_ROWS (bf16 products of up to 64 rows
+ * through gemm_rows.cu: the paged runs' prompt chunks of 32 rows) and DSQ_CUDA_L2_PREFETCH
  * (decode steps prefetch each layer's next weights into L2). */
 static void test_rows_and_prefetch_knobs(void **s)
 {
     (void)s;
     assert_int_equal(setenv("DSQ_CUDA_GEMM_ROWS", "64", 1), 0);
-    run_golden("tiny", DSQ_KV_STATIC, DSQ_KV_F16);
+    run_golden("tiny", DSQ_KV_PAGED, DSQ_KV_F16); /* paged: the prompt in 32-row chunks, under 64 */
     run_golden("tiny_tied", DSQ_KV_PAGED, DSQ_KV_INT8);
     unsetenv("DSQ_CUDA_GEMM_ROWS");
     assert_int_equal(setenv("DSQ_CUDA_L2_PREFETCH", "1", 1), 0);

@@ -292,11 +292,11 @@ static void test_gemv_q4(void **state)
 static void run_rows_tests(int is_q4)
 {
     static const int64_t RS_SIZES[][2] = {{1, 128}, {33, 1536}, {130, 256}, {64, 384}, {18, 8960}, {200, 640}};
-    const int Ts[] = {1, 2, 5, 8, 9, 17, 33, 64};
+    const int Ts[] = {1, 2, 5, 8, 9, 17, 27, 33, 44, 50, 64}; /* every token-group count 1..8 */
     double worst = 0;
     for (size_t si = 0; si < sizeof RS_SIZES / sizeof RS_SIZES[0]; si++) {
         qmat m = make_qmat(is_q4, RS_SIZES[si][0], RS_SIZES[si][1]);
-        for (int ti = 0; ti < 8; ti++) {
+        for (int ti = 0; ti < (int)(sizeof Ts / sizeof Ts[0]); ti++) {
             const int T = Ts[ti];
             check_case(&m, T, DSQ_EPI_STORE, 0, 0, 0, &worst, 0);
             check_case(&m, T, DSQ_EPI_BIAS, 0, 0, 0, &worst, 0);
@@ -411,8 +411,17 @@ static void test_linear_qrows_dispatch(void **state)
         to_host(ha, da, (size_t)3 * N * 4);
         to_host(hb, db, (size_t)3 * N * 4);
         assert_memory_equal(ha, hb, (size_t)3 * N * 4);
-        printf("  dsq_cu_linear %s, qrows_max 64 (T 1, 7, 9, 64) and 0 (T 3): bit-identical to the direct launch\n",
-               is_q4 ? "q4" : "q8");
+        /* more rows than qrows_max (8): the previous path, here (no
+         * dequantization tile) the GEMV over rows 0..7, then row 8 */
+        env.qrows_max = 8;
+        DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, 9, DSQ_EPI_STORE, da, &env));
+        DS(launch(&m, dx, NULL, 8, DSQ_EPI_STORE, db, 0, 0, -1));
+        DS(launch(&m, dx + (size_t)8 * K, NULL, 1, DSQ_EPI_STORE, (float *)db + (size_t)8 * N, 0, 0, -1));
+        to_host(ha, da, (size_t)9 * N * 4);
+        to_host(hb, db, (size_t)9 * N * 4);
+        assert_memory_equal(ha, hb, (size_t)9 * N * 4);
+        printf("  dsq_cu_linear %s, qrows_max 64 (T 1, 7, 9, 64), 0 (T 3), 8 (T 9): bit-identical to the direct "
+               "launches\n", is_q4 ? "q4" : "q8");
         free(x), free(ha), free(hb);
         cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(dws), cudaFree(dtk);
         free_qmat(&m);
