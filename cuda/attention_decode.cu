@@ -124,18 +124,7 @@ __device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int k
         return;
     }
     if (!INT8) {
-        __half *sk = (__half *)st, *sv = sk + kTileKeys * RH;
-        constexpr int CPR = D / 8; /* 16-byte chunks per row */
-        const int64_t run = kv_run_row(a, b, key0, kTileKeys);
-#pragma unroll
-        for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
-            int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
-            int key = key0 + r;
-            bool ok = key < key_end;
-            int64_t off = ok ? ((run >= 0 ? run + r : kv_row(a, b, key)) * a.n_kv + kvh) * D + cc * 8 : 0;
-            cp_async16(sk + r * RH + cc * 8, (const __half *)a.k + off, ok ? 16 : 0);
-            cp_async16(sv + r * RH + cc * 8, (const __half *)a.v + off, ok ? 16 : 0);
-        }
+        kv_issue_f16<D>(a, b, kvh, key0, key_end, (__half *)st, (__half *)st + kTileKeys * RH);
     } else {
         int8_t *rk = (int8_t *)st, *rv = rk + kTileKeys * D;
         float *sks = (float *)(rv + kTileKeys * D), *svs = sks + kTileKeys;
@@ -144,17 +133,16 @@ __device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int k
 #pragma unroll
         for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
             int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
-            int key = key0 + r;
-            bool ok = key < key_end;
-            int64_t off = ok ? ((run >= 0 ? run + r : kv_row(a, b, key)) * a.n_kv + kvh) * D + cc * 16 : 0;
+            bool ok = key0 + r < key_end;
+            int64_t off = ok ? kv_tile_row(a, b, kvh, key0, r, run) * D + cc * 16 : 0;
             const int sw = i8_chunk(r, cc, D) * 16; /* swizzled chunk */
             cp_async16(rk + r * D + sw, (const int8_t *)a.k + off, ok ? 16 : 0);
             cp_async16(rv + r * D + sw, (const int8_t *)a.v + off, ok ? 16 : 0);
         }
         /* threads 0..63: K scales, 64..127: V scales */
-        int r = t & (kTileKeys - 1), key = key0 + r;
-        bool ok = key < key_end;
-        int64_t si = ok ? (run >= 0 ? run + r : kv_row(a, b, key)) * a.n_kv + kvh : 0;
+        int r = t & (kTileKeys - 1);
+        bool ok = key0 + r < key_end;
+        int64_t si = ok ? kv_tile_row(a, b, kvh, key0, r, run) : 0;
         cp_async4((t < kTileKeys ? sks : svs) + r, (t < kTileKeys ? a.ks : a.vs) + si, ok ? 4 : 0);
     }
     cp_async_commit();

@@ -73,6 +73,15 @@ __device__ __forceinline__ int64_t kv_run_row(const KvArgs &a, int b, int pos0, 
     return in + n > a.bs ? -1 : kv_row(a, b, pos0);
 }
 
+/* K/V row index (physical row * n_kv + kvh: multiply by D for the first
+ * element, or index the INT8 scales with it) of key key0 + r of a tile
+ * whose physical rows start at `run` (kv_run_row; < 0: looked up per key).
+ * Every K/V tile load of both attention kernels addresses rows with it. */
+__device__ __forceinline__ int64_t kv_tile_row(const KvArgs &a, int b, int kvh, int key0, int r, int64_t run)
+{
+    return (run >= 0 ? run + r : kv_row(a, b, key0 + r)) * a.n_kv + kvh;
+}
+
 /* ---- tensor-core wrappers ------------------------------------------------- */
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p)
@@ -151,8 +160,33 @@ __device__ __forceinline__ uint4 bf16x8_to_h8(uint4 in)
     return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-/* ---- K/V tile loader --------------------------------------------------------
- * Shared layout per buffer: sk, sv [kTileKeys][D + 8] fp16 (the 16-byte pad
+/* ---- K/V tile loaders ---------------------------------------------------------
+ * An fp16 tile, as both kernels stage it: K and V of keys key0 ..
+ * key0 + 63 of kv head kvh (keys >= key_end zero-filled) into sk, sv
+ * [kTileKeys][D + 8] by cp.async, 16 bytes per copy; the caller commits
+ * the group.  (INT8 tiles differ by kernel on purpose: prefill converts
+ * them to fp16 for ldmatrix, TileLoader below; decode keeps the raw bytes
+ * for its register fragments, attention_decode.cu's dec_issue.) */
+template <int D>
+__device__ __forceinline__ void kv_issue_f16(const KvArgs &a, int b, int kvh, int key0, int key_end, __half *sk,
+                                             __half *sv)
+{
+    constexpr int CPR = D / 8, RH = D + 8; /* 16-byte chunks per row, halves per smem row */
+    static_assert(kTileKeys * CPR % kThreads == 0, "tile must split evenly");
+    const int t = threadIdx.x;
+    const int64_t run = kv_run_row(a, b, key0, kTileKeys);
+#pragma unroll
+    for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+        const int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
+        const bool ok = key0 + r < key_end;
+        const int64_t off = ok ? kv_tile_row(a, b, kvh, key0, r, run) * D : 0;
+        const __half *gk = (const __half *)a.k + off + cc * 8, *gv = (const __half *)a.v + off + cc * 8;
+        cp_async16(sk + r * RH + cc * 8, ok ? (const void *)gk : a.k, ok ? 16 : 0);
+        cp_async16(sv + r * RH + cc * 8, ok ? (const void *)gv : a.v, ok ? 16 : 0);
+    }
+}
+
+/* The prefill kernel's loader.  Shared layout per buffer: sk, sv [kTileKeys][D + 8] fp16 (the 16-byte pad
  * makes the 8 rows an ldmatrix reads fall in distinct bank groups), sks, svs
  * [kTileKeys] fp32 (INT8 scales; 0 for keys past the end).
  * issue(): start loading keys key0 .. key0+63 (keys >= key_end read as 0).
@@ -174,39 +208,28 @@ template <int D, bool INT8> struct TileLoader {
                                           int key_end, __half *sk, __half *sv, float *sks,
                                           float *svs)
     {
+        if (!INT8) {
+            kv_issue_f16<D>(a, b, kvh, key0, key_end, sk, sv);
+            cp_async_commit();
+            return;
+        }
         const int t = threadIdx.x;
         const int64_t run = kv_run_row(a, b, key0, kTileKeys);
 #pragma unroll
         for (int i = 0; i < kPerThread; i++) {
             int c = t + i * kThreads;
             int r = c / kChunksPerRow, cc = c % kChunksPerRow;
-            int key = key0 + r;
-            bool ok = key < key_end;
-            int64_t off = 0;
-            if (ok)
-                off = ((run >= 0 ? run + r : kv_row(a, b, key)) * a.n_kv + kvh) * D;
-            if (!INT8) {
-                const __half *gk = (const __half *)a.k + off + cc * 8;
-                const __half *gv = (const __half *)a.v + off + cc * 8;
-                cp_async16(sk + r * kRowH + cc * 8, ok ? (const void *)gk : a.k, ok ? 16 : 0);
-                cp_async16(sv + r * kRowH + cc * 8, ok ? (const void *)gv : a.v, ok ? 16 : 0);
-            } else {
-                uint4 z = make_uint4(0, 0, 0, 0);
-                rk[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.k + off + cc * 16)) : z;
-                rv[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.v + off + cc * 16)) : z;
-            }
+            bool ok = key0 + r < key_end;
+            int64_t off = ok ? kv_tile_row(a, b, kvh, key0, r, run) * D : 0;
+            uint4 z = make_uint4(0, 0, 0, 0);
+            rk[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.k + off + cc * 16)) : z;
+            rv[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.v + off + cc * 16)) : z;
         }
-        if (!INT8) {
-            cp_async_commit();
-        } else {
-            /* threads 0..63: K scales, 64..127: V scales */
-            int key = key0 + (t & (kTileKeys - 1));
-            rscale = 0.f;
-            if (key < key_end) {
-                int64_t si = (run >= 0 ? run + (t & (kTileKeys - 1)) : kv_row(a, b, key)) * a.n_kv + kvh;
-                rscale = __ldg((t < kTileKeys ? a.ks : a.vs) + si);
-            }
-        }
+        /* threads 0..63: K scales, 64..127: V scales */
+        const int r = t & (kTileKeys - 1);
+        rscale = 0.f;
+        if (key0 + r < key_end)
+            rscale = __ldg((t < kTileKeys ? a.ks : a.vs) + kv_tile_row(a, b, kvh, key0, r, run));
     }
 
     __device__ __forceinline__ void commit(__half *sk, __half *sv, float *sks, float *svs)
