@@ -487,10 +487,10 @@ static void test_bad_args(void **state)
 
 /* us per call, rotating through `copies` weight copies of `wb` bytes each in
  * pool (together larger than L2); q4 scales / zeros sit after the codes of
- * each copy.  nt < 0: gemm_rows.cu (its planned split; ws, tickets). */
+ * each copy.  nt < 0: gemm_rows.cu (`splits`, 0: its plan; ws, tickets). */
 static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_t wb, int copies, void *dy,
                     int T, int N, int K, cudaEvent_t e0, cudaEvent_t e1, float *ws = NULL, size_t ws_bytes = 0,
-                    int32_t *tickets = NULL, int n_tickets = 0)
+                    int32_t *tickets = NULL, int n_tickets = 0, int splits = 0)
 {
     const int iters = 20;
     const size_t codes = q4 ? (size_t)N * (K / 2) : (size_t)N * K;
@@ -502,10 +502,10 @@ static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_
         if (nt < 0 && q4)
             DS(dsq_cu_gemm_rows_q4(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
                                    (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE, dy,
-                                   ws, ws_bytes, tickets, n_tickets, 0, 0));
+                                   ws, ws_bytes, tickets, n_tickets, splits, 0));
         else if (nt < 0)
             DS(dsq_cu_gemm_rows_q8(dx, (const int8_t *)w, (const float *)(w + codes), NULL, T, N, K, DSQ_EPI_STORE, dy,
-                                   ws, ws_bytes, tickets, n_tickets, 0, 0));
+                                   ws, ws_bytes, tickets, n_tickets, splits, 0));
         else if (q4)
             DS(dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
                                   (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE,
@@ -554,7 +554,8 @@ static void test_quant_product_timing(void **state)
     CU(cudaEventCreate(&e1));
     printf("\n  quantized product timing, us per call (GB/s of quantized bytes); GEMV (1..8 rows): default block\n"
            "  shape and the best (threads x rows per block) tried; gemm_rows.cu (tensor cores, 1..64 rows)\n");
-    printf("  %-4s %-20s %3s %14s %22s %14s\n", "fmt", "shape", "T", "gemv default", "gemv best", "gemm_rows");
+    printf("  %-4s %-20s %3s %14s %22s %14s %18s\n", "fmt", "shape", "T", "gemv default", "gemv best",
+           "rows planned", "rows best (S)");
     for (int q4 = 1; q4 >= 0; q4--)
         for (int si = 0; si < 5; si++) {
             if (q4 && si == 4)
@@ -569,9 +570,19 @@ static void test_quant_product_timing(void **state)
                 const int T = Ts[ti];
                 const float urows = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1,
                                            ws, ws_bytes, tickets, n_tickets);
+                float urb = -1;
+                int rbs = 0;
+                for (int sp : {1, 2, 4, 8}) {
+                    if (sp > K / 128)
+                        continue;
+                    const float u = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1,
+                                           ws, ws_bytes, tickets, n_tickets, sp);
+                    if (urb < 0 || u < urb)
+                        urb = u, rbs = sp;
+                }
                 if (T > DSQ_GEMV_MAX_TOKENS) {
-                    printf("  %-4s %-20s %3d %14s %22s %7.1f (%4.0f)\n", q4 ? "q4" : "q8", sh[si].name, T, "", "",
-                           urows, wb / (urows * 1e3));
+                    printf("  %-4s %-20s %3d %14s %22s %7.1f (%4.0f) %7.1f (%4.0f) %2d\n", q4 ? "q4" : "q8",
+                           sh[si].name, T, "", "", urows, wb / (urows * 1e3), urb, wb / (urb * 1e3), rbs);
                     continue;
                 }
                 const float ud = time_q(q4, 0, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
@@ -587,8 +598,9 @@ static void test_quant_product_timing(void **state)
                         if (ub < 0 || u < ub)
                             ub = u, bnt = nts[a], br = rs[b];
                     }
-                printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d %7.1f (%4.0f)\n", q4 ? "q4" : "q8",
-                       sh[si].name, T, ud, wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br, urows, wb / (urows * 1e3));
+                printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d %7.1f (%4.0f) %7.1f (%4.0f) %2d\n",
+                       q4 ? "q4" : "q8", sh[si].name, T, ud, wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br, urows,
+                       wb / (urows * 1e3), urb, wb / (urb * 1e3), rbs);
             }
         }
     cudaEventDestroy(e0);
