@@ -24,7 +24,7 @@
  *
  * Quantized codes.  Q4: two codes become a bf16 pair 128 + code with one
  * byte permute and one logic op (quant_decode.cuh), minus the pair
- * 128 + zero: exact integers -8..15 (-16 with a wrapped GPTQ zero); the
+ * 128 + zero: exact integers -16..15 (zero points 0..16); the
  * MMAs of a stage (= group) accumulate separately and are added to the
  * result times the group's scale.  Q8: signed bytes -> floats by the 2^23
  * trick -> bf16 pairs (exact); the row scale multiplies the row's sum at the
