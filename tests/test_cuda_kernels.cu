@@ -988,7 +988,7 @@ static void test_product_timing(void **state)
             }
             float rp = -1, rb = -1;
             int rbs = 0;
-            if (T >= 2) {
+            {
                 rp = time_product(3, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
                 const int sps[] = {1, 2, 4, 8, 12};
                 for (int a = 0; a < 5; a++) {
