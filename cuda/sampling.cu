@@ -330,6 +330,43 @@ __device__ __forceinline__ void argmax_merge(float &bv, int &bi)
     }
 }
 
+/* f(v = x[i], i) for every i of [lo, hi) that `for (i = lo + tid; i < hi;
+ * i += NT)` gives this thread, in the same order, with four independent
+ * loads in flight: a pass over a row slice is bound by load round trips
+ * otherwise (one CTA streams its ~150K logits one L2 latency per
+ * iteration).  Same visits, same order: the same results. */
+template <typename F> __device__ __forceinline__ void for_slice(const float *x, int lo, int hi, F &&f)
+{
+    int i = lo + (int)threadIdx.x;
+    for (; i + 3 * NT < hi; i += 4 * NT) {
+        const float v0 = x[i], v1 = x[i + NT], v2 = x[i + 2 * NT], v3 = x[i + 3 * NT];
+        f(v0, i);
+        f(v1, i + NT);
+        f(v2, i + 2 * NT);
+        f(v3, i + 3 * NT);
+    }
+    for (; i < hi; i += NT)
+        f(x[i], i);
+}
+
+/* The same for a warp's contiguous range [w0, w1): lane visits i = b +
+ * lane for b = w0, w0 + 32, ... (i < w1), in that order. */
+template <typename F> __device__ __forceinline__ void for_warp_range(const float *x, int w0, int w1, F &&f)
+{
+    const int lane = threadIdx.x & 31;
+    int b = w0;
+    for (; b + 128 <= w1; b += 128) {
+        const float v0 = x[b + lane], v1 = x[b + 32 + lane], v2 = x[b + 64 + lane], v3 = x[b + 96 + lane];
+        f(v0, b + lane);
+        f(v1, b + 32 + lane);
+        f(v2, b + 64 + lane);
+        f(v3, b + 96 + lane);
+    }
+    for (; b < w1; b += 32)
+        if (b + lane < w1)
+            f(x[b + lane], b + lane);
+}
+
 /* (max, first id holding it) of x[lo..hi) by `before`, over the row; NaN
  * never wins. */
 template <int CL>
@@ -337,13 +374,12 @@ __device__ void red_argmax(Ctx &c, const float *x, int lo, int hi, Bcast &bc, fl
 {
     float bv = -INFINITY;
     int bi = INT_MAX;
-    for (int i = lo + threadIdx.x; i < hi; i += NT) {
-        float v = x[i];
+    for_slice(x, lo, hi, [&](float v, int i) {
         if (v == v && before(v, i, bv, bi)) {
             bv = v;
             bi = i;
         }
-    }
+    });
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     argmax_merge(bv, bi);
     __syncthreads();
@@ -547,10 +583,9 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
                 sm.tc[tid] = 0;
             }
         __syncthreads();
-        for (int i = s.lo + tid; i < s.hi; i += NT) {
-            float v = s.x[i];
+        for_slice(s.x, s.lo, s.hi, [&](float v, int) {
             if (!member(s, bc, v))
-                continue;
+                return;
             int b = bin_of(v, hi, sc);
             atomicAdd(&sm.cnt[b], 1u);
             if (s.mass) {
@@ -559,7 +594,7 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
                 atomicAdd(&sm.l1[b], (uint32_t)((f >> 14) & 0x3fff));
                 atomicAdd(&sm.l2[b], (uint32_t)(f >> 28));
             }
-        }
+        });
         __syncthreads();
         unsigned long long w;
         uint32_t cb;
@@ -615,14 +650,13 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
             /* gather the boundary bin and sort it exactly */
             float *gx = CL > 1 ? sm.lgx : sm.gx;
             int32_t *gi = CL > 1 ? sm.lgi : sm.gi;
-            for (int i = s.lo + tid; i < s.hi; i += NT) {
-                float v = s.x[i];
+            for_slice(s.x, s.lo, s.hi, [&](float v, int i) {
                 if (member(s, bc, v)) {
                     int k = atomicAdd(&bc.gcount, 1);
                     gx[k] = v;
                     gi[k] = i;
                 }
-            }
+            });
             __syncthreads();
             if constexpr (CL > 1)
                 cl_pull<CL>(c, sm, bc, bc.gcount, GCAP);
@@ -676,13 +710,12 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
         }
         /* too many to gather: exact range of the boundary bin */
         float mx = -INFINITY, nmn = -INFINITY;
-        for (int i = s.lo + tid; i < s.hi; i += NT) {
-            float v = s.x[i];
+        for_slice(s.x, s.lo, s.hi, [&](float v, int) {
             if (member(s, bc, v)) {
                 nmn = fmaxf(nmn, -v);
                 mx = fmaxf(mx, v);
             }
-        }
+        });
         red_max2<CL>(c, bc, mx, nmn);
         const float mn = -nmn;
         if (mn == mx || L == MAXLV - 1) {
@@ -744,23 +777,21 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
     float lse = 0.0f;
     if ((P.flags & DSQ_SROW_LOGPROB) || P.top_n > 0) {
         float mx = -INFINITY, nmn = -INFINITY;
-        for (int i = c.lo + tid; i < c.hi; i += NT) {
-            float v = x[i];
+        for_slice(x, c.lo, c.hi, [&](float v, int) {
             mx = fmaxf(mx, v);
             if (v > -INFINITY)
                 nmn = fmaxf(nmn, -v);
-        }
+        });
         red_max2<CL>(c, bc, mx, nmn);
         const float mn = -nmn;
         /* fixed point (each term <= 2^42, < 2^18 terms): exact, so the
          * same whatever the split of the row */
         unsigned long long sum = 0;
         if (mx > -INFINITY)
-            for (int i = c.lo + tid; i < c.hi; i += NT) {
-                float v = x[i];
+            for_slice(x, c.lo, c.hi, [&](float v, int) {
                 if (v > -INFINITY)
                     sum += fx_of(__expf(v - mx));
-            }
+            });
         sum = red_sum_u64<CL>(c, bc, sum);
         lse = mx + logf((float)sum * (1.0f / MASS_ONE));
         if (P.top_n > 0 && mx > -INFINITY) {
@@ -775,8 +806,7 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
             if (tid == 0)
                 bc.gcount = 0;
             __syncthreads();
-            for (int i = c.lo + tid; i < c.hi; i += NT) {
-                float v = x[i];
+            for_slice(x, c.lo, c.hi, [&](float v, int i) {
                 if (v >= -FLT_MAX && cut_le(v, i, cx, ci)) {
                     int k = atomicAdd(&bc.gcount, 1);
                     if (k < 32) {
@@ -784,7 +814,7 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
                         gi[k] = i;
                     }
                 }
-            }
+            });
             __syncthreads();
             int ng = min(bc.gcount, 32);
             if constexpr (CL > 1)
@@ -896,19 +926,13 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
         const int w0 = c.lo + warp * C, w1 = min(c.hi, w0 + C);
         unsigned long long acc = 0;
         int kept = 0;
-        for (int b = w0; b < w1; b += 32) {
-            int i = b + lane;
-            unsigned long long f = 0;
-            if (i < w1) {
-                float v = x[i];
-                float pr = prob_rel(v, m, inv_t);
-                if (v >= thr && (!has_cut || cut_le(v, i, cx, ci)) && pr >= P.min_p) {
-                    f = fx_of(pr);
-                    kept++;
-                }
+        for_warp_range(x, w0, w1, [&](float v, int i) {
+            float pr = prob_rel(v, m, inv_t);
+            if (v >= thr && (!has_cut || cut_le(v, i, cx, ci)) && pr >= P.min_p) {
+                acc += fx_of(pr);
+                kept++;
             }
-            acc += f;
-        }
+        });
         acc = warp_sum_u64(acc);
         for (int o = 16; o > 0; o >>= 1)
             kept += __shfl_xor_sync(0xffffffffu, kept, o);
