@@ -208,28 +208,28 @@ template <int D, bool INT8> struct TileLoader {
                                           int key_end, __half *sk, __half *sv, float *sks,
                                           float *svs)
     {
-        if (!INT8) {
+        if constexpr (!INT8) {
             kv_issue_f16<D>(a, b, kvh, key0, key_end, sk, sv);
             cp_async_commit();
-            return;
-        }
-        const int t = threadIdx.x;
-        const int64_t run = kv_run_row(a, b, key0, kTileKeys);
+        } else {
+            const int t = threadIdx.x;
+            const int64_t run = kv_run_row(a, b, key0, kTileKeys);
 #pragma unroll
-        for (int i = 0; i < kPerThread; i++) {
-            int c = t + i * kThreads;
-            int r = c / kChunksPerRow, cc = c % kChunksPerRow;
-            bool ok = key0 + r < key_end;
-            int64_t off = ok ? kv_tile_row(a, b, kvh, key0, r, run) * D : 0;
-            uint4 z = make_uint4(0, 0, 0, 0);
-            rk[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.k + off + cc * 16)) : z;
-            rv[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.v + off + cc * 16)) : z;
+            for (int i = 0; i < kPerThread; i++) {
+                int c = t + i * kThreads;
+                int r = c / kChunksPerRow, cc = c % kChunksPerRow;
+                bool ok = key0 + r < key_end;
+                int64_t off = ok ? kv_tile_row(a, b, kvh, key0, r, run) * D : 0;
+                uint4 z = make_uint4(0, 0, 0, 0);
+                rk[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.k + off + cc * 16)) : z;
+                rv[i] = ok ? __ldg((const uint4 *)((const int8_t *)a.v + off + cc * 16)) : z;
+            }
+            /* threads 0..63: K scales, 64..127: V scales */
+            const int r = t & (kTileKeys - 1);
+            rscale = 0.f;
+            if (key0 + r < key_end)
+                rscale = __ldg((t < kTileKeys ? a.ks : a.vs) + kv_tile_row(a, b, kvh, key0, r, run));
         }
-        /* threads 0..63: K scales, 64..127: V scales */
-        const int r = t & (kTileKeys - 1);
-        rscale = 0.f;
-        if (key0 + r < key_end)
-            rscale = __ldg((t < kTileKeys ? a.ks : a.vs) + kv_tile_row(a, b, kvh, key0, r, run));
     }
 
     __device__ __forceinline__ void commit(__half *sk, __half *sv, float *sks, float *svs)

@@ -334,7 +334,10 @@ __device__ __forceinline__ void argmax_merge(float &bv, int &bi)
  * i += NT)` gives this thread, in the same order, with four independent
  * loads in flight: a pass over a row slice is bound by load round trips
  * otherwise (one CTA streams its ~150K logits one L2 latency per
- * iteration).  Same visits, same order: the same results. */
+ * iteration).  Same visits in the same order per thread, so every
+ * thread-local result is the same; what was already order-free across
+ * threads stays so (exact integer sums; gathers whose slots come from an
+ * atomic counter and are then sorted by a total order). */
 template <typename F> __device__ __forceinline__ void for_slice(const float *x, int lo, int hi, F &&f)
 {
     int i = lo + (int)threadIdx.x;
