@@ -195,6 +195,8 @@ typedef struct cu_ctx {
     size_t pre_ws_bytes;
     int32_t rows_max;      /* products of up to this many rows through gemm_rows.cu
                               (DSQ_CUDA_GEMM_ROWS; 0: cuBLASLt as before) */
+    int32_t rows_min;      /* > 0: from this many rows up to rows_max, gemm_rows.cu even
+                              below gemv_max (DSQ_CUDA_GEMM_ROWS_MIN; measurement) */
     int32_t qrows_max;     /* quantized products of up to this many rows through
                               gemm_rows.cu (DSQ_CUDA_QROWS; 0: GEMV / dequantize
                               + cuBLASLt as before) */

@@ -160,6 +160,12 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *rows_env = getenv("DSQ_CUDA_GEMM_ROWS");
     cc->rows_max = rows_env && *rows_env && major >= 8 ? atoi(rows_env) : 0;
     cc->rows_max = cc->rows_max < 0 ? 0 : cc->rows_max > DSQ_GEMM_ROWS_MAX ? DSQ_GEMM_ROWS_MAX : cc->rows_max;
+    /* DSQ_CUDA_GEMM_ROWS_MIN=m (1..64, with DSQ_CUDA_GEMM_ROWS): from m rows
+     * on, gemm_rows.cu even where a GEMV would run (measurement knob: the
+     * batch-1 products on the tensor cores) */
+    const char *rmin_env = getenv("DSQ_CUDA_GEMM_ROWS_MIN");
+    cc->rows_min = rmin_env && *rmin_env && cc->rows_max > 0 ? atoi(rmin_env) : 0;
+    cc->rows_min = cc->rows_min < 0 ? 0 : cc->rows_min > cc->rows_max ? cc->rows_max : cc->rows_min;
     /* DSQ_CUDA_QROWS=n (1..64): products with Q8_ROW / Q4_G128 weights of
      * up to n rows on the tensor cores (gemm_rows.cu) instead of the
      * quantized GEMV (1..8 rows) or dequantize + cuBLASLt (off by default

@@ -241,6 +241,9 @@ typedef struct dsq_cu_linear_env {
     /* bf16 products of gemv_max < T <= rows_max rows through gemm_rows.cu
      * (0: never; DSQ_CUDA_GEMM_ROWS) with this split-K workspace */
     int32_t rows_max;
+    /* > 0: bf16 products of rows_min..rows_max rows through gemm_rows.cu
+     * even where the GEMV would take them (DSQ_CUDA_GEMM_ROWS_MIN) */
+    int32_t rows_min;
     /* Q8_ROW / Q4_G128 products of T <= qrows_max rows through gemm_rows.cu
      * (0: never; DSQ_CUDA_QROWS), with the same workspace */
     int32_t qrows_max;

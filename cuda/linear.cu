@@ -12,11 +12,21 @@ static int use_mma(const dsq_cu_linear_env *env, int32_t T, int32_t K)
     return env->mma_min > 0 && T >= env->mma_min && K <= 4096;
 }
 
+/* DSQ_CUDA_GEMM_ROWS_MIN (rows_min > 0): products of rows_min..rows_max
+ * rows go to gemm_rows.cu ahead of the GEMVs (a measurement knob). */
+static int rows_from_min(const dsq_cu_linear_env *env, int32_t T)
+{
+    return env->rows_min > 0 && T >= env->rows_min && T <= env->rows_max;
+}
+
 static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
                               dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
     const dsq_bf16 *w = (const dsq_bf16 *)W->data;
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
+    if (rows_from_min(env, T) && dsq_cu_gemm_rows_ok(T, K, x, w))
+        return dsq_cu_gemm_rows(x, w, bias, T, N, K, epi, y, env->rows_ws, env->rows_ws_bytes, env->rows_tickets,
+                                env->rows_n_tickets, 0, env->stream);
     if (T <= env->gemv_max) {
         if (use_mma(env, T, K) && dsq_cu_gemv_mma_ok(T, K, x, w))
             return dsq_cu_gemv_mma(x, w, bias, T, N, K, epi, y, 0, env->stream);
@@ -105,7 +115,8 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
         /* folded into the FMA GEMV (1..4 rows); the tensor-core GEMV's
          * norm variant (dsq_cu_gemv_mma_norm) is slower than rmsnorm + MMA
          * on the H200 at 8 rows (12.6 vs ~7 us, qkv shape), so unused */
-        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max && env->norm_fuse && !use_mma(env, T, K)) {
+        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max && env->norm_fuse && !use_mma(env, T, K) &&
+            !(rows_from_min(env, T) && dsq_cu_gemm_rows_ok(T, K, x, w))) {
             if (dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, w)) {
                 return dsq_cu_gemv_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps, w, bias, T,
                                             (int32_t)W->rows, K, epi, y, 0, 0, env->stream);

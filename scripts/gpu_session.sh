@@ -205,6 +205,9 @@ bench)
     # until these rows beat the defaults above)
     DSQ_CUDA_GEMM_ROWS=64 run b64_1024_rows 1024 64 --kv f16
     DSQ_CUDA_GEMM_ROWS=64 run b8_512_rows 512 8 --kv f16
+    # ... and for every row count, ahead of the GEMVs (DSQ_CUDA_GEMM_ROWS_MIN)
+    DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_GEMM_ROWS_MIN=1 run b1_512_rows1 512 1 --kv f16
+    DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_GEMM_ROWS_MIN=1 run b8_512_rows1 512 8 --kv f16
     # each layer's next weights prefetched into L2 while attention runs
     # (DSQ_CUDA_L2_PREFETCH=MB, off by default until these rows beat b1_512
     # / b8_512 / b1_8192)

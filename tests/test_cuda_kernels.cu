@@ -883,9 +883,18 @@ static void test_linear_dispatch(void **state)
             to_host(hb, db, yb);
             assert_memory_equal(ha, hb, yb);
         }
+        /* rows_min (DSQ_CUDA_GEMM_ROWS_MIN): one row too, ahead of the GEMV */
+        env.rows_min = 1;
         w.layout = DSQ_WL_ROWS;
-        printf("  dsq_cu_linear T=%d with rows_max %d (gemm_rows.cu): bit-identical to the direct launch\n", TM,
-               TM);
+        DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, 1, DSQ_EPI_STORE, da, &env));
+        DS(dsq_cu_gemm_rows((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, 1, N, K, DSQ_EPI_STORE, db, (float *)dws,
+                            wsb, (int32_t *)dtk, 64, 0, 0));
+        to_host(ha, da, (size_t)N * 4);
+        to_host(hb, db, (size_t)N * 4);
+        assert_memory_equal(ha, hb, (size_t)N * 4);
+        env.rows_min = 0;
+        printf("  dsq_cu_linear T=%d with rows_max %d, and T=1 with rows_min 1 (gemm_rows.cu): bit-identical to the "
+               "direct launch\n", TM, TM);
         cudaFree(dws);
         cudaFree(dtk);
     }
