@@ -32,10 +32,11 @@ struct L2pArgs {
 __device__ __forceinline__ void prefetch_chunk(const char *src, uint32_t bytes)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(__cvta_generic_to_global(src)), "r"(bytes)
+                 : "memory");
 #else
     for (uint32_t o = 0; o < bytes; o += 128)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src + o));
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(src + o)));
 #endif
 }
 
