@@ -181,9 +181,10 @@ bench)
     build dsqwen dsqwen-cli bench_mixed_step
     fullsize_model
     CLI=$B/examples/dsqwen
-    run() { # name prompt_len batch args...
+    run() { # name prompt_len batch args...  (BENCH_ONLY=regex: only the rows whose name matches)
         local name=$1 plen=$2 batch=$3
         shift 3
+        if [ -n "${BENCH_ONLY:-}" ] && ! [[ $name =~ $BENCH_ONLY ]]; then return 0; fi
         timeout 150 $CLI bench --model $M --prompt-len $plen --max-tokens 64 --batch $batch "$@" \
             >"$OUT/$name.log" 2>&1
         printf "%-22s rc=%s %s\n" "$name" $? "$(grep -E "^ *$batch +$plen " "$OUT/$name.log" | tail -1)"
