@@ -408,13 +408,10 @@ static dsq_status run(const char *what, int wf, const RowsArgs &a0, dsq_epilogue
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: bias epilogue without a bias", what);
     if (epi != DSQ_EPI_STORE && epi != DSQ_EPI_BIAS && epi != DSQ_EPI_ADD && epi != DSQ_EPI_SILU_MUL)
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: unknown epilogue %d", what, (int)epi);
-    RowsArgs a = a0;
-    a.kstages = a.K / XK;
-    a.S = 1;
-    const size_t wsf = a.ws ? ws_bytes / sizeof(float) : 0;
-    cudaError_t e = wf == W_Q8   ? launch_w<W_Q8>(a, epi, splits, wsf, n_tickets, stream)
-                    : wf == W_Q4 ? launch_w<W_Q4>(a, epi, splits, wsf, n_tickets, stream)
-                                 : launch_w<W_BF16>(a, epi, splits, wsf, n_tickets, stream);
+    const size_t wsf = a0.ws ? ws_bytes / sizeof(float) : 0;
+    cudaError_t e = wf == W_Q8   ? launch_w<W_Q8>(a0, epi, splits, wsf, n_tickets, stream)
+                    : wf == W_Q4 ? launch_w<W_Q4>(a0, epi, splits, wsf, n_tickets, stream)
+                                 : launch_w<W_BF16>(a0, epi, splits, wsf, n_tickets, stream);
     return dsq_cu_status(e, what);
 }
 
