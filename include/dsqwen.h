@@ -230,9 +230,15 @@ typedef struct dsq_model_params {
                                load (the embedding stays as stored).  Asking
                                to quantize a checkpoint that is already
                                quantized: DSQ_ERR_UNSUPPORTED.            */
-    int32_t quantize_head;  /* with quantize != NONE: 1 also quantizes the
-                               output head to int8 (per row); 0 (default)
-                               keeps it as stored                          */
+    int32_t quantize_head;  /* 1: quantize the output head to int8 (one
+                               scale per row) at load; 0 (default) keeps it
+                               as stored.  Works with any quantize value:
+                               with NONE it is the only change, which is how
+                               an AWQ / GPTQ checkpoint (whose lm_head is
+                               bf16/f16) gets an 8-bit head; a head the
+                               checkpoint already stores quantized is kept
+                               as it is (since 0.2.1; before, NONE ignored
+                               it)                                          */
     /* Added in 0.2.0: tensor parallelism over GPUs through NCCL (CUDA
      * backend; see docs/tensor_parallel.md). */
     int32_t tp_world;       /* tensor-parallel degree; 0 or 1 (default): none

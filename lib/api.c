@@ -258,6 +258,11 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         st = dsq_weights_quantize(&m->w, &m->cfg, p.quantize, p.quantize_head, p.n_threads);
         if (st != DSQ_OK)
             goto fail;
+    } else if (p.quantize_head) {
+        /* the head alone, of any checkpoint (AWQ / GPTQ keep a 16-bit lm_head) */
+        st = dsq_weights_quantize(&m->w, &m->cfg, DSQ_QUANTIZE_NONE, 1, p.n_threads);
+        if (st != DSQ_OK)
+            goto fail;
     }
     if (p.tp_world > 1 && (p.quantize != DSQ_QUANTIZE_NONE || m->cfg.quant.method != DSQ_QM_NONE)) {
         /* the rank slicing (lib/tp_weights.c) reads bf16/f16/f32 tensors */

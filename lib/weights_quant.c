@@ -353,8 +353,8 @@ dsq_status dsq_weights_quantize(dsq_weights *w, const dsq_config *cfg, int mode,
 {
     if (!w || !cfg || !cfg->arch || !w->layers)
         return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_weights_quantize: no weights");
-    if (mode != DSQ_QUANTIZE_INT8 && mode != DSQ_QUANTIZE_Q4)
-        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_weights_quantize: mode %d", mode);
+    if (mode != DSQ_QUANTIZE_INT8 && mode != DSQ_QUANTIZE_Q4 && !(mode == DSQ_QUANTIZE_NONE && head))
+        return dsq_fail(DSQ_ERR_INVALID_ARG, "dsq_weights_quantize: mode %d, head %d", mode, head);
     const dsq_arch *a = cfg->arch;
     dsq_qweights *q = NULL;
     dsq_status s = qw_get(w, cfg, &q);
@@ -370,8 +370,9 @@ dsq_status dsq_weights_quantize(dsq_weights *w, const dsq_config *cfg, int mode,
     int64_t dense_bytes = 0;
     for (int32_t i = 0; i < a->n_tensors; i++) {
         const dsq_tensor_spec *sp = &a->tensors[i];
-        if (!dsq_spec_is_linear(a, sp) || (!sp->per_layer && !head))
-            continue;
+        if (!dsq_spec_is_linear(a, sp) || (!sp->per_layer && !head) ||
+            (sp->per_layer && mode == DSQ_QUANTIZE_NONE))
+            continue; /* mode NONE: the head alone */
         for (int32_t l = 0; l < (sp->per_layer ? cfg->n_layers : 1); l++) {
             dsq_tensor *t = sp->per_layer ? &w->layers[l].t[sp->role] : &w->g[sp->role];
             dsq_weight *d = qslot(q, sp->per_layer, sp->role, l);

@@ -50,7 +50,8 @@ dsq_status dsq_qweights_bind_linear(dsq_st_set *st, const dsq_config *cfg, dsq_w
 /* Quantize at load: every dense linear of the layers into `mode`
  * (DSQ_QUANTIZE_INT8: Q8_ROW, DSQ_QUANTIZE_Q4: Q4_G128), and the head into
  * Q8_ROW when `head` is 1 (a tied head gets its own copy; the embedding
- * stays).  Row ranges over n_threads threads (0 = all cores).  w->n_bytes
+ * stays).  mode DSQ_QUANTIZE_NONE with head 1: the head alone, whatever the
+ * layers are (a slot already quantized is never touched).  Row ranges over n_threads threads (0 = all cores).  w->n_bytes
  * then counts the quantized arrays instead of the dense tensors.
  * DSQ_ERR_FORMAT naming the tensor for a weight that cannot be quantized
  * (NaN/Inf, a Q4 group range beyond f16), DSQ_ERR_OUT_OF_MEMORY. */

@@ -17,6 +17,8 @@
  *    vs the checkpoints numpy quantized with the documented rules: the same
  *    bits, so the logits must be bit-identical;
  *  - weight_bytes counts the stored quantized arrays;
+ *  - quantize_head alone (quantize NONE): AWQ / GPTQ with an int8 head vs
+ *    their dequantized models with the same int8 head;
  *  - refusals: quantize on a quantized checkpoint, unsupported or mismatched
  *    quantization_config, wrong tensor shapes / dtypes, NaN scales, NaN
  *    weights met by the quantizer.
@@ -193,6 +195,56 @@ static void test_quantize_at_load(void **state)
     free(src);
 }
 
+/* quantize_head with quantize NONE: the head alone.  An AWQ / GPTQ
+ * checkpoint keeps its 16-bit (here F32) lm_head; quantized at load to int8
+ * it must give the logits of the dequantized fp32 model whose head is
+ * quantized the same way (the same F32 head values, so the same int8
+ * rows), and weight_bytes must drop by the dense head minus its Q8 arrays.
+ * A head the checkpoint already stores quantized is kept bit for bit. */
+static void test_head_only(void **state)
+{
+    (void)state;
+    float *a = malloc(sizeof(float) * N_ROWS * V), *b = malloc(sizeof(float) * N_ROWS * V);
+    static const char *fmts[] = { "awq", "gptq_sym" };
+    const int64_t head_f32 = (int64_t)V * 128 * 4;
+    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+        char *dq = qdir(fmts[i]), *dd = deq_of(fmts[i]);
+        int64_t plain = 0, qh = 0;
+        expect_load(dq, DSQ_QUANTIZE_NONE, 0, NULL, &plain);
+        expect_load(dq, DSQ_QUANTIZE_NONE, 1, a, &qh);
+        expect_load(dd, DSQ_QUANTIZE_NONE, 1, b, NULL);
+        double e = dsq_rel_err(a, b, (size_t)N_ROWS * V);
+        printf("%-8s + int8 head vs its dequantized model + int8 head: rel err %.3g, weight bytes "
+               "%lld -> %lld\n", fmts[i], e, (long long)plain, (long long)qh);
+        assert_true(e <= 1e-4);
+        for (int r = 0; r < N_ROWS; r++)
+            assert_int_equal(dsq_argmax(a + (size_t)r * V, V), dsq_argmax(b + (size_t)r * V, V));
+        assert_int_equal(qh, plain - head_f32 + lin_bytes(V, 128, ST_Q8));
+        /* and it differs from the F32-head logits: the head really changed */
+        expect_load(dq, DSQ_QUANTIZE_NONE, 0, b, NULL);
+        assert_true(memcmp(a, b, sizeof(float) * N_ROWS * V) != 0);
+        free(dq);
+        free(dd);
+    }
+    /* bf16 checkpoint: only the head; the layers stay bf16 */
+    char *bf = qdir("bf16");
+    int64_t dense = 0, qh = 0;
+    expect_load(bf, DSQ_QUANTIZE_NONE, 0, NULL, &dense);
+    expect_load(bf, DSQ_QUANTIZE_NONE, 1, NULL, &qh);
+    assert_int_equal(qh, dense - lin_bytes(V, 128, ST_BF16) + lin_bytes(V, 128, ST_Q8));
+    free(bf);
+    /* q4h stores an int8 head already: kept as it is */
+    char *q4h = qdir("q4h");
+    int64_t b0 = 0, b1 = 0;
+    expect_load(q4h, DSQ_QUANTIZE_NONE, 0, a, &b0);
+    expect_load(q4h, DSQ_QUANTIZE_NONE, 1, b, &b1);
+    assert_true(memcmp(a, b, sizeof(float) * N_ROWS * V) == 0);
+    assert_int_equal(b0, b1);
+    free(q4h);
+    free(a);
+    free(b);
+}
+
 /* dsq_model_save of a model loaded from `src` with the quantize params, then
  * the saved checkpoint loaded as it is: the same logits bit for bit, the
  * same weight_bytes, a dsqwen quantization_config. */
@@ -246,6 +298,7 @@ static void test_save_roundtrip(void **state)
     save_roundtrip(bf, DSQ_QUANTIZE_Q4, 1, "4");
     save_roundtrip(awq, DSQ_QUANTIZE_NONE, 0, "4"); /* AWQ -> the repacked dsqwen layout */
     save_roundtrip(gs, DSQ_QUANTIZE_NONE, 0, "4");
+    save_roundtrip(awq, DSQ_QUANTIZE_NONE, 1, "4"); /* AWQ + an int8 head (head only) */
     /* tied embedding: the int8 head is written as a head of its own (and
      * K = 512, F = 344: partial 4-bit groups) */
     char *tied = dsq_test_path("tiny_tied");
@@ -406,6 +459,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats_vs_dequantized),
         cmocka_unit_test(test_quantize_at_load),
+        cmocka_unit_test(test_head_only),
         cmocka_unit_test(test_save_roundtrip),
         cmocka_unit_test(test_refusals),
     };

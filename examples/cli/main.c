@@ -57,10 +57,12 @@ static const opt_doc docs[] = {
       "quantize the linear weights at load: int8 (one scale per row) or q4\n"
       "(4-bit, groups of 128); default none (as the checkpoint stores them)" },
     { { "quantize-head", no_argument, NULL, OPT_QUANTIZE_HEAD }, C_ALL, NULL,
-      "with --quantize: the output head too (int8)" },
+      "quantize the output head at load (int8, one scale per row); alone,\n"
+      "the head of any checkpoint (AWQ / GPTQ keep theirs 16-bit)" },
     { { "bits", required_argument, NULL, OPT_BITS }, C_QUANT, "8|4",
       "8: int8 weights, one scale per output row; 4: 4-bit, groups of 128\n"
-      "inputs with a scale and a zero point (required)" },
+      "inputs with a scale and a zero point (required unless --head is\n"
+      "given: an already quantized checkpoint gets an int8 head only)" },
     { { "head", no_argument, NULL, OPT_HEAD }, C_QUANT, NULL,
       "quantize the output head too (int8); default: kept as stored" },
     { { "max-tokens", required_argument, NULL, OPT_MAX_TOKENS }, C_ALL, "N",
@@ -603,8 +605,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "dsqwen quantize: wants IN_DIR and OUT_DIR (see dsqwen quantize --help)\n");
             goto done;
         }
-        if (!o.bits) {
-            fprintf(stderr, "dsqwen quantize: --bits 8 or --bits 4 is required\n");
+        if (!o.bits && !o.quantize_head) {
+            fprintf(stderr, "dsqwen quantize: --bits 8 or --bits 4 (or --head alone) is required\n");
             goto done;
         }
         o.in_dir = argv[optind];
@@ -615,10 +617,6 @@ int main(int argc, char **argv)
             goto done;
         }
         rc = cli_quantize(&o);
-        goto done;
-    }
-    if (o.quantize_head && o.quantize == DSQ_QUANTIZE_NONE) {
-        fprintf(stderr, "dsqwen %s: --quantize-head needs --quantize int8 or q4\n", cd->name);
         goto done;
     }
     if (optind < argc) {
