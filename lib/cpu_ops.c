@@ -383,7 +383,7 @@ dsq_status dsq_cpu_linear(float *Y, int64_t ldy, const float *X, int64_t ldx, in
     case DSQ_WF_F16: dt = DSQ_DT_F16; break;
     case DSQ_WF_BF16: dt = DSQ_DT_BF16; break;
     case DSQ_WF_Q8_ROW: {
-        /* lib/quant_cpu.c: bit for bit the dense kernel on the dequantized rows;
+        /* lib/quant_cpu_matmul.c (its own lane order, quant_cpu.h);
          * wbuf holds dsq_quant_scratch_floats(K) */
         const dsq_q8_mat q = { W->data, W->scales, W->rows, W->cols };
         if (T > 0 && o1 > o0)

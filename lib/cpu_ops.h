@@ -62,8 +62,9 @@ float dsq_cpu_dot2(const float *a, const float *b, int64_t n);
  * DSQ_CPU_MM_ROWS at a time, into wbuf[DSQ_CPU_MM_ROWS][K] (scratch) and
  * each converted block serves a block of tokens sized to stay in L2; a
  * single token with BF16 weights reads them directly.
- * Q8_ROW / Q4_G128 weights run lib/quant_cpu.c's products (the same
- * numbers on the exactly dequantized rows); they need wbuf of
+ * Q8_ROW / Q4_G128 weights run lib/quant_cpu_matmul.c's products (their
+ * own fixed lane order on the exactly dequantized rows, quant_cpu.h: batch-
+ * and thread-invariant, not the dense order); they need wbuf of
  * dsq_quant_scratch_floats(K) floats.
  * DSQ_ERR_UNSUPPORTED (message naming the format) for a format or layout
  * without a CPU product (the AWQ / GPTQ source tags, which are repacked).

@@ -141,19 +141,18 @@ void dsq_q8_dequant_rows(const dsq_q8_mat *W, int64_t n0, int64_t n1, float *dst
 void dsq_q4_dequant_rows(const dsq_q4_mat *W, int64_t n0, int64_t n1, float *dst);
 
 /* ---- products ------------------------------------------------------------------------
- * The dense matmul's contract (cpu_ops.h) on the
- * dequantized weights:
+ * The dense matmul's contract (cpu_ops.h) on the dequantized weights W':
  *   Y[t*ldy + o] = (accumulate ? Y[t*ldy + o] : 0) + (dot(X[t], W'[o]) + bias[o])
  * for t < T, o in [o0, o1); X fp32 [T][ldx] (K used), bias [N] or NULL.
- * Every output is bit for bit dsq_cpu_dot(X[t], W'[o], K) + bias[o], with W'
- * the dequantized fp32 row -- the numbers the dense kernel gives on an F32
- * matrix holding W', whatever the batch, the row range or the thread.  One
- * token dequantizes in registers; several tokens dequantize DSQ_QUANT_ROWS
- * rows at a time into scratch (never a whole matrix), each block serving
- * every token, so the weights are read once per call.  Only dsq_cpu_dot is
- * used from cpu_ops.h.  scratch: dsq_quant_scratch_floats(K) floats per
- * thread (DSQ_QUANT_ROWS * K). */
-#define DSQ_QUANT_ROWS 8
+ * The dot is 16 fp32 lanes of fused multiply-adds in a fixed order and a
+ * fixed lane sum (quant_cpu_matmul.c spells out which k each lane takes);
+ * Q8 multiplies the row's sum by its scale.  So an output is the same bits
+ * whatever the batch T, the row range, the thread, and whichever kernel
+ * (AVX-512, AVX2 + FMA, portable) the CPU runs; it is within a few K ulps
+ * of the exact dot (tests/test_quant_cpu.c), not bit-equal to the dense
+ * kernel's order on an F32 W'.  The codes are read once per block of 16
+ * tokens.  scratch: dsq_quant_scratch_floats(K) floats per thread (the
+ * activations of 16 tokens in lane order; re-aligned to 64 bytes inside). */
 size_t dsq_quant_scratch_floats(int64_t K);
 void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
                         const dsq_q8_mat *W, const dsq_tensor *bias, int64_t o0, int64_t o1,
@@ -161,6 +160,14 @@ void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int3
 void dsq_q4_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
                         const dsq_q4_mat *W, const dsq_tensor *bias, int64_t o0, int64_t o1,
                         int accumulate, float *scratch);
+
+/* The kernel the products run: chosen from the CPU's features at each call
+ * (DSQ_QISA_AUTO), or forced (tests and benchmarks: not thread-safe, set it
+ * before products run).  force returns 0, changing nothing, when the CPU
+ * lacks the instructions. */
+enum { DSQ_QISA_AUTO = 0, DSQ_QISA_PORTABLE = 1, DSQ_QISA_AVX2 = 2, DSQ_QISA_AVX512 = 3 };
+int dsq_quant_cpu_force_isa(int isa);
+int dsq_quant_cpu_isa(void); /* the one in use now */
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include "cpu_ops.h"
 #include "cpu_threadpool.h"
 #include "internal.h"
+#include "quant_cpu.h"
 
 /* ---- random numbers (splitmix64), fixed seeds ----------------------------- */
 
@@ -292,9 +293,12 @@ static void test_linear_formats(void **state)
     assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w, NULL, 0, 2, 0, wbuf), DSQ_OK);
     assert_true(y[0] == dsq_cpu_dot(x, wf, 8) && y[1] == dsq_cpu_dot(x, wf + 8, 8));
 
-    /* Q8_ROW and Q4_G128 run lib/quant_cpu.c's products: the dense numbers on
-     * the dequantized rows (wbuf: dsq_quant_scratch_floats(K)) */
-    float qbuf[8 * 8], deq[16];
+    /* Q8_ROW and Q4_G128 run lib/quant_cpu_matmul.c's products (wbuf:
+     * dsq_quant_scratch_floats(K)); these small integer products are exact
+     * in any summation order, so they equal the dense numbers on the
+     * dequantized rows */
+    float *qbuf = malloc(dsq_quant_scratch_floats(8) * sizeof(float)), deq[16];
+    assert_non_null(qbuf);
     const int8_t q8[16] = {1, -2, 3, -4, 5, -6, 7, -8, 127, -127, 0, 1, 2, 3, 4, 5};
     const float s8[2] = {0.5f, 0.25f};
     for (int i = 0; i < 16; i++)
@@ -318,6 +322,7 @@ static void test_linear_formats(void **state)
                      .zeros = z4, .group_size = 128};
     assert_int_equal(dsq_cpu_linear(y, 2, x, 8, 1, &w4, NULL, 0, 2, 0, qbuf), DSQ_OK);
     assert_true(y[0] == dsq_cpu_dot(x, deq, 8) && y[1] == dsq_cpu_dot(x, deq + 8, 8));
+    free(qbuf);
 }
 
 static void test_matmul(void **state)
