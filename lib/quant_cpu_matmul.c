@@ -35,8 +35,8 @@
  * Activations are prepared once per call and token block: x is copied into
  * scratch in the lane order above (Q4: each group as 8 slices of 16; Q8:
  * natural order), zero-padded to a whole group, so the tiles read them with
- * plain aligned loads.  Tiles are 4 rows x 1 or 2 tokens: one decode of the
- * codes serves both tokens. */
+ * plain aligned loads.  Tiles are 4 rows x up to 4 tokens (Q4) or 2 (Q8):
+ * one decode of the codes serves every token of the tile. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -51,6 +51,7 @@
 
 #define TOK_BLOCK 16 /* tokens whose prepared activations sit in scratch at once */
 #define XP_ALIGN 16  /* floats: scratch is re-aligned to 64 bytes */
+#define MAXNT 4      /* tokens per tile: one decode of the codes serves them all */
 
 static int64_t xp_stride(int64_t K) { return (K + DSQ_Q4_GROUP - 1) / DSQ_Q4_GROUP * DSQ_Q4_GROUP; }
 
@@ -114,19 +115,19 @@ static inline float lane_sum(const float a[16])
 
 /* One tile: out[t][r] = lane_sum of rows n[r] against prepared x[t]. */
 typedef struct q_tile {
-    const float *x[2]; /* prepared activations of the tile's tokens */
-    int nt;            /* 1 or 2 */
+    const float *x[MAXNT]; /* prepared activations of the tile's tokens */
+    int nt;                /* 1..MAXNT */
     int64_t n[4];      /* the 4 rows (an edge tile repeats its last) */
 } q_tile;
 
 /* ---- portable kernels (fmaf per lane) ------------------------------------------------ */
 
-static void q4_tile_portable(const dsq_q4_mat *W, const q_tile *tl, float out[2][4])
+static void q4_tile_portable(const dsq_q4_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
     const int64_t K = W->cols, ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K);
     for (int r = 0; r < 4; r++) {
         const int64_t n = tl->n[r];
-        float acc[2][16] = {{0}};
+        float acc[MAXNT][16] = {{0}};
         for (int64_t g = 0; g < G; g++) {
             uint8_t buf[64];
             const uint8_t *b = q4_group_bytes(W->q + n * ldq, ldq, g, buf);
@@ -148,12 +149,12 @@ static void q4_tile_portable(const dsq_q4_mat *W, const q_tile *tl, float out[2]
     }
 }
 
-static void q8_tile_portable(const dsq_q8_mat *W, const q_tile *tl, float out[2][4])
+static void q8_tile_portable(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
     const int64_t K = W->cols, C = (K + 15) / 16;
     for (int r = 0; r < 4; r++) {
         const int64_t n = tl->n[r];
-        float acc[2][16] = {{0}};
+        float acc[MAXNT][16] = {{0}};
         for (int64_t c = 0; c < C; c++) {
             int8_t buf[16];
             const int8_t *b = q8_chunk_bytes(W->q + n * K, K, c, buf);
@@ -180,19 +181,23 @@ AVX2_INLINE float avx2_lane_sum(__m256 lo, __m256 hi)
     return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
 }
 
-AVX2_INLINE void q4_tile_avx2_body(const dsq_q4_mat *W, const q_tile *tl, float out[2][4], const int nt)
+AVX2_INLINE void q4_tile_avx2_body(const dsq_q4_mat *W, const q_tile *tl, float out[MAXNT][4], const int nt)
 {
     const int64_t K = W->cols, ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K);
     const __m256i m15 = _mm256_set1_epi32(15);
     for (int r = 0; r < 4; r++) {
         const int64_t n = tl->n[r];
-        __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+        __m256 acc[MAXNT][2];
+        for (int t = 0; t < MAXNT; t++)
+            acc[t][0] = acc[t][1] = _mm256_setzero_ps();
         for (int64_t g = 0; g < G; g++) {
             uint8_t buf[64];
             const uint8_t *b = q4_group_bytes(W->q + n * ldq, ldq, g, buf);
             const __m256i z = _mm256_set1_epi32(W->zeros[n * G + g]);
             const __m256 s = _mm256_set1_ps(_cvtsh_ss(W->scales[n * G + g]));
-            const float *xg[2] = {tl->x[0] + g * DSQ_Q4_GROUP, tl->x[nt - 1] + g * DSQ_Q4_GROUP};
+            const float *xg[MAXNT];
+            for (int t = 0; t < nt; t++)
+                xg[t] = tl->x[t] + g * DSQ_Q4_GROUP;
             for (int h = 0; h < 2; h++) {
                 const __m256i dw = _mm256_loadu_si256((const __m256i *)(b + 32 * h));
                 for (int i = 0; i < 8; i++) {
@@ -208,20 +213,24 @@ AVX2_INLINE void q4_tile_avx2_body(const dsq_q4_mat *W, const q_tile *tl, float 
     }
 }
 
-AVX2_FN static void q4_tile_avx2(const dsq_q4_mat *W, const q_tile *tl, float out[2][4])
+AVX2_FN static void q4_tile_avx2(const dsq_q4_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
-    if (tl->nt == 2)
-        q4_tile_avx2_body(W, tl, out, 2);
-    else
-        q4_tile_avx2_body(W, tl, out, 1);
+    switch (tl->nt) { /* nt a constant in each copy of the body */
+    case 4: q4_tile_avx2_body(W, tl, out, 4); break;
+    case 3: q4_tile_avx2_body(W, tl, out, 3); break;
+    case 2: q4_tile_avx2_body(W, tl, out, 2); break;
+    default: q4_tile_avx2_body(W, tl, out, 1); break;
+    }
 }
 
-AVX2_INLINE void q8_tile_avx2_body(const dsq_q8_mat *W, const q_tile *tl, float out[2][4], const int nt)
+AVX2_INLINE void q8_tile_avx2_body(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4], const int nt)
 {
     const int64_t K = W->cols, C = (K + 15) / 16;
     for (int r = 0; r < 4; r++) {
         const int64_t n = tl->n[r];
-        __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+        __m256 acc[MAXNT][2];
+        for (int t = 0; t < MAXNT; t++)
+            acc[t][0] = acc[t][1] = _mm256_setzero_ps();
         for (int64_t c = 0; c < C; c++) {
             int8_t buf[16];
             const int8_t *b = q8_chunk_bytes(W->q + n * K, K, c, buf);
@@ -236,12 +245,14 @@ AVX2_INLINE void q8_tile_avx2_body(const dsq_q8_mat *W, const q_tile *tl, float 
     }
 }
 
-AVX2_FN static void q8_tile_avx2(const dsq_q8_mat *W, const q_tile *tl, float out[2][4])
+AVX2_FN static void q8_tile_avx2(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
-    if (tl->nt == 2)
-        q8_tile_avx2_body(W, tl, out, 2);
-    else
-        q8_tile_avx2_body(W, tl, out, 1);
+    switch (tl->nt) { /* nt a constant in each copy of the body */
+    case 4: q8_tile_avx2_body(W, tl, out, 4); break;
+    case 3: q8_tile_avx2_body(W, tl, out, 3); break;
+    case 2: q8_tile_avx2_body(W, tl, out, 2); break;
+    default: q8_tile_avx2_body(W, tl, out, 1); break;
+    }
 }
 
 /* ---- AVX-512 kernels: one zmm per accumulator, four rows at once ---------------------- */
@@ -265,11 +276,11 @@ AVX512_INLINE __m512 q4_lut(const dsq_q4_mat *W, int64_t n, int64_t G, int64_t g
                          _mm512_set1_ps(_cvtsh_ss(W->scales[n * G + g])));
 }
 
-AVX512_INLINE void q4_tile_avx512_body(const dsq_q4_mat *W, const q_tile *tl, float out[2][4], const int nt)
+AVX512_INLINE void q4_tile_avx512_body(const dsq_q4_mat *W, const q_tile *tl, float out[MAXNT][4], const int nt)
 {
     const int64_t K = W->cols, ldq = dsq_q4_ldq(K), G = dsq_q4_groups(K);
-    __m512 acc[2][4];
-    for (int t = 0; t < 2; t++)
+    __m512 acc[MAXNT][4];
+    for (int t = 0; t < MAXNT; t++)
         for (int r = 0; r < 4; r++)
             acc[t][r] = _mm512_setzero_ps();
     const uint8_t *row[4];
@@ -283,9 +294,11 @@ AVX512_INLINE void q4_tile_avx512_body(const dsq_q4_mat *W, const q_tile *tl, fl
             dw[r] = _mm512_loadu_si512(q4_group_bytes(row[r], ldq, g, buf[r]));
             lut[r] = q4_lut(W, tl->n[r], G, g);
         }
-        const float *xg[2] = {tl->x[0] + g * DSQ_Q4_GROUP, tl->x[nt - 1] + g * DSQ_Q4_GROUP};
+        const float *xg[MAXNT];
+            for (int t = 0; t < nt; t++)
+                xg[t] = tl->x[t] + g * DSQ_Q4_GROUP;
         for (int i = 0; i < 8; i++) {
-            __m512 xv[2];
+            __m512 xv[MAXNT];
             for (int t = 0; t < nt; t++)
                 xv[t] = _mm512_load_ps(xg[t] + 16 * i);
             for (int r = 0; r < 4; r++) {
@@ -301,26 +314,28 @@ AVX512_INLINE void q4_tile_avx512_body(const dsq_q4_mat *W, const q_tile *tl, fl
             out[t][r] = avx512_lane_sum(acc[t][r]);
 }
 
-AVX512_FN static void q4_tile_avx512(const dsq_q4_mat *W, const q_tile *tl, float out[2][4])
+AVX512_FN static void q4_tile_avx512(const dsq_q4_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
-    if (tl->nt == 2)
-        q4_tile_avx512_body(W, tl, out, 2);
-    else
-        q4_tile_avx512_body(W, tl, out, 1);
+    switch (tl->nt) { /* nt a constant in each copy of the body */
+    case 4: q4_tile_avx512_body(W, tl, out, 4); break;
+    case 3: q4_tile_avx512_body(W, tl, out, 3); break;
+    case 2: q4_tile_avx512_body(W, tl, out, 2); break;
+    default: q4_tile_avx512_body(W, tl, out, 1); break;
+    }
 }
 
-AVX512_INLINE void q8_tile_avx512_body(const dsq_q8_mat *W, const q_tile *tl, float out[2][4], const int nt)
+AVX512_INLINE void q8_tile_avx512_body(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4], const int nt)
 {
     const int64_t K = W->cols, C = (K + 15) / 16;
-    __m512 acc[2][4];
-    for (int t = 0; t < 2; t++)
+    __m512 acc[MAXNT][4];
+    for (int t = 0; t < MAXNT; t++)
         for (int r = 0; r < 4; r++)
             acc[t][r] = _mm512_setzero_ps();
     const int8_t *row[4];
     for (int r = 0; r < 4; r++)
         row[r] = W->q + tl->n[r] * K;
     for (int64_t c = 0; c < C; c++) {
-        __m512 xv[2];
+        __m512 xv[MAXNT];
         for (int t = 0; t < nt; t++)
             xv[t] = _mm512_load_ps(tl->x[t] + 16 * c);
         for (int r = 0; r < 4; r++) {
@@ -336,19 +351,21 @@ AVX512_INLINE void q8_tile_avx512_body(const dsq_q8_mat *W, const q_tile *tl, fl
             out[t][r] = avx512_lane_sum(acc[t][r]) * W->scales[tl->n[r]];
 }
 
-AVX512_FN static void q8_tile_avx512(const dsq_q8_mat *W, const q_tile *tl, float out[2][4])
+AVX512_FN static void q8_tile_avx512(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
-    if (tl->nt == 2)
-        q8_tile_avx512_body(W, tl, out, 2);
-    else
-        q8_tile_avx512_body(W, tl, out, 1);
+    switch (tl->nt) { /* nt a constant in each copy of the body */
+    case 4: q8_tile_avx512_body(W, tl, out, 4); break;
+    case 3: q8_tile_avx512_body(W, tl, out, 3); break;
+    case 2: q8_tile_avx512_body(W, tl, out, 2); break;
+    default: q8_tile_avx512_body(W, tl, out, 1); break;
+    }
 }
 #endif /* DSQ_QX86 */
 
 /* ---- which kernels ------------------------------------------------------------------- */
 
-typedef void (*q4_tile_fn)(const dsq_q4_mat *, const q_tile *, float[2][4]);
-typedef void (*q8_tile_fn)(const dsq_q8_mat *, const q_tile *, float[2][4]);
+typedef void (*q4_tile_fn)(const dsq_q4_mat *, const q_tile *, float[MAXNT][4]);
+typedef void (*q8_tile_fn)(const dsq_q8_mat *, const q_tile *, float[MAXNT][4]);
 
 static int g_forced_isa; /* tests: dsq_quant_cpu_force_isa */
 
@@ -410,9 +427,9 @@ static inline void store_out(float *y, float v, const dsq_tensor *bias, int64_t 
     *y = accumulate ? *y + v : v;
 }
 
-/* Token blocks of prepared activations; in each, 4-row tiles over token
- * pairs (and a last single token).  `tile(W, tl, out)` is the kernel. */
-#define RUN_PRODUCT(PREP, TILE, W)                                                          \
+/* Token blocks of prepared activations; in each, 4-row tiles over groups
+ * of NT tokens (the last group smaller).  TILE(W, tl, out) is the kernel. */
+#define RUN_PRODUCT(PREP, TILE, W, NT)                                                          \
     do {                                                                                    \
         const int64_t K = (W)->cols, xs = xp_stride(K);                                     \
         float *xp = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);                  \
@@ -425,11 +442,11 @@ static inline void store_out(float *y, float v, const dsq_tensor *bias, int64_t 
                 q_tile tl;                                                                  \
                 for (int r = 0; r < 4; r++)                                                 \
                     tl.n[r] = o + (r < nr ? r : nr - 1);                                    \
-                for (int32_t t = 0; t < tb; t += 2) {                                       \
-                    tl.nt = tb - t >= 2 ? 2 : 1;                                            \
-                    tl.x[0] = xp + t * xs;                                                  \
-                    tl.x[1] = xp + (t + tl.nt - 1) * xs;                                    \
-                    float out[2][4];                                                        \
+                for (int32_t t = 0; t < tb; t += (NT)) {                                    \
+                    tl.nt = tb - t >= (NT) ? (NT) : tb - t;                                 \
+                    for (int u = 0; u < tl.nt; u++)                                         \
+                        tl.x[u] = xp + (t + u) * xs;                                        \
+                    float out[MAXNT][4];                                                        \
                     TILE(W, &tl, out);                                                      \
                     for (int u = 0; u < tl.nt; u++)                                         \
                         for (int r = 0; r < nr; r++)                                        \
@@ -452,7 +469,7 @@ void dsq_q4_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int3
     else if (isa == DSQ_QISA_AVX2)
         tile = q4_tile_avx2;
 #endif
-    RUN_PRODUCT(prep_q4, tile, W);
+    RUN_PRODUCT(prep_q4, tile, W, 4);
 }
 
 void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int32_t T,
@@ -467,5 +484,5 @@ void dsq_q8_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int3
     else if (isa == DSQ_QISA_AVX2)
         tile = q8_tile_avx2;
 #endif
-    RUN_PRODUCT(prep_q8, tile, W);
+    RUN_PRODUCT(prep_q8, tile, W, 2); /* 4 measured slower: one decode is cheap */
 }
