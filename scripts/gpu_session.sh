@@ -8,6 +8,9 @@
 #                                       # full-size check vs HF, every ctest
 #   bash scripts/gpu_session.sh check2  # 7B-shape check vs HF, quantized
 #                                       # full-size check vs HF
+#   bash scripts/gpu_session.sh quant   # the quantized full-size check alone
+#                                       # (issue 10: AWQ + int8 head memory,
+#                                       # INT8 / Q4 and at-load rows)
 #   bash scripts/gpu_session.sh sanitize # compute-sanitizer memcheck/racecheck
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
@@ -16,8 +19,8 @@
 #   bash scripts/gpu_session.sh fuzz    # the slow libFuzzer targets on all
 #                                       # cores (issue 14's 10M executions)
 #
-# Order by value when device time is short: check, bench, profile, check2,
-# serve, sanitize, fuzz.
+# Order by value when device time is short: check, bench, quant, profile,
+# check2, serve, sanitize, fuzz.
 #
 # Build here first and carry the binaries: `bash scripts/pack_prebuilt.sh
 # <cuda build dir>` writes .gpu/prebuilt.tar.xz; carried with .gpu, every
@@ -167,6 +170,20 @@ check2)
         --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" >"$OUT/quant_fullsize.log" 2>&1
     echo "== quant_fullsize rc=$? ($(el))"; tail -25 "$OUT/quant_fullsize.log"
     ;;
+quant)
+    # issue 10's full-size rows alone (one call): AWQ with and without the
+    # int8 head (device_bytes of the 1.4 GB row), INT8 / Q4 as stored and
+    # quantized at load (never finished on a GPU before stop 25); speed
+    # only at batch 1 (bench rows measure speed); each format's ~9 GB of
+    # files deleted after use
+    build
+    QF=${QFORMATS:-awq,q8,q4}
+    [ "$QF" = all ] && QF=awq,gptq,gptq_sym,gptq_v2,q8,q4
+    DSQWEN_LIBRARY=$B/libdsqwen.so timeout 560 python3 tests/fixtures/quant_fullsize_check.py --formats "$QF" \
+        --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" --batches 1 --speed-steps 16 \
+        --cleanup --reuse >"$OUT/quant_fullsize.log" 2>&1
+    echo "== quant_fullsize rc=$? ($(el))"; grep -v "^ " "$OUT/quant_fullsize.log" | tail -25
+    ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
     timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_cuda_e2e" >"$OUT/memcheck.log" 2>&1
@@ -313,7 +330,7 @@ fuzz)
     done
     ;;
 *)
-    sed -n '2,36p' "$0"
+    sed -n '2,44p' "$0"
     exit 2
     ;;
 esac
