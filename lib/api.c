@@ -264,7 +264,8 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
         if (st != DSQ_OK)
             goto fail;
     }
-    if (p.tp_world > 1 && (p.quantize != DSQ_QUANTIZE_NONE || m->cfg.quant.method != DSQ_QM_NONE)) {
+    if (p.tp_world > 1 &&
+        (p.quantize != DSQ_QUANTIZE_NONE || p.quantize_head || m->cfg.quant.method != DSQ_QM_NONE)) {
         /* the rank slicing (lib/tp_weights.c) reads bf16/f16/f32 tensors */
         st = dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor parallelism (tp_world %d) of quantized weights is not "
                                            "supported yet; load the model unquantized",

@@ -174,6 +174,15 @@ static void test_refused(void **state)
     dsq_model *m = NULL;
     assert_int_equal(dsq_model_load(path, &p, &m), DSQ_ERR_UNSUPPORTED);
     assert_null(m);
+    /* an int8 head alone is quantized weights too: the rank slicing reads
+     * bf16/f16/f32 tensors */
+    dsq_model_params_init(&p, sizeof p);
+    p.backend = DSQ_BACKEND_CPU;
+    p.tp_world = 2;
+    p.quantize_head = 1;
+    assert_int_equal(dsq_model_load(path, &p, &m), DSQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dsq_last_error_message(), "quantized"));
+    assert_null(m);
     free(path);
 }
 
