@@ -113,6 +113,16 @@ static inline float lane_sum(const float a[16])
     return a2[0] + a2[1];
 }
 
+/* Calls BODY with the tile's token count as a constant, so each copy of
+ * the body keeps its accumulators in registers. */
+#define BY_NT(BODY)                          \
+    switch (tl->nt) {                        \
+    case 4: BODY(W, tl, out, 4); break;      \
+    case 3: BODY(W, tl, out, 3); break;      \
+    case 2: BODY(W, tl, out, 2); break;      \
+    default: BODY(W, tl, out, 1); break;     \
+    }
+
 /* One tile: out[t][r] = lane_sum of rows n[r] against prepared x[t]. */
 typedef struct q_tile {
     const float *x[MAXNT]; /* prepared activations of the tile's tokens */
@@ -215,12 +225,7 @@ AVX2_INLINE void q4_tile_avx2_body(const dsq_q4_mat *W, const q_tile *tl, float 
 
 AVX2_FN static void q4_tile_avx2(const dsq_q4_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
-    switch (tl->nt) { /* nt a constant in each copy of the body */
-    case 4: q4_tile_avx2_body(W, tl, out, 4); break;
-    case 3: q4_tile_avx2_body(W, tl, out, 3); break;
-    case 2: q4_tile_avx2_body(W, tl, out, 2); break;
-    default: q4_tile_avx2_body(W, tl, out, 1); break;
-    }
+    BY_NT(q4_tile_avx2_body);
 }
 
 AVX2_INLINE void q8_tile_avx2_body(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4], const int nt)
@@ -247,12 +252,7 @@ AVX2_INLINE void q8_tile_avx2_body(const dsq_q8_mat *W, const q_tile *tl, float 
 
 AVX2_FN static void q8_tile_avx2(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
-    switch (tl->nt) { /* nt a constant in each copy of the body */
-    case 4: q8_tile_avx2_body(W, tl, out, 4); break;
-    case 3: q8_tile_avx2_body(W, tl, out, 3); break;
-    case 2: q8_tile_avx2_body(W, tl, out, 2); break;
-    default: q8_tile_avx2_body(W, tl, out, 1); break;
-    }
+    BY_NT(q8_tile_avx2_body);
 }
 
 /* ---- AVX-512 kernels: one zmm per accumulator, four rows at once ---------------------- */
@@ -316,12 +316,7 @@ AVX512_INLINE void q4_tile_avx512_body(const dsq_q4_mat *W, const q_tile *tl, fl
 
 AVX512_FN static void q4_tile_avx512(const dsq_q4_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
-    switch (tl->nt) { /* nt a constant in each copy of the body */
-    case 4: q4_tile_avx512_body(W, tl, out, 4); break;
-    case 3: q4_tile_avx512_body(W, tl, out, 3); break;
-    case 2: q4_tile_avx512_body(W, tl, out, 2); break;
-    default: q4_tile_avx512_body(W, tl, out, 1); break;
-    }
+    BY_NT(q4_tile_avx512_body);
 }
 
 AVX512_INLINE void q8_tile_avx512_body(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4], const int nt)
@@ -353,12 +348,7 @@ AVX512_INLINE void q8_tile_avx512_body(const dsq_q8_mat *W, const q_tile *tl, fl
 
 AVX512_FN static void q8_tile_avx512(const dsq_q8_mat *W, const q_tile *tl, float out[MAXNT][4])
 {
-    switch (tl->nt) { /* nt a constant in each copy of the body */
-    case 4: q8_tile_avx512_body(W, tl, out, 4); break;
-    case 3: q8_tile_avx512_body(W, tl, out, 3); break;
-    case 2: q8_tile_avx512_body(W, tl, out, 2); break;
-    default: q8_tile_avx512_body(W, tl, out, 1); break;
-    }
+    BY_NT(q8_tile_avx512_body);
 }
 #endif /* DSQ_QX86 */
 
