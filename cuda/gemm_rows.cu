@@ -28,7 +28,7 @@
  * MMAs of a stage (= group) accumulate separately and are added to the
  * result times the group's scale.  Q8: signed bytes -> floats by the 2^23
  * trick -> bf16 pairs (exact); the row scale multiplies the row's sum at the
- * end.  The only difference from the CPU product (lib/quant_cpu.c) is the
+ * end.  The only difference from the CPU product (lib/quant_cpu_matmul.c) is the
  * order and grouping of the fp32 additions.
  *
  * Splits.  Short products (qkv, o, down: 24-32 tiles) split K over several

@@ -19,7 +19,7 @@
  * Numerics: fp32 accumulation; Q4 sums x*(code - zero) over each 32-code
  * piece (inside one group) and adds scale * piece_sum; Q8 sums x*q over the
  * row and multiplies by the row scale once.  The dequantized codes are exact,
- * so the only difference from the CPU product (lib/quant_cpu.c) is the
+ * so the only difference from the CPU product (lib/quant_cpu_matmul.c) is the
  * order of fp32 additions: tests/test_cuda_quant.cu checks them against it
  * within a few fp32 roundings of sum|x*w|.
  */

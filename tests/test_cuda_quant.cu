@@ -1,7 +1,7 @@
 /*
  * test_cuda_quant.cu - the quantized-weight GPU kernels (cuda/gemv_quant.cu,
  * and the Q8 / Q4 instances of cuda/gemm_rows.cu) against the CPU products
- * of lib/quant_cpu.c, which are the reference.
+ * of lib/quant_cpu_matmul.c, which are the reference.
  *
  * Weights are quantized on the host (dsq_q8_quantize_rows /
  * dsq_q4_quantize_rows) from random bf16 matrices of odd sizes, uploaded

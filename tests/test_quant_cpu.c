@@ -1,13 +1,14 @@
 /*
- * test_quant_cpu.c - lib/quant_cpu.c on random odd sizes:
+ * test_quant_cpu.c - lib/quant_cpu.c and lib/quant_cpu_matmul.c on random
+ * odd sizes:
  *  - quantize at load (Q8_ROW, Q4_G128) from BF16/F16/F32: codes in range,
  *    |w - w'| within half a step of each row/group, the edge groups (zero,
  *    constant, one-signed), non-finite and out-of-range weights refused;
  *  - dequantization against a scalar reading of the documented layout
  *    written here (nibble by nibble), bit for bit;
- *  - the products: bit for bit dsq_cpu_dot (the dense kernel's defined
- *    operations) on the dequantized fp32 weights, and within fp32 rounding
- *    of a double-precision reference;
+ *  - the products: the same bits from every kernel (AVX-512, AVX2,
+ *    portable), whatever the batch and the row range, and within fp32
+ *    rounding of a double-precision reference;
  *    outputs poisoned with NaN first, rows outside [o0, o1) must stay NaN;
  *    bias and accumulate;
  *  - the repack functions' refusals (shapes, act-order g_idx).

@@ -2,7 +2,7 @@
  * quant_matmul.c - benchmark (not a test): one thread's CPU product time
  * for the 1.5B model's linear shapes with bf16 weights (the dense kernel,
  * dsq_cpu_matmul_rows) and with Q8_ROW and Q4_G128 weights
- * (lib/quant_cpu.c), at T tokens.
+ * (lib/quant_cpu_matmul.c), at T tokens.
  *
  *   bench_quant_matmul [T 1] [reps 20]
  *
