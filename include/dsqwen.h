@@ -228,8 +228,11 @@ typedef struct dsq_model_params {
                                config.json's quantization_config).  INT8 /
                                Q4: quantize bf16/f16/f32 linear weights at
                                load (the embedding stays as stored).  Asking
-                               to quantize a checkpoint that is already
-                               quantized: DSQ_ERR_UNSUPPORTED.            */
+                               to quantize a checkpoint whose layers are
+                               already quantized: DSQ_ERR_UNSUPPORTED (one
+                               with only its head quantized, as `dsqwen
+                               quantize --head` writes, is accepted since
+                               0.2.1).                                    */
     int32_t quantize_head;  /* 1: quantize the output head to int8 (one
                                scale per row) at load; 0 (default) keeps it
                                as stored.  Works with any quantize value:

@@ -247,7 +247,9 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     }
     if (p.quantize != DSQ_QUANTIZE_NONE) {
         /* quantize at load (lib/weights_quant.c), on the host for every backend */
-        if (m->cfg.quant.method != DSQ_QM_NONE) {
+        /* a dsqwen checkpoint with only its head quantized (`dsqwen quantize
+         * --head` of a bf16 one) still has dense layers to quantize */
+        if (m->cfg.quant.method != DSQ_QM_NONE && dsq_weights_layers_quantized(&m->w, m->cfg.n_layers)) {
             st = dsq_fail(DSQ_ERR_UNSUPPORTED,
                           "dsq_model_params.quantize: the checkpoint is already quantized "
                           "(quantization_config quant_method \"%s\"); load it with quantize = "

@@ -47,6 +47,17 @@ const dsq_weight *dsq_weights_qslot(const dsq_weights *w, int per_layer, int32_t
     return d && d->data ? d : NULL;
 }
 
+int dsq_weights_layers_quantized(const dsq_weights *w, int32_t n_layers)
+{
+    if (!w || !w->q || !w->q->lw)
+        return 0;
+    for (int32_t l = 0; l < n_layers; l++)
+        for (int32_t r = 0; r < DSQ_LW_COUNT; r++)
+            if (w->q->lw[l][r].data)
+                return 1;
+    return 0;
+}
+
 void dsq_qweights_free(dsq_qweights *q)
 {
     if (!q)

@@ -58,6 +58,10 @@ dsq_status dsq_qweights_bind_linear(dsq_st_set *st, const dsq_config *cfg, dsq_w
 dsq_status dsq_weights_quantize(dsq_weights *w, const dsq_config *cfg, int mode, int head,
                                 int n_threads);
 
+/* 1 if some linear of the layers is quantized (loaded so or quantized at
+ * load), 0 if only the head is, or nothing. */
+int dsq_weights_layers_quantized(const dsq_weights *w, int32_t n_layers);
+
 /* Bytes of the arrays of one quantized descriptor. */
 int64_t dsq_qweight_bytes(const dsq_weight *q);
 

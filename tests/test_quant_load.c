@@ -309,6 +309,40 @@ static void test_save_roundtrip(void **state)
     free(gs);
 }
 
+/* A dsqwen checkpoint with only its head quantized (`dsqwen quantize --head`
+ * of a bf16 one) has dense layers: quantizing them at load is allowed and
+ * gives what quantizing the bf16 checkpoint with its head does, bit for
+ * bit (the head kept as stored). */
+static void test_quantize_head_only_ckpt(void **state)
+{
+    (void)state;
+    float *a = malloc(sizeof(float) * N_ROWS * MAXV), *b = malloc(sizeof(float) * N_ROWS * MAXV);
+    char *bf = qdir("bf16"), *out = stw_mkdtemp();
+    assert_non_null(out);
+    dsq_model_params mp = dsq_model_default_params();
+    mp.backend = DSQ_BACKEND_CPU;
+    mp.quantize_head = 1;
+    dsq_model *m = NULL;
+    assert_int_equal(dsq_model_load(bf, &mp, &m), DSQ_OK);
+    assert_int_equal(dsq_model_save(m, out), DSQ_OK);
+    dsq_model_free(m);
+    static const int modes[] = { DSQ_QUANTIZE_INT8, DSQ_QUANTIZE_Q4 };
+    for (int i = 0; i < 2; i++) {
+        int64_t b1 = 0, b2 = 0;
+        expect_load(bf, modes[i], 1, a, &b1);
+        expect_load(out, modes[i], 0, b, &b2);
+        assert_true(memcmp(a, b, sizeof(float) * N_ROWS * g_vocab) == 0);
+        assert_int_equal(b1, b2);
+        printf("head-only dsqwen checkpoint + quantize %d == bf16 + quantize %d + head: "
+               "bit-identical, %lld weight bytes\n", modes[i], modes[i], (long long)b2);
+    }
+    stw_rmtree(out);
+    free(out);
+    free(bf);
+    free(a);
+    free(b);
+}
+
 /* ---- refusals ---------------------------------------------------------------- */
 
 /* A temp copy of quant_tiny/<name> with config.json's quantization_config
@@ -461,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_quantize_at_load),
         cmocka_unit_test(test_head_only),
         cmocka_unit_test(test_save_roundtrip),
+        cmocka_unit_test(test_quantize_head_only_ckpt),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

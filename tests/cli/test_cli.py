@@ -170,6 +170,13 @@ def test_quantize_roundtrip():
         # a quantized checkpoint is not quantized again (runtime failure: 1)
         expect(["quantize", os.path.join(tmp, "q4"), os.path.join(tmp, "again"), "--bits", "8"], 1,
                err_has="already quantized")
+        # ... but one with only its head quantized has dense layers to quantize
+        hd, h4 = os.path.join(tmp, "head_only"), os.path.join(tmp, "head_only_q4")
+        expect(["quantize", QSRC, hd, "--head"], 0, err_has="wrote " + hd)
+        expect(["quantize", hd, h4, "--bits", "4"], 0, err_has="wrote " + h4)
+        a, _ = expect(gen + ["--model", h4], 0)
+        b, _ = expect(gen + ["--model", QSRC, "--quantize", "q4", "--quantize-head"], 0)
+        check(a == b and a.strip(), "head-only checkpoint quantized again decodes differently", a, b)
         # --head alone: an AWQ checkpoint gets an int8 head, written as dsqwen 4-bit
         awq, out = os.path.join(os.path.dirname(QSRC), "awq"), os.path.join(tmp, "awq_h")
         expect(["quantize", awq, out, "--head"], 0, err_has="int8 head")
