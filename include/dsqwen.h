@@ -231,8 +231,7 @@ typedef struct dsq_model_params {
                                to quantize a checkpoint whose layers are
                                already quantized: DSQ_ERR_UNSUPPORTED (one
                                with only its head quantized, as `dsqwen
-                               quantize --head` writes, is accepted since
-                               0.2.1).                                    */
+                               quantize --head` writes, is accepted).     */
     int32_t quantize_head;  /* 1: quantize the output head to int8 (one
                                scale per row) at load; 0 (default) keeps it
                                as stored.  Works with any quantize value:
@@ -240,8 +239,7 @@ typedef struct dsq_model_params {
                                an AWQ / GPTQ checkpoint (whose lm_head is
                                bf16/f16) gets an 8-bit head; a head the
                                checkpoint already stores quantized is kept
-                               as it is (since 0.2.1; before, NONE ignored
-                               it)                                          */
+                               as it is                                     */
     /* Added in 0.2.0: tensor parallelism over GPUs through NCCL (CUDA
      * backend; see docs/tensor_parallel.md). */
     int32_t tp_world;       /* tensor-parallel degree; 0 or 1 (default): none

@@ -269,9 +269,13 @@ dsq_status dsq_model_load(const char *path, const dsq_model_params *params, dsq_
     if (p.tp_world > 1 &&
         (p.quantize != DSQ_QUANTIZE_NONE || p.quantize_head || m->cfg.quant.method != DSQ_QM_NONE)) {
         /* the rank slicing (lib/tp_weights.c) reads bf16/f16/f32 tensors */
-        st = dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor parallelism (tp_world %d) of quantized weights is not "
-                                           "supported yet; load the model unquantized",
-                      p.tp_world);
+        st = dsq_fail(DSQ_ERR_UNSUPPORTED,
+                      "tensor parallelism (tp_world %d) of quantized weights is not supported yet "
+                      "(%s); load the model unquantized",
+                      p.tp_world,
+                      m->cfg.quant.method != DSQ_QM_NONE ? "the checkpoint is quantized"
+                      : p.quantize != DSQ_QUANTIZE_NONE  ? "dsq_model_params.quantize"
+                                                         : "dsq_model_params.quantize_head");
         goto fail;
     }
     /* every file is checked before the (slow) upload to a device */

@@ -130,7 +130,13 @@ typedef struct q_tile {
     int64_t n[4];      /* the 4 rows (an edge tile repeats its last) */
 } q_tile;
 
-/* ---- portable kernels (fmaf per lane) ------------------------------------------------ */
+/* ---- portable kernels (fmaf per lane) ------------------------------------------------
+ * The fused multiply-add is what fixes the bits, so these call fmaf even
+ * where the CPU has no FMA instruction: on an x86-64 without AVX2/FMA (the
+ * only x86 CPUs that run this code) libm then emulates it, several times
+ * slower than a multiply and an add.  Such CPUs predate 2013 (Haswell,
+ * Piledriver); AArch64 and POWER have the instruction and the compiler
+ * inlines it. */
 
 static void q4_tile_portable(const dsq_q4_mat *W, const q_tile *tl, float out[MAXNT][4])
 {

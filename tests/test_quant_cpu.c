@@ -7,8 +7,9 @@
  *  - dequantization against a scalar reading of the documented layout
  *    written here (nibble by nibble), bit for bit;
  *  - the products: the same bits from every kernel (AVX-512, AVX2,
- *    portable), whatever the batch and the row range, and within fp32
- *    rounding of a double-precision reference;
+ *    portable), whatever the batch and the row range, equal to a scalar
+ *    reading of the lane order quant_cpu_matmul.c documents, and within
+ *    fp32 rounding of a double-precision reference;
  *    outputs poisoned with NaN first, rows outside [o0, o1) must stay NaN;
  *    bias and accumulate;
  *  - the repack functions' refusals (shapes, act-order g_idx).
@@ -288,6 +289,47 @@ static float *product(int is_q4, const dsq_q8_mat *W8, const dsq_q4_mat *W4, con
     return Y;
 }
 
+/* The product as lib/quant_cpu_matmul.c's header defines it, one scalar
+ * fmaf at a time in the stated lane order and lane-sum tree: every kernel
+ * must give these bits.  x is one token's K activations; W' comes from
+ * q4_ref (the layout read nibble by nibble), k past K reads x = 0 and a
+ * code of 0. */
+static float lanes_ref(int is_q4, const dsq_q8_mat *W8, const dsq_q4_mat *W4, const float *x, int64_t K,
+                       int64_t n)
+{
+    float acc[16] = {0};
+    if (is_q4) {
+        for (int64_t g = 0; g < (K + 127) / 128; g++)
+            for (int i = 0; i < 8; i++)
+                for (int j = 0; j < 16; j++) {
+                    const int64_t k = 128 * g + 8 * j + i;
+                    float w;
+                    if (k < K) {
+                        w = q4_ref(W4, n, k);
+                    } else { /* code 0 of the same group */
+                        const int64_t G = (K + 127) / 128;
+                        w = (float)(0 - (int)W4->zeros[n * G + g]) * dsq_f16_to_f32(W4->scales[n * G + g]);
+                    }
+                    acc[j] = fmaf(k < K ? x[k] : 0.0f, w, acc[j]);
+                }
+    } else {
+        for (int64_t c = 0; c < (K + 15) / 16; c++)
+            for (int j = 0; j < 16; j++) {
+                const int64_t k = 16 * c + j;
+                acc[j] = fmaf(k < K ? x[k] : 0.0f, k < K ? (float)W8->q[n * K + k] : 0.0f, acc[j]);
+            }
+    }
+    float a8[8], a4[4], a2[2];
+    for (int i = 0; i < 8; i++)
+        a8[i] = acc[i] + acc[i + 8];
+    for (int i = 0; i < 4; i++)
+        a4[i] = a8[i] + a8[i + 4];
+    for (int i = 0; i < 2; i++)
+        a2[i] = a4[i] + a4[i + 2];
+    const float sum = a2[0] + a2[1];
+    return is_q4 ? sum : sum * W8->scales[n];
+}
+
 /* The products against a double reference on W' (tolerance), and their
  * invariances bit for bit: every kernel this CPU has (portable, AVX2,
  * AVX-512) gives the same bits; a token's outputs do not depend on the
@@ -372,6 +414,16 @@ static void check_product(int is_q4, int64_t N, int64_t K, int32_t T, int with_b
         free(Ya);
         free(Yb);
     }
+    /* the documented lane order, bit for bit */
+    for (int32_t t = 0; t < T; t++)
+        for (int64_t o = o0; o < o1; o++) {
+            float v = lanes_ref(is_q4, &W8, &W4, X + t * ldx, K, o);
+            v = v + (with_bias ? dsq_bf16_to_f32(bb[o]) : 0.0f);
+            v = accumulate ? init + v : v;
+            if (memcmp(&v, &Y[t * ldy + o], 4) != 0)
+                fail_msg("%s %lldx%lld (%d,%lld): %a, the documented lane order gives %a", fmt, (long long)N,
+                         (long long)K, t, (long long)o, (double)Y[t * ldy + o], (double)v);
+        }
     double worst = 0;
     for (int32_t t = 0; t < T; t++)
         for (int64_t o = 0; o < ldy; o++) {
