@@ -12,6 +12,10 @@
 #                                       # (issue 10: AWQ + int8 head memory,
 #                                       # INT8 / Q4 and at-load rows)
 #   bash scripts/gpu_session.sh sanitize # compute-sanitizer memcheck/racecheck
+#   bash scripts/gpu_session.sh first   # one call when device time is short:
+#                                       # the GPU tests of the newest kernels,
+#                                       # the bench rows deciding their
+#                                       # defaults, other tests (prebuilt only)
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -141,8 +145,23 @@ fuzz_bg_end() {
          "$(grep -lE "ERROR|deadly|leak" "$FBG/run"/fuzz-*.log 2>/dev/null | wc -l) ($(el))"
 }
 
+# One `dsqwen bench` row (BENCH_ONLY=regex: only the rows whose name
+# matches; DEADLINE=s: none started after s seconds of the stage).
+bench_row() { # name prompt_len batch args...
+    local name=$1 plen=$2 batch=$3
+    shift 3
+    if [ -n "${BENCH_ONLY:-}" ] && ! [[ $name =~ $BENCH_ONLY ]]; then return 0; fi
+    if [ $(( $(date +%s) - T0 )) -ge "${DEADLINE:-1000000}" ]; then
+        printf "%-22s not run (the stage's %s s deadline)\n" "$name" "$DEADLINE"
+        return 0
+    fi
+    timeout 150 "$B/examples/dsqwen" bench --model $M --prompt-len $plen --max-tokens 64 --batch $batch "$@" \
+        >"$OUT/$name.log" 2>&1
+    printf "%-22s rc=%s %s\n" "$name" $? "$(grep -E "^ *$batch +$plen " "$OUT/$name.log" | tail -1)"
+}
+
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -184,6 +203,52 @@ quant)
         --cleanup --reuse >"$OUT/quant_fullsize.log" 2>&1
     echo "== quant_fullsize rc=$? ($(el))"; grep -v "^ " "$OUT/quant_fullsize.log" | tail -25
     ;;
+first)
+    # One call for a session whose device time is short (a start that finds
+    # no machine costs ~90 s): the GPU tests of the kernels changed since the
+    # last GPU session, then the bench rows that decide their defaults, then
+    # the other GPU tests while the deadline allows (the full-size model is
+    # built on the CPU meanwhile).  Needs the prebuilt binaries.
+    prebuilt || { echo "first: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
+    M=/tmp/dsq_fullsize
+    ( fullsize_model ) &
+    MODEL_PID=$!
+    DEADLINE=${DEADLINE:-540}
+    gtest() { # name [env...]: one test_cuda_* binary, its result in one line
+        local name=$1
+        shift
+        if [ $(( $(date +%s) - T0 )) -ge "$DEADLINE" ]; then echo "$name: not run (deadline)"; return; fi
+        env "$@" timeout 100 "$B/tests/$name" >"$OUT/$name.log" 2>&1
+        local r=$?
+        local what
+        what=$(grep -E "PASSED|FAILED" "$OUT/$name.log" | tail -1)
+        [ $r = 77 ] && what="SKIPPED: $(grep -m1 -i skip "$OUT/$name.log")"
+        printf "%-26s rc=%s (%s) %s\n" "$name" $r "$(el)" "$what"
+        [ $r = 0 ] || [ $r = 77 ] || grep -E "ERROR|FAIL|error" "$OUT/$name.log" | head -8
+    }
+    echo "== GPU tests of stop 24's kernels (gemm_rows Q8/Q4, L2 prefetch, sampling passes, tile loaders)"
+    for t in test_cuda_quant test_cuda_quant_e2e test_cuda_kernels test_cuda_e2e test_cuda_sampling; do gtest $t; done
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_row b1_512 512 1 --kv f16
+    bench_row b1_512_q8 512 1 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_QROWS=64 bench_row b1_512_q8_rows 512 1 --kv f16 --quantize int8 --quantize-head
+    bench_row b1_512_q4 512 1 --kv f16 --quantize q4
+    DSQ_CUDA_QROWS=64 bench_row b1_512_q4_rows 512 1 --kv f16 --quantize q4
+    bench_row b64_1024 1024 64 --kv f16
+    DSQ_CUDA_GEMM_ROWS=64 bench_row b64_1024_rows 1024 64 --kv f16
+    bench_row b64_1024_q4 1024 64 --kv f16 --quantize q4
+    DSQ_CUDA_QROWS=64 bench_row b64_1024_q4_rows 1024 64 --kv f16 --quantize q4
+    DSQ_CUDA_QROWS=64 bench_row b8_512_q4_rows 512 8 --kv f16 --quantize q4
+    bench_row b8_512 512 8 --kv f16
+    DSQ_CUDA_GEMM_ROWS=64 bench_row b8_512_rows 512 8 --kv f16
+    DSQ_CUDA_L2_PREFETCH=8 bench_row b1_512_l2p8 512 1 --kv f16
+    DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_GEMM_ROWS_MIN=1 bench_row b1_512_rows1 512 1 --kv f16
+    echo "== the other GPU tests"
+    for t in test_cuda_step_greedy test_cuda_seq_ops test_cuda_nonfinite test_cuda_loader test_cuda_device_oom \
+        test_cuda_threads; do gtest $t; done
+    gtest test_cuda_attention DSQ_ATTN_QUICK=1
+    ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
     timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_cuda_e2e" >"$OUT/memcheck.log" 2>&1
@@ -198,14 +263,7 @@ bench)
     build dsqwen dsqwen-cli bench_mixed_step
     fullsize_model
     CLI=$B/examples/dsqwen
-    run() { # name prompt_len batch args...  (BENCH_ONLY=regex: only the rows whose name matches)
-        local name=$1 plen=$2 batch=$3
-        shift 3
-        if [ -n "${BENCH_ONLY:-}" ] && ! [[ $name =~ $BENCH_ONLY ]]; then return 0; fi
-        timeout 150 $CLI bench --model $M --prompt-len $plen --max-tokens 64 --batch $batch "$@" \
-            >"$OUT/$name.log" 2>&1
-        printf "%-22s rc=%s %s\n" "$name" $? "$(grep -E "^ *$batch +$plen " "$OUT/$name.log" | tail -1)"
-    }
+    run() { bench_row "$@"; }
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     # BENCH_QUICK=1: the batch-1/8/64 rows, the 4,096-token prefill and the
     # mixed step only (what a prefill or step change moves), ~3 minutes
@@ -330,7 +388,7 @@ fuzz)
     done
     ;;
 *)
-    sed -n '2,44p' "$0"
+    sed -n '2,48p' "$0"
     exit 2
     ;;
 esac
