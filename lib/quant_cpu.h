@@ -162,9 +162,9 @@ void dsq_q4_matmul_rows(float *Y, int64_t ldy, const float *X, int64_t ldx, int3
                         int accumulate, float *scratch);
 
 /* The kernel the products run: chosen from the CPU's features once, on the
- * first product, and kept (DSQ_QISA_AUTO), or forced (tests and benchmarks: not thread-safe, set it
- * before products run).  force returns 0, changing nothing, when the CPU
- * lacks the instructions. */
+ * first product, and kept (DSQ_QISA_AUTO), or forced (tests and benchmarks:
+ * not thread-safe, set it before products run).  force returns 0, changing
+ * nothing, when the CPU lacks the instructions. */
 enum { DSQ_QISA_AUTO = 0, DSQ_QISA_PORTABLE = 1, DSQ_QISA_AVX2 = 2, DSQ_QISA_AVX512 = 3 };
 int dsq_quant_cpu_force_isa(int isa);
 int dsq_quant_cpu_isa(void); /* the one in use now */
