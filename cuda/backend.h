@@ -198,8 +198,10 @@ typedef struct cu_ctx {
     int32_t rows_min;      /* > 0: from this many rows up to rows_max, gemm_rows.cu even
                               below gemv_max (DSQ_CUDA_GEMM_ROWS_MIN; measurement) */
     int32_t qrows_max;     /* quantized products of up to this many rows through
-                              gemm_rows.cu (DSQ_CUDA_QROWS; 0: GEMV / dequantize
-                              + cuBLASLt as before) */
+                              gemm_rows.cu (DSQ_CUDA_QROWS, default 64 on sm_80
+                              and later; 0: GEMV / dequantize + cuBLASLt) */
+    int32_t qrows_q8_min;  /* ... Q8_ROW ones from this many rows (DSQ_CUDA_QROWS_Q8_MIN,
+                              default 3: at 1-2 rows its GEMV is as fast or faster) */
     float *rows_ws;        /* gemm_rows.cu's split-K partials [rows_ws_bytes]
                               (rows_max or qrows_max > 0) */
     size_t rows_ws_bytes;

@@ -166,13 +166,19 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *rmin_env = getenv("DSQ_CUDA_GEMM_ROWS_MIN");
     cc->rows_min = rmin_env && *rmin_env && cc->rows_max > 0 ? atoi(rmin_env) : 0;
     cc->rows_min = cc->rows_min < 0 ? 0 : cc->rows_min > cc->rows_max ? cc->rows_max : cc->rows_min;
-    /* DSQ_CUDA_QROWS=n (1..64): products with Q8_ROW / Q4_G128 weights of
-     * up to n rows on the tensor cores (gemm_rows.cu) instead of the
-     * quantized GEMV (1..8 rows) or dequantize + cuBLASLt (off by default
-     * until measured on the GPU) */
+    /* Products with Q8_ROW / Q4_G128 weights of up to DSQ_CUDA_QROWS rows
+     * (default 64; 0 = off) run on the tensor cores (gemm_rows.cu) instead
+     * of the quantized GEMV (1..8 rows) or dequantize + cuBLASLt; Q8_ROW
+     * ones from DSQ_CUDA_QROWS_Q8_MIN rows (default 3).  Measured on the
+     * H200 (2026-12-05, docs/performance.md "stop 26"): batch-1 decode with
+     * 4-bit weights 1.390 vs 1.471 ms, batch 64 5.86 vs 7.60 ms; INT8 at
+     * batch 1 1.333 vs 1.214 ms (the GEMV stays), at 4-8 rows the products
+     * 1.1-2.7x faster (test_cuda_quant's timing table). */
     const char *qrows_env = getenv("DSQ_CUDA_QROWS");
-    cc->qrows_max = qrows_env && *qrows_env && major >= 8 ? atoi(qrows_env) : 0;
+    cc->qrows_max = major < 8 ? 0 : qrows_env && *qrows_env ? atoi(qrows_env) : DSQ_GEMM_ROWS_MAX;
     cc->qrows_max = cc->qrows_max < 0 ? 0 : cc->qrows_max > DSQ_GEMM_ROWS_MAX ? DSQ_GEMM_ROWS_MAX : cc->qrows_max;
+    const char *q8min_env = getenv("DSQ_CUDA_QROWS_Q8_MIN");
+    cc->qrows_q8_min = q8min_env && *q8min_env ? atoi(q8min_env) : 3;
     /* DSQ_CUDA_L2_PREFETCH=MB: small decode passes prefetch the next
      * weights of each layer into L2 while attention runs (l2_prefetch.cu;
      * off by default until measured on the GPU) */
@@ -307,14 +313,16 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     /* gemm_rows.cu's split-K partials (16 MB; its plan for the split
      * products at 64 rows needs ~5-6 MB: qkv 10-12 splits x 64 x 2,048
      * floats, down ~13 x 64 x 1,536; it clamps to what is here) and one
-     * ticket per 64-row tile of the widest product (the head) */
-    const int rows_on = cc->rows_max > 0 || cc->qrows_max > 0;
+     * ticket per 64-row tile of the widest product (the head); for
+     * quantized products only where the model has quantized weights */
+    const int any_quant = cm->wq_tile_elems > 0 || cm->lm_head.format != DSQ_WF_BF16;
+    const int rows_on = cc->rows_max > 0 || (cc->qrows_max > 0 && any_quant);
     cc->rows_ws_bytes = rows_on ? (size_t)16 << 20 : 0;
     cc->rows_n_tickets = rows_on ? (int32_t)((V > 2 * F ? V : 2 * F) + 63) / 64 : 0;
     size_t o_rws = rows_on ? cu_carve(&off, cc->rows_ws_bytes) : 0;
     size_t o_rtk = rows_on ? cu_carve(&off, (size_t)cc->rows_n_tickets * 4) : 0;
     /* quantized layers: one matrix dequantized to bf16 for the cuBLASLt path */
-    const int64_t wq = ((const cu_model *)c->model->be)->wq_tile_elems;
+    const int64_t wq = cm->wq_tile_elems;
     size_t o_wq = wq ? cu_carve(&off, (size_t)wq * 2) : 0;
     DSQ_TRY(device_alloc(&cc->scratch, off, "activation scratch"));
     char *b = (char *)cc->scratch;

@@ -36,6 +36,7 @@ static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
     e.norm_eps = 0.0f;
     e.rows_max = cc->rows_max;
     e.qrows_max = cc->qrows_max;
+    e.qrows_q8_min = cc->qrows_q8_min;
     e.rows_min = cc->rows_min;
     e.rows_ws = cc->rows_ws;
     e.rows_ws_bytes = cc->rows_ws_bytes;

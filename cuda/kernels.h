@@ -245,8 +245,10 @@ typedef struct dsq_cu_linear_env {
      * even where the GEMV would take them (DSQ_CUDA_GEMM_ROWS_MIN) */
     int32_t rows_min;
     /* Q8_ROW / Q4_G128 products of T <= qrows_max rows through gemm_rows.cu
-     * (0: never; DSQ_CUDA_QROWS), with the same workspace */
+     * (0: never; DSQ_CUDA_QROWS), Q8_ROW only from qrows_q8_min rows, with
+     * the same workspace */
     int32_t qrows_max;
+    int32_t qrows_q8_min;
     float *rows_ws;
     size_t rows_ws_bytes;
     int32_t *rows_tickets;    /* [rows_n_tickets], zero between products */

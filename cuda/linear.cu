@@ -56,7 +56,8 @@ static dsq_status qgemv(const dsq_weight *W, const dsq_bf16 *x, const float *bia
 }
 
 /* Q8_ROW / Q4_G128: with qrows_max (DSQ_CUDA_QROWS), up to that many rows
- * on the tensor cores with the codes converted in registers (gemm_rows.cu);
+ * (Q8_ROW from qrows_q8_min) on the tensor cores with the codes converted
+ * in registers (gemm_rows.cu);
  * otherwise GEMV (dequantizing in registers) for a few rows; for
  * more, the whole matrix dequantized into the context's bf16 tile (exact
  * weights rounded to bf16, as a bf16 checkpoint holds them) and the bf16
@@ -65,7 +66,8 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
                                dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
-    if (T <= env->qrows_max && dsq_cu_gemm_rows_q_ok(T, K, x, W->data)) {
+    const int rows_ok = T <= env->qrows_max && (W->format != DSQ_WF_Q8_ROW || T >= env->qrows_q8_min);
+    if (rows_ok && dsq_cu_gemm_rows_q_ok(T, K, x, W->data)) {
         if (W->format == DSQ_WF_Q8_ROW)
             return dsq_cu_gemm_rows_q8(x, (const int8_t *)W->data, (const float *)W->scales, bias, T, N, K, epi, y,
                                        env->rows_ws, env->rows_ws_bytes, env->rows_tickets, env->rows_n_tickets, 0,

@@ -16,6 +16,8 @@
 #                                       # the GPU tests of the newest kernels,
 #                                       # the bench rows deciding their
 #                                       # defaults, other tests (prebuilt only)
+#   bash scripts/gpu_session.sh qrows   # the quantized products' defaults:
+#                                       # tests, bench rows, bf16 baseline
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -161,7 +163,7 @@ bench_row() { # name prompt_len batch args...
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -248,6 +250,44 @@ first)
     for t in test_cuda_step_greedy test_cuda_seq_ops test_cuda_nonfinite test_cuda_loader test_cuda_device_oom \
         test_cuda_threads; do gtest $t; done
     gtest test_cuda_attention DSQ_ATTN_QUICK=1
+    ;;
+qrows)
+    # the quantized products' defaults (gemm_rows.cu for Q4 from 1 row, Q8
+    # from 3, up to 64; planned split counts): their GPU tests and timing
+    # table, the bench rows beside the previous paths (DSQ_CUDA_QROWS=0),
+    # then the full-size comparison of the bf16 source (the baseline of the
+    # quantized rows' argmax) and of INT8 at load with an int8 head (the
+    # 2.1 GB row) while the deadline allows.  Prebuilt only.
+    prebuilt || { echo "qrows: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
+    M=/tmp/dsq_fullsize
+    ( fullsize_model ) &
+    MODEL_PID=$!
+    DEADLINE=${DEADLINE:-300}
+    for t in test_cuda_quant test_cuda_quant_e2e; do
+        timeout 100 "$B/tests/$t" >"$OUT/$t.log" 2>&1
+        printf "%-22s rc=%s (%s) %s\n" $t $? "$(el)" "$(grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -1)"
+    done
+    grep -E "worst|bit-identical|GPU vs CPU" "$OUT"/test_cuda_quant*.log | sed 's/^.*log://' | head -30
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_row b1_512_q4 512 1 --kv f16 --quantize q4
+    bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    bench_row b8_512_q4 512 8 --kv f16 --quantize q4
+    bench_row b8_512_q8h 512 8 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_QROWS=0 bench_row b8_512_q8h_off 512 8 --kv f16 --quantize int8 --quantize-head
+    bench_row b64_1024_q4 1024 64 --kv f16 --quantize q4
+    bench_row b64_1024_q8h 1024 64 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_QROWS=0 bench_row b64_1024_q8h_off 1024 64 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_QROWS_Q8_MIN=1 bench_row b1_512_q8h_rows 512 1 --kv f16 --quantize int8 --quantize-head
+    left=$(( DEADLINE - $(date +%s) + T0 ))
+    if [ $left -ge 120 ]; then
+        DSQWEN_LIBRARY=$B/libdsqwen.so timeout $left python3 tests/fixtures/quant_fullsize_check.py \
+            --formats ${QFORMATS:-bf16,q8} --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" \
+            --batches 1 --speed-steps 16 --cleanup --reuse >"$OUT/quant_fullsize.log" 2>&1
+        echo "== quant_fullsize rc=$? ($(el))"; grep -v "^ \|Loading" "$OUT/quant_fullsize.log" | tail -12
+    else
+        echo "== quant_fullsize: not run ($left s left of the deadline)"
+    fi
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
@@ -388,7 +428,7 @@ fuzz)
     done
     ;;
 *)
-    sed -n '2,48p' "$0"
+    sed -n '2,50p' "$0"
     exit 2
     ;;
 esac

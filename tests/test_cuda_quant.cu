@@ -420,8 +420,27 @@ static void test_linear_qrows_dispatch(void **state)
         to_host(ha, da, (size_t)9 * N * 4);
         to_host(hb, db, (size_t)9 * N * 4);
         assert_memory_equal(ha, hb, (size_t)9 * N * 4);
-        printf("  dsq_cu_linear %s, qrows_max 64 (T 1, 7, 9, 64), 0 (T 3), 8 (T 9): bit-identical to the direct "
-               "launches\n", is_q4 ? "q4" : "q8");
+        /* qrows_q8_min 3 (the default): Q8 products of 1-2 rows take the
+         * GEMV, of 3 gemm_rows.cu; Q4 ones gemm_rows.cu from 1 row */
+        env.qrows_max = TM;
+        env.qrows_q8_min = 3;
+        for (int T = 1; T <= 3; T++) {
+            DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_STORE, da, &env));
+            if (is_q4 || T >= 3)
+                DS(is_q4 ? dsq_cu_gemm_rows_q4((const dsq_bf16 *)dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds,
+                                               (const uint8_t *)m.dz, NULL, T, N, K, DSQ_EPI_STORE, db, (float *)dws,
+                                               wsb, (int32_t *)dtk, 64, 0, 0)
+                         : dsq_cu_gemm_rows_q8((const dsq_bf16 *)dx, (const int8_t *)m.dq, (const float *)m.ds, NULL,
+                                               T, N, K, DSQ_EPI_STORE, db, (float *)dws, wsb, (int32_t *)dtk, 64, 0,
+                                               0));
+            else
+                DS(launch(&m, dx, NULL, T, DSQ_EPI_STORE, db, 0, 0, -1));
+            to_host(ha, da, (size_t)T * N * 4);
+            to_host(hb, db, (size_t)T * N * 4);
+            assert_memory_equal(ha, hb, (size_t)T * N * 4);
+        }
+        printf("  dsq_cu_linear %s, qrows_max 64 (T 1, 7, 9, 64), 0 (T 3), 8 (T 9), 64 with q8 from 3 rows (T 1-3): "
+               "bit-identical to the direct launches\n", is_q4 ? "q4" : "q8");
         free(x), free(ha), free(hb);
         cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(dws), cudaFree(dtk);
         free_qmat(&m);

@@ -98,12 +98,18 @@ static void test_gpu_vs_cpu(void **state)
     free(r);
 }
 
-/* The same with DSQ_CUDA_QROWS=64: every product of the prompt (12 rows)
- * and of the decode steps (1 row) through gemm_rows.cu's Q8 / Q4 kernels
- * (quant_tiny's in-feature counts are multiples of 128, as they need). */
+/* The defaults (above) send every Q4 product of the prompt (12 rows) and
+ * of the decode steps (1 row), and the Q8 ones of the prompt, through
+ * gemm_rows.cu (quant_tiny's in-feature counts are multiples of 128, as it
+ * needs); the other paths once more: Q8 decode rows on the tensor cores
+ * too (DSQ_CUDA_QROWS_Q8_MIN=1), then none (DSQ_CUDA_QROWS=0: the
+ * quantized GEMV and dequantize + cuBLASLt). */
 static void test_gpu_vs_cpu_qrows(void **state)
 {
-    assert_int_equal(setenv("DSQ_CUDA_QROWS", "64", 1), 0);
+    assert_int_equal(setenv("DSQ_CUDA_QROWS_Q8_MIN", "1", 1), 0);
+    test_gpu_vs_cpu(state);
+    unsetenv("DSQ_CUDA_QROWS_Q8_MIN");
+    assert_int_equal(setenv("DSQ_CUDA_QROWS", "0", 1), 0);
     test_gpu_vs_cpu(state);
     unsetenv("DSQ_CUDA_QROWS");
 }
