@@ -270,14 +270,16 @@ qrows)
     grep -E "worst|bit-identical|GPU vs CPU" "$OUT"/test_cuda_quant*.log | sed 's/^.*log://' | head -30
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    # pairs: the default, then the previous path (any card: compare within a run)
     bench_row b1_512_q4 512 1 --kv f16 --quantize q4
-    bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
-    bench_row b8_512_q4 512 8 --kv f16 --quantize q4
+    DSQ_CUDA_QROWS=0 bench_row b1_512_q4_off 512 1 --kv f16 --quantize q4
     bench_row b8_512_q8h 512 8 --kv f16 --quantize int8 --quantize-head
     DSQ_CUDA_QROWS=0 bench_row b8_512_q8h_off 512 8 --kv f16 --quantize int8 --quantize-head
-    bench_row b64_1024_q4 1024 64 --kv f16 --quantize q4
     bench_row b64_1024_q8h 1024 64 --kv f16 --quantize int8 --quantize-head
     DSQ_CUDA_QROWS=0 bench_row b64_1024_q8h_off 1024 64 --kv f16 --quantize int8 --quantize-head
+    bench_row b8_512_q4 512 8 --kv f16 --quantize q4
+    bench_row b64_1024_q4 1024 64 --kv f16 --quantize q4
+    bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     DSQ_CUDA_QROWS_Q8_MIN=1 bench_row b1_512_q8h_rows 512 1 --kv f16 --quantize int8 --quantize-head
     left=$(( DEADLINE - $(date +%s) + T0 ))
     if [ $left -ge 120 ]; then
