@@ -202,6 +202,9 @@ typedef struct cu_ctx {
                               and later; 0: GEMV / dequantize + cuBLASLt) */
     int32_t qrows_q8_min;  /* ... Q8_ROW ones from this many rows (DSQ_CUDA_QROWS_Q8_MIN,
                               default 3: at 1-2 rows its GEMV is as fast or faster) */
+    int32_t qtile_parts;   /* 2 (default): quantized products of more rows through the
+                              dequantization tile as hi + lo bf16 parts (exact);
+                              1: one bf16-rounded part (DSQ_CUDA_QTILE=1) */
     float *rows_ws;        /* gemm_rows.cu's split-K partials [rows_ws_bytes]
                               (rows_max or qrows_max > 0) */
     size_t rows_ws_bytes;

@@ -179,6 +179,12 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->qrows_max = cc->qrows_max < 0 ? 0 : cc->qrows_max > DSQ_GEMM_ROWS_MAX ? DSQ_GEMM_ROWS_MAX : cc->qrows_max;
     const char *q8min_env = getenv("DSQ_CUDA_QROWS_Q8_MIN");
     cc->qrows_q8_min = q8min_env && *q8min_env ? atoi(q8min_env) : 3;
+    /* DSQ_CUDA_QTILE=1: quantized products of more rows than gemm_rows.cu
+     * takes (prompts) use the weights rounded to bf16 in one cuBLASLt
+     * product instead of two bf16 parts that add up to the exact weights
+     * (twice the products' arithmetic; docs/numerics.md "Stop 26") */
+    const char *qtile_env = getenv("DSQ_CUDA_QTILE");
+    cc->qtile_parts = qtile_env && qtile_env[0] == '1' ? 1 : 2;
     /* DSQ_CUDA_L2_PREFETCH=MB: small decode passes prefetch the next
      * weights of each layer into L2 while attention runs (l2_prefetch.cu;
      * off by default until measured on the GPU) */

@@ -398,19 +398,29 @@ extern "C" dsq_status dsq_cu_gemv_q4(const dsq_bf16 *x, const uint8_t *q, const 
 
 /* ---- dequantize to bf16 rows ------------------------------------------------------ */
 
+/* The bf16 part `part` of the exact fp32 weight w: 0 = bf16(w), 1 = the
+ * remainder bf16(w - bf16(w)).  For Q4_G128 (an fp16 scale times an
+ * integer of at most 5 bits: at most 16 significant bits) the two parts sum
+ * to w exactly; for Q8_ROW to within 2^-16 of it, relative. */
+__device__ __forceinline__ uint16_t bf_part(float w, int part)
+{
+    const uint16_t hi = dsq_f2bf(w);
+    return part ? dsq_f2bf(w - __uint_as_float((uint32_t)hi << 16)) : hi;
+}
+
 /* One thread per output weight of rows [n0, n0 + rows); grid-stride. */
 __global__ void dequant_q8_kernel(const int8_t *__restrict__ q, const float *__restrict__ scales, int K,
-                                  int n0, size_t total, uint16_t *__restrict__ out)
+                                  int n0, size_t total, int part, uint16_t *__restrict__ out)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t n = n0 + i / K, k = i % K;
-        out[i] = dsq_f2bf((float)q[n * K + k] * scales[n]);
+        out[i] = bf_part((float)q[n * K + k] * scales[n], part);
     }
 }
 
 __global__ void dequant_q4_kernel(const uint8_t *__restrict__ q, const uint16_t *__restrict__ scales,
-                                  const uint8_t *__restrict__ zeros, int K, int n0, size_t total,
+                                  const uint8_t *__restrict__ zeros, int K, int n0, size_t total, int part,
                                   uint16_t *__restrict__ out)
 {
     const size_t ldq = (size_t)((K + 31) / 32) * 16, G = (size_t)(K + 127) / 128;
@@ -419,7 +429,7 @@ __global__ void dequant_q4_kernel(const uint8_t *__restrict__ q, const uint16_t 
         const size_t n = n0 + i / K, k = i % K;
         const int code = (q[n * ldq + k / 2] >> (4 * (k & 1))) & 15;
         const size_t gi = n * G + k / 128;
-        out[i] = dsq_f2bf((float)(code - (int)zeros[gi]) * __half2float(__ushort_as_half(scales[gi])));
+        out[i] = bf_part((float)(code - (int)zeros[gi]) * __half2float(__ushort_as_half(scales[gi])), part);
     }
 }
 
@@ -430,26 +440,26 @@ static unsigned grid_for(size_t total)
 }
 
 extern "C" dsq_status dsq_cu_dequant_q8_bf16(const int8_t *q, const float *scales, int32_t K, int32_t n0,
-                                             int32_t n1, dsq_bf16 *out, cudaStream_t stream)
+                                             int32_t n1, int32_t part, dsq_bf16 *out, cudaStream_t stream)
 {
-    if (!q || !scales || !out || K < 1 || n0 < 0 || n1 < n0)
+    if (!q || !scales || !out || K < 1 || n0 < 0 || n1 < n0 || (part != 0 && part != 1))
         return dsq_fail(DSQ_ERR_INTERNAL, "dequant_q8_bf16: bad arguments (K %d, rows %d..%d)", K, n0, n1);
     const size_t total = (size_t)(n1 - n0) * (size_t)K;
     if (total == 0)
         return DSQ_OK;
-    dequant_q8_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, K, n0, total, out);
+    dequant_q8_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, K, n0, total, part, out);
     return DSQ_CU_LAUNCHED("dequant_q8_bf16");
 }
 
 extern "C" dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
-                                             int32_t K, int32_t n0, int32_t n1, dsq_bf16 *out,
+                                             int32_t K, int32_t n0, int32_t n1, int32_t part, dsq_bf16 *out,
                                              cudaStream_t stream)
 {
-    if (!q || !scales || !zeros || !out || K < 1 || n0 < 0 || n1 < n0)
+    if (!q || !scales || !zeros || !out || K < 1 || n0 < 0 || n1 < n0 || (part != 0 && part != 1))
         return dsq_fail(DSQ_ERR_INTERNAL, "dequant_q4_bf16: bad arguments (K %d, rows %d..%d)", K, n0, n1);
     const size_t total = (size_t)(n1 - n0) * (size_t)K;
     if (total == 0)
         return DSQ_OK;
-    dequant_q4_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, zeros, K, n0, total, out);
+    dequant_q4_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, zeros, K, n0, total, part, out);
     return DSQ_CU_LAUNCHED("dequant_q4_bf16");
 }

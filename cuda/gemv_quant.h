@@ -60,12 +60,14 @@ dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_
                               cudaStream_t stream);
 
 /* Large batches: rows [n0, n1) of W dequantized into bf16 out [n1-n0][K]
- * (row stride K), each weight the exact fp32 value rounded to nearest even,
- * for the cuBLASLt path (dsq_gemm_run) on a scratch tile of rows. */
+ * (row stride K) for the cuBLASLt path (dsq_gemm_run) on a scratch tile of
+ * rows: part 0, each weight's exact fp32 value w rounded to nearest even;
+ * part 1, the remainder bf16(w - bf16(w)) (the two parts' products summed
+ * give the exact weights' product: Q4 exactly, Q8 to 2^-16). */
 dsq_status dsq_cu_dequant_q8_bf16(const int8_t *q, const float *scales, int32_t K, int32_t n0,
-                                  int32_t n1, dsq_bf16 *out, cudaStream_t stream);
+                                  int32_t n1, int32_t part, dsq_bf16 *out, cudaStream_t stream);
 dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
-                                  int32_t K, int32_t n0, int32_t n1, dsq_bf16 *out,
+                                  int32_t K, int32_t n0, int32_t n1, int32_t part, dsq_bf16 *out,
                                   cudaStream_t stream);
 
 /* Tensor-core products of 1..DSQ_GEMM_ROWS_MAX rows (cuda/gemm_rows.cu,

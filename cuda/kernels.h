@@ -249,6 +249,10 @@ typedef struct dsq_cu_linear_env {
      * the same workspace */
     int32_t qrows_max;
     int32_t qrows_q8_min;
+    /* quantized products through the dequantization tile: 1 = the
+     * weights rounded to bf16 (DSQ_CUDA_QTILE=1), else two bf16 parts
+     * whose products add up to the exact weights' */
+    int32_t qtile_parts;
     float *rows_ws;
     size_t rows_ws_bytes;
     int32_t *rows_tickets;    /* [rows_n_tickets], zero between products */

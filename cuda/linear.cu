@@ -55,13 +55,26 @@ static dsq_status qgemv(const dsq_weight *W, const dsq_bf16 *x, const float *bia
                           bias, n, N, K, epi, y, s);
 }
 
+/* Part `part` of W (0: bf16(w), 1: bf16(w - bf16(w))) into the context's
+ * dequantization tile. */
+static dsq_status dequant_part(const dsq_weight *W, int part, const dsq_cu_linear_env *env)
+{
+    const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
+    return W->format == DSQ_WF_Q8_ROW
+               ? dsq_cu_dequant_q8_bf16((const int8_t *)W->data, (const float *)W->scales, K, 0, N, part,
+                                        env->wq_tile, env->stream)
+               : dsq_cu_dequant_q4_bf16((const uint8_t *)W->data, (const uint16_t *)W->scales,
+                                        (const uint8_t *)W->zeros, K, 0, N, part, env->wq_tile, env->stream);
+}
+
 /* Q8_ROW / Q4_G128: with qrows_max (DSQ_CUDA_QROWS), up to that many rows
  * (Q8_ROW from qrows_q8_min) on the tensor cores with the codes converted
  * in registers (gemm_rows.cu);
  * otherwise GEMV (dequantizing in registers) for a few rows; for
- * more, the whole matrix dequantized into the context's bf16 tile (exact
- * weights rounded to bf16, as a bf16 checkpoint holds them) and the bf16
- * path; without a tile big enough (the head), GEMV in groups of rows. */
+ * more, the whole matrix dequantized into the context's bf16 tile in two
+ * parts whose products add up to the exact weights' (DSQ_CUDA_QTILE=1: one
+ * part, the weights rounded to bf16) and cuBLASLt; without a tile big
+ * enough (the head), GEMV in groups of rows. */
 static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
                                dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
@@ -77,22 +90,38 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
                                    env->rows_tickets, env->rows_n_tickets, 0, env->stream);
     }
     if (T > DSQ_QGEMV_MAX && env->wq_tile && (int64_t)N * K <= env->wq_tile_elems) {
-        dsq_status st = W->format == DSQ_WF_Q8_ROW
-                            ? dsq_cu_dequant_q8_bf16((const int8_t *)W->data, (const float *)W->scales, K, 0, N,
-                                                     env->wq_tile, env->stream)
-                            : dsq_cu_dequant_q4_bf16((const uint8_t *)W->data, (const uint16_t *)W->scales,
-                                                     (const uint8_t *)W->zeros, K, 0, N, env->wq_tile, env->stream);
-        if (st != DSQ_OK)
-            return st;
-        dsq_weight d = *W;
-        d.format = DSQ_WF_BF16;
-        d.data = env->wq_tile;
-        d.scales = d.zeros = NULL;
-        dsq_cu_linear_env e = *env;
-        e.norm_w = NULL; /* made by dsq_cu_linear already */
-        e.gemv_max = 0; /* T > 8 here: cuBLASLt */
-        e.rows_max = 0; /* gemm_rows.cu loads W before its PDL wait: never a tile the kernel before wrote */
-        return linear_bf16(&d, x, bias, T, epi, y, &e);
+        if (env->qtile_parts == 1) { /* DSQ_CUDA_QTILE=1: the weights rounded to bf16, one product */
+            dsq_status st = dequant_part(W, 0, env);
+            if (st != DSQ_OK)
+                return st;
+            dsq_weight d = *W;
+            d.format = DSQ_WF_BF16;
+            d.data = env->wq_tile;
+            d.scales = d.zeros = NULL;
+            dsq_cu_linear_env e = *env;
+            e.norm_w = NULL; /* made by dsq_cu_linear already */
+            e.gemv_max = 0; /* T > 8 here: cuBLASLt */
+            e.rows_max = 0; /* gemm_rows.cu loads W before its PDL wait: never a tile the kernel before wrote */
+            return linear_bf16(&d, x, bias, T, epi, y, &e);
+        }
+        /* The exact weights as two bf16 parts (hi = bf16(w), lo = bf16(w -
+         * hi)), one tile reused: x hi^T, then + x lo^T (cuBLASLt's beta = 1),
+         * then the epilogue.  A single bf16-rounded copy moved the full-size
+         * 4-bit model's logits 9.7e-3 from fp32 (argmax 96.4%); rounding
+         * activations alone moves them 5.8e-3 (98.1%): docs/numerics.md,
+         * "Stop 26". */
+        const int silu = epi == DSQ_EPI_SILU_MUL;
+        float *acc = silu ? env->gu_scratch : (float *)y; /* fp32 [T][N] */
+        const dsq_epilogue e0 = silu ? DSQ_EPI_STORE : epi;
+        for (int part = 0; part < 2; part++) {
+            dsq_status st = dequant_part(W, part, env);
+            if (st == DSQ_OK)
+                st = dsq_gemm_run(env->gemm, x, env->wq_tile, part == 0 && e0 == DSQ_EPI_BIAS ? bias : NULL, T, N,
+                                  K, part == 0 ? e0 : DSQ_EPI_ADD, acc, env->stream);
+            if (st != DSQ_OK)
+                return st;
+        }
+        return silu ? dsq_cu_silu_mul(env->gu_scratch, T, N / 2, (dsq_bf16 *)y, env->stream) : DSQ_OK;
     }
     /* y row width: SILU_MUL writes N/2 bf16, the others N fp32 */
     const size_t y_row = epi == DSQ_EPI_SILU_MUL ? (size_t)(N / 2) * sizeof(dsq_bf16) : (size_t)N * sizeof(float);

@@ -455,23 +455,117 @@ static void test_dequant_bf16(void **state)
             qmat m = make_qmat(is_q4, SIZES[si][0], SIZES[si][1]);
             const int32_t n0 = m.N > 3 ? 2 : 0, n1 = (int32_t)m.N;
             const size_t n = (size_t)(n1 - n0) * (size_t)m.K;
-            uint16_t *dout = (uint16_t *)dev_nan(n * 2);
-            if (is_q4)
-                DS(dsq_cu_dequant_q4_bf16((const uint8_t *)m.dq, (const uint16_t *)m.ds, (const uint8_t *)m.dz,
-                                          (int32_t)m.K, n0, n1, dout, 0));
-            else
-                DS(dsq_cu_dequant_q8_bf16((const int8_t *)m.dq, (const float *)m.ds, (int32_t)m.K, n0, n1, dout, 0));
-            uint16_t *got = (uint16_t *)malloc(n * 2);
-            to_host(got, dout, n * 2);
-            for (size_t i = 0; i < n; i++) {
-                uint16_t want = dsq_f32_to_bf16(m.deq[(size_t)n0 * m.K + i]);
-                if (got[i] != want)
-                    fail_msg("%s dequant %zu: %04x, bf16(cpu) %04x", is_q4 ? "q4" : "q8", i, got[i], want);
+            uint16_t *got[2];
+            for (int part = 0; part < 2; part++) {
+                uint16_t *dout = (uint16_t *)dev_nan(n * 2);
+                if (is_q4)
+                    DS(dsq_cu_dequant_q4_bf16((const uint8_t *)m.dq, (const uint16_t *)m.ds, (const uint8_t *)m.dz,
+                                              (int32_t)m.K, n0, n1, part, dout, 0));
+                else
+                    DS(dsq_cu_dequant_q8_bf16((const int8_t *)m.dq, (const float *)m.ds, (int32_t)m.K, n0, n1, part,
+                                              dout, 0));
+                got[part] = (uint16_t *)malloc(n * 2);
+                to_host(got[part], dout, n * 2);
+                cudaFree(dout);
             }
-            free(got);
-            cudaFree(dout);
+            double worst = 0; /* |hi + lo - w| / |w| */
+            for (size_t i = 0; i < n; i++) {
+                const float w = m.deq[(size_t)n0 * m.K + i];
+                const uint16_t hi = dsq_f32_to_bf16(w), lo = dsq_f32_to_bf16(w - dsq_bf16_to_f32(hi));
+                if (got[0][i] != hi || got[1][i] != lo)
+                    fail_msg("%s dequant %zu: %04x %04x, bf16 parts of cpu %04x %04x", is_q4 ? "q4" : "q8", i,
+                             got[0][i], got[1][i], hi, lo);
+                const double d = fabs((double)dsq_bf16_to_f32(got[0][i]) + dsq_bf16_to_f32(got[1][i]) - w);
+                if (w != 0 && d / fabs(w) > worst)
+                    worst = d / fabs(w);
+            }
+            /* Q4: an fp16 scale times an integer of <= 5 bits has <= 16
+             * significant bits, so the parts are exact; Q8 within 2^-16 */
+            if (is_q4 ? worst != 0 : worst > 0x1p-16)
+                fail_msg("%s dequant parts: hi + lo off the exact weight by %g relative", is_q4 ? "q4" : "q8", worst);
+            free(got[0]);
+            free(got[1]);
             free_qmat(&m);
         }
+}
+
+/* The tile path of dsq_cu_linear (more rows than gemm_rows.cu takes:
+ * qrows_max 0 here) against the CPU product of the exact weights: two
+ * parts (the default) within the tolerance of the products on exact
+ * weights; one part (DSQ_CUDA_QTILE=1) further, as rounding every weight
+ * to bf16 makes it.  Every epilogue but the SwiGLU one (its gate/up path
+ * shares the accumulation; test_cuda_quant_e2e runs it). */
+static void test_linear_tile_exact(void **state)
+{
+    (void)state;
+    for (int is_q4 = 0; is_q4 < 2; is_q4++) {
+        const int N = 200, K = 640, T = 19;
+        qmat m = make_qmat(is_q4, N, K);
+        uint16_t *x = (uint16_t *)malloc((size_t)T * K * 2);
+        float *xf = (float *)malloc((size_t)T * K * 4), *bias = (float *)malloc((size_t)N * 4);
+        float *y0 = (float *)malloc((size_t)T * N * 4), *got = (float *)malloc((size_t)T * N * 4);
+        for (int i = 0; i < T * K; i++) {
+            x[i] = dsq_f32_to_bf16(frand(1.0f));
+            xf[i] = dsq_bf16_to_f32(x[i]);
+        }
+        for (int i = 0; i < N; i++)
+            bias[i] = frand(1.0f);
+        for (int i = 0; i < T * N; i++)
+            y0[i] = frand(1.0f);
+        uint16_t *dx = (uint16_t *)dev_copy(x, (size_t)T * K * 2);
+        float *dbias = (float *)dev_copy(bias, (size_t)N * 4);
+        float *dy = (float *)dev_nan((size_t)T * N * 4);
+        dsq_bf16 *tile = (dsq_bf16 *)dev_nan((size_t)N * K * 2);
+        dsq_gemm *gemm = NULL;
+        DS(dsq_gemm_create((size_t)32 << 20, &gemm));
+        dsq_cu_linear_env env = {};
+        env.gemm = gemm;
+        env.wq_tile = tile;
+        env.wq_tile_elems = (int64_t)N * K;
+        dsq_weight w = {};
+        w.format = is_q4 ? DSQ_WF_Q4_G128 : DSQ_WF_Q8_ROW;
+        w.layout = DSQ_WL_ROWS;
+        w.rows = N;
+        w.cols = K;
+        w.data = m.dq;
+        w.scales = m.ds;
+        w.zeros = m.dz;
+        w.group_size = is_q4 ? 128 : 0;
+        double worst[2] = {0, 0};
+        for (int parts = 2; parts >= 1; parts--)
+            for (int e = 0; e < 3; e++) {
+                const dsq_epilogue epi = e == 0 ? DSQ_EPI_STORE : e == 1 ? DSQ_EPI_BIAS : DSQ_EPI_ADD;
+                env.qtile_parts = parts;
+                if (epi == DSQ_EPI_ADD)
+                    CU(cudaMemcpy(dy, y0, (size_t)T * N * 4, cudaMemcpyHostToDevice));
+                else
+                    CU(cudaMemset(dy, 0xff, (size_t)T * N * 4)); /* NaN */
+                DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, epi == DSQ_EPI_BIAS ? dbias : NULL, T, epi, dy, &env));
+                to_host(got, dy, (size_t)T * N * 4);
+                for (int t = 0; t < T; t++)
+                    for (int n = 0; n < N; n++) {
+                        double ref = 0, mag = 0;
+                        for (int k = 0; k < K; k++) {
+                            const double p = (double)xf[t * K + k] * m.deq[(size_t)n * K + k];
+                            ref += p;
+                            mag += fabs(p);
+                        }
+                        ref += epi == DSQ_EPI_BIAS ? bias[n] : epi == DSQ_EPI_ADD ? y0[t * N + n] : 0;
+                        const double tol = 4.0 * K * 0x1p-24 * (mag + 1.0);
+                        const double r = fabs(got[t * N + n] - ref) / tol;
+                        if (!(r <= worst[parts - 1]))
+                            worst[parts - 1] = r; /* NaN sticks */
+                    }
+            }
+        printf("  tile path %s, T %d: |gpu - exact| / tol worst %.3f (two parts), %.3f (one bf16 part)\n",
+               is_q4 ? "q4" : "q8", T, worst[1], worst[0]);
+        assert_true(worst[1] <= 1.0);
+        assert_true(worst[0] > worst[1]); /* the one-part path rounds every weight: further off */
+        dsq_gemm_destroy(gemm);
+        cudaFree(dx), cudaFree(dbias), cudaFree(dy), cudaFree(tile);
+        free(x), free(xf), free(bias), free(y0), free(got);
+        free_qmat(&m);
+    }
 }
 
 static void test_bad_args(void **state)
@@ -650,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_gemm_rows_q4),
         cmocka_unit_test(test_linear_qrows_dispatch),
         cmocka_unit_test(test_dequant_bf16),
+        cmocka_unit_test(test_linear_tile_exact),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_quant_product_timing),
     };

@@ -103,7 +103,8 @@ static void test_gpu_vs_cpu(void **state)
  * gemm_rows.cu (quant_tiny's in-feature counts are multiples of 128, as it
  * needs); the other paths once more: Q8 decode rows on the tensor cores
  * too (DSQ_CUDA_QROWS_Q8_MIN=1), then none (DSQ_CUDA_QROWS=0: the
- * quantized GEMV and dequantize + cuBLASLt). */
+ * quantized GEMV and the dequantization tile in two exact parts), then
+ * the tile as one bf16-rounded part (DSQ_CUDA_QTILE=1). */
 static void test_gpu_vs_cpu_qrows(void **state)
 {
     assert_int_equal(setenv("DSQ_CUDA_QROWS_Q8_MIN", "1", 1), 0);
@@ -111,6 +112,9 @@ static void test_gpu_vs_cpu_qrows(void **state)
     unsetenv("DSQ_CUDA_QROWS_Q8_MIN");
     assert_int_equal(setenv("DSQ_CUDA_QROWS", "0", 1), 0);
     test_gpu_vs_cpu(state);
+    assert_int_equal(setenv("DSQ_CUDA_QTILE", "1", 1), 0);
+    test_gpu_vs_cpu(state);
+    unsetenv("DSQ_CUDA_QTILE");
     unsetenv("DSQ_CUDA_QROWS");
 }
 
