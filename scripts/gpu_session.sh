@@ -253,8 +253,9 @@ first)
     ;;
 qrows)
     # the quantized products' defaults (gemm_rows.cu for Q4 from 1 row, Q8
-    # from 3, up to 64; planned split counts): their GPU tests and timing
-    # table, the bench rows beside the previous paths (DSQ_CUDA_QROWS=0),
+    # from 3, up to 64; planned split counts; prompts on the exact two-part
+    # tile): their GPU tests and timing table, the bench rows beside the
+    # previous paths (DSQ_CUDA_QROWS=0, DSQ_CUDA_QTILE=1),
     # then the full-size comparison of the bf16 source (the baseline of the
     # quantized rows' argmax) and of INT8 at load with an int8 head (the
     # 2.1 GB row) while the deadline allows.  Prebuilt only.
@@ -273,6 +274,9 @@ qrows)
     # pairs: the default, then the previous path (any card: compare within a run)
     bench_row b1_512_q4 512 1 --kv f16 --quantize q4
     DSQ_CUDA_QROWS=0 bench_row b1_512_q4_off 512 1 --kv f16 --quantize q4
+    # the prompt (one 512-row chunk) through one bf16-rounded tile part
+    # instead of the exact two: prefill_t/s is the cost of exactness
+    DSQ_CUDA_QTILE=1 bench_row b1_512_q4_tile1 512 1 --kv f16 --quantize q4
     bench_row b8_512_q8h 512 8 --kv f16 --quantize int8 --quantize-head
     DSQ_CUDA_QROWS=0 bench_row b8_512_q8h_off 512 8 --kv f16 --quantize int8 --quantize-head
     bench_row b64_1024_q8h 1024 64 --kv f16 --quantize int8 --quantize-head
