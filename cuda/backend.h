@@ -206,7 +206,7 @@ typedef struct cu_ctx {
                               dequantization tile as hi + lo bf16 parts (exact);
                               1: one bf16-rounded part (DSQ_CUDA_QTILE=1) */
     float *rows_ws;        /* gemm_rows.cu's split-K partials [rows_ws_bytes]
-                              (rows_max or qrows_max > 0) */
+                              (rows_max > 0, or qrows_max > 0 with quantized weights) */
     size_t rows_ws_bytes;
     int32_t *rows_tickets; /* [rows_n_tickets], zeroed at creation */
     int32_t rows_n_tickets;

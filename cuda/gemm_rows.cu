@@ -340,21 +340,25 @@ template <int NT8> static size_t smem_bytes() { return (size_t)2 * NT8 * 8 * XS 
 /* The split count: `splits` (0: enough blocks for about half the resident
  * slots, so that enough weight bytes are in flight), never more than the
  * stages, and 1 unless the workspace holds S partials and a ticket per
- * tile.  A planned count also stays within two thirds of the stages and
- * keeps the partials' bytes (S x T x 4 per output) within a third of the
- * weight row's bytes: the best counts of the H200's timing table
- * (test_cuda_quant, 2026-12-05: e.g. 8 for qkv at 1-8 rows, 4 at 16, 1 at
- * 64; 8 for down at 64), where the plan alone measured 6.7 us against 4.2
- * (o, Q4, 1 row) and 35.2 against 15.3 (qkv, Q8, 64 rows). */
+ * tile.  For quantized weights (row_bytes > 0) a planned count also stays
+ * within two thirds of the stages and keeps the partials' bytes (S x T x 4
+ * per output) within a third of the weight row's bytes: the best of the
+ * forced counts 1/2/4/8 in the H200's timing table (test_cuda_quant,
+ * 2026-12-05: e.g. 8 for qkv at 1-8 rows, 4 at 16, 1 at 64) but for Q4
+ * down at 64 rows (5 where 8 was best) and Q8 qkv / o at 64 (2 where 1
+ * was), where the plan alone measured 6.7 us against 4.2 (o, Q4, 1 row)
+ * and 35.2 against 15.3 (qkv, Q8, 64 rows).  bf16 plans as before. */
 static int plan_splits(int splits, unsigned resident, unsigned tiles, const RowsArgs &a, size_t ws_floats,
                        int n_tickets, size_t row_bytes)
 {
     if (splits <= 0) {
         splits = (int)(resident / (2 * tiles));
-        const int by_stages = a.kstages * 2 / 3;
-        const int by_bytes = (int)(row_bytes / ((size_t)12 * a.T));
-        splits = splits > by_stages ? by_stages : splits;
-        splits = splits > by_bytes ? by_bytes : splits;
+        if (row_bytes > 0) {
+            const int by_stages = a.kstages * 2 / 3;
+            const int by_bytes = (int)(row_bytes / ((size_t)12 * a.T));
+            splits = splits > by_stages ? by_stages : splits;
+            splits = splits > by_bytes ? by_bytes : splits;
+        }
     }
     if (splits > a.kstages)
         splits = a.kstages;
@@ -375,7 +379,7 @@ static cudaError_t launch_t(RowsArgs a, int splits, size_t ws_floats, int n_tick
     const unsigned res = splits > 0 ? 0
                                     : dsq_cu_resident_blocks((const void *)gemm_rows_kernel<WF, NT8, EPI>, RW * 32,
                                                              smem, &occ);
-    const size_t row_bytes = WF == W_BF16 ? (size_t)a.K * 2 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
+    const size_t row_bytes = WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2; /* 0: no caps */
     a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes);
     return dsq_launch_pdl(gemm_rows_kernel<WF, NT8, EPI>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
 }

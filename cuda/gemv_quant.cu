@@ -405,7 +405,7 @@ extern "C" dsq_status dsq_cu_gemv_q4(const dsq_bf16 *x, const uint8_t *q, const 
 __device__ __forceinline__ uint16_t bf_part(float w, int part)
 {
     const uint16_t hi = dsq_f2bf(w);
-    return part ? dsq_f2bf(w - __uint_as_float((uint32_t)hi << 16)) : hi;
+    return part ? dsq_f2bf(__fsub_rn(w, __uint_as_float((uint32_t)hi << 16))) : hi;
 }
 
 /* One thread per output weight of rows [n0, n0 + rows); grid-stride. */
@@ -415,7 +415,7 @@ __global__ void dequant_q8_kernel(const int8_t *__restrict__ q, const float *__r
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t n = n0 + i / K, k = i % K;
-        out[i] = bf_part((float)q[n * K + k] * scales[n], part);
+        out[i] = bf_part(__fmul_rn((float)q[n * K + k], scales[n]), part); /* _rn: never fused into the part's subtraction */
     }
 }
 
@@ -429,7 +429,7 @@ __global__ void dequant_q4_kernel(const uint8_t *__restrict__ q, const uint16_t 
         const size_t n = n0 + i / K, k = i % K;
         const int code = (q[n * ldq + k / 2] >> (4 * (k & 1))) & 15;
         const size_t gi = n * G + k / 128;
-        out[i] = bf_part((float)(code - (int)zeros[gi]) * __half2float(__ushort_as_half(scales[gi])), part);
+        out[i] = bf_part(__fmul_rn((float)(code - (int)zeros[gi]), __half2float(__ushort_as_half(scales[gi]))), part);
     }
 }
 

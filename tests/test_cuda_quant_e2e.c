@@ -5,9 +5,9 @@
  * Every checkpoint of tests/data/quant_tiny (AWQ, GPTQ v1 asym / sym, v2,
  * dsqwen Q8 / Q4, Q4 with an int8 head) and the bf16 model quantized at load
  * (INT8; Q4 + int8 head) run a 12-token prefill with every row's logits
- * (T = 12 > 8: the layers' matrices dequantized to bf16 + cuBLASLt; the
- * head by GEMV in groups of 8 rows) and 3 decode steps (T = 1: the
- * quantized GEMV kernels) on both backends; the GPU's logits (bf16
+ * (T = 12: by default gemm_rows.cu's tensor-core products, the head too)
+ * and 3 decode steps (T = 1: gemm_rows.cu for Q4, the quantized GEMV for
+ * Q8; test_gpu_vs_cpu_qrows runs the other paths) on both backends; the GPU's logits (bf16
  * activations, F16 KV) must be within 2e-2 of the CPU's relative to their
  * largest magnitude, with the same argmax in most rows, and device_bytes
  * must be below the bf16 model's.
