@@ -433,6 +433,54 @@ __global__ void dequant_q4_kernel(const uint8_t *__restrict__ q, const uint16_t 
     }
 }
 
+/* The same parts, 8 consecutive k of one row per thread (one 16-byte
+ * store; K % 8 == 0 and rows x K / 8 < 2^31): the tile is written at close
+ * to the memory's bandwidth, where one 2-byte store and a 64-bit division
+ * per weight made a 512-token prompt's dequantization several times the
+ * cost of its products (docs/performance.md, stop 27).  Q4: k = 8c .. 8c + 7
+ * are the 8 nibbles of the row's 32-bit word c, all in group c / 16. */
+template <bool Q4>
+__global__ void dequant8_kernel(const uint8_t *__restrict__ q, const void *__restrict__ scales,
+                                const uint8_t *__restrict__ zeros, int K, int n0, uint32_t units, int part,
+                                uint16_t *__restrict__ out)
+{
+    const uint32_t K8 = (uint32_t)K / 8, ldq = (uint32_t)((K + 31) / 32) * 16, G = (uint32_t)(K + 127) / 128;
+    for (uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < units; u += gridDim.x * blockDim.x) {
+        const uint32_t r = u / K8, c = u - r * K8;
+        const size_t n = (size_t)n0 + r;
+        float w[8];
+        if constexpr (Q4) {
+            const uint32_t v = __ldg(reinterpret_cast<const uint32_t *>(q + n * ldq) + c);
+            const size_t gi = n * G + c / 16;
+            const float s = __half2float(__ushort_as_half(__ldg(static_cast<const uint16_t *>(scales) + gi)));
+            const int z = zeros[gi];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                w[i] = __fmul_rn((float)((int)((v >> (4 * i)) & 15) - z), s);
+        } else {
+            const uint2 v = __ldg(reinterpret_cast<const uint2 *>(q + n * K) + c);
+            const float s = __ldg(static_cast<const float *>(scales) + n);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                w[i] = __fmul_rn((float)(int8_t)(((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 255), s);
+        }
+        uint32_t o[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[i] = (uint32_t)bf_part(w[2 * i], part) | (uint32_t)bf_part(w[2 * i + 1], part) << 16;
+        *reinterpret_cast<uint4 *>(out + (size_t)r * K + (size_t)c * 8) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+/* units of 8 weights for dequant8_kernel, or 0 where it does not apply */
+static uint32_t dequant8_units(int32_t K, int32_t rows, const void *q, uintptr_t q_align, const void *out)
+{
+    const size_t units = (size_t)rows * (size_t)(K / 8);
+    return K % 8 == 0 && units < ((size_t)1 << 31) && ((uintptr_t)out & 15) == 0 && ((uintptr_t)q & (q_align - 1)) == 0
+               ? (uint32_t)units
+               : 0;
+}
+
 static unsigned grid_for(size_t total)
 {
     size_t b = (total + 255) / 256;
@@ -447,7 +495,12 @@ extern "C" dsq_status dsq_cu_dequant_q8_bf16(const int8_t *q, const float *scale
     const size_t total = (size_t)(n1 - n0) * (size_t)K;
     if (total == 0)
         return DSQ_OK;
-    dequant_q8_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, K, n0, total, part, out);
+    const uint32_t units = dequant8_units(K, n1 - n0, q, 8, out);
+    if (units)
+        dequant8_kernel<false><<<grid_for(units), 256, 0, stream>>>((const uint8_t *)q, scales, NULL, K, n0, units,
+                                                                    part, (uint16_t *)out);
+    else
+        dequant_q8_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, K, n0, total, part, out);
     return DSQ_CU_LAUNCHED("dequant_q8_bf16");
 }
 
@@ -460,6 +513,11 @@ extern "C" dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *s
     const size_t total = (size_t)(n1 - n0) * (size_t)K;
     if (total == 0)
         return DSQ_OK;
-    dequant_q4_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, zeros, K, n0, total, part, out);
+    const uint32_t units = dequant8_units(K, n1 - n0, q, 4, out);
+    if (units)
+        dequant8_kernel<true><<<grid_for(units), 256, 0, stream>>>(q, scales, zeros, K, n0, units, part,
+                                                                   (uint16_t *)out);
+    else
+        dequant_q4_kernel<<<grid_for(total), 256, 0, stream>>>(q, scales, zeros, K, n0, total, part, out);
     return DSQ_CU_LAUNCHED("dequant_q4_bf16");
 }

@@ -18,6 +18,9 @@
 #                                       # defaults, other tests (prebuilt only)
 #   bash scripts/gpu_session.sh qrows   # the quantized products' defaults:
 #                                       # tests, bench rows, bf16 baseline
+#   bash scripts/gpu_session.sh tile    # quantized prompts: the dequantization
+#                                       # tile's test, prefill rows, profile,
+#                                       # argmax misses' margins
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -163,7 +166,7 @@ bench_row() { # name prompt_len batch args...
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -290,6 +293,43 @@ qrows)
         DSQWEN_LIBRARY=$B/libdsqwen.so timeout $left python3 tests/fixtures/quant_fullsize_check.py \
             --formats ${QFORMATS:-bf16,q8} --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" \
             --batches 1 --speed-steps 16 --cleanup --reuse >"$OUT/quant_fullsize.log" 2>&1
+        echo "== quant_fullsize rc=$? ($(el))"; grep -v "^ \|Loading" "$OUT/quant_fullsize.log" | tail -12
+    else
+        echo "== quant_fullsize: not run ($left s left of the deadline)"
+    fi
+    ;;
+tile)
+    # the dequantization tile of quantized prompts (stop 27: 8 weights per
+    # thread, 16-byte stores): its test, the prompt rows beside bf16 and
+    # beside one rounded part (DSQ_CUDA_QTILE=1), where a 512-token
+    # prompt's time goes (kernel_profile), then the full-size argmax rows
+    # of the bf16 source and AWQ with their misses' margins.  Prebuilt only.
+    prebuilt || { echo "tile: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
+    M=/tmp/dsq_fullsize
+    ( fullsize_model ) &
+    MODEL_PID=$!
+    DEADLINE=${DEADLINE:-540}
+    timeout 100 "$B/tests/test_cuda_quant" >"$OUT/test_cuda_quant.log" 2>&1
+    printf "%-22s rc=%s (%s) %s\n" test_cuda_quant $? "$(el)" "$(grep -E "PASSED|FAILED" "$OUT/test_cuda_quant.log" | tail -1)"
+    grep -E "tile path|FAIL|ERROR" "$OUT/test_cuda_quant.log" | head -8
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_row b1_512 512 1 --kv f16
+    bench_row b1_512_q4 512 1 --kv f16 --quantize q4
+    DSQ_CUDA_QTILE=1 bench_row b1_512_q4_tile1 512 1 --kv f16 --quantize q4
+    bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_QTILE=1 bench_row b1_512_q8h_tile1 512 1 --kv f16 --quantize int8 --quantize-head
+    bench_row b1_4096 4096 1 --kv f16
+    bench_row b1_4096_q4 4096 1 --kv f16 --quantize q4
+    export DSQWEN_LIBRARY=$B/libdsqwen.so
+    timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/prefill_512_q4.json" --prefill 512 \
+        --steps 4 --warm 2 --quantize q4 >"$OUT/prefill_512_q4.log" 2>&1
+    echo "== kernel_profile q4 prefill 512 rc=$? ($(el))"; head -14 "$OUT/prefill_512_q4.log"
+    left=$(( DEADLINE - $(date +%s) + T0 ))
+    if [ $left -ge 120 ]; then
+        timeout $left python3 tests/fixtures/quant_fullsize_check.py --formats ${QFORMATS:-bf16,awq} \
+            --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" --batches 1 --speed-steps 16 \
+            --cleanup --reuse >"$OUT/quant_fullsize.log" 2>&1
         echo "== quant_fullsize rc=$? ($(el))"; grep -v "^ \|Loading" "$OUT/quant_fullsize.log" | tail -12
     else
         echo "== quant_fullsize: not run ($left s left of the deadline)"
