@@ -180,7 +180,9 @@ typedef struct cu_ctx {
     float *qkv;            /* [max_tokens][QKV] q|k|v products, bias added */
     dsq_bf16 *qkvb;        /* [max_tokens][QKV] same after RoPE, bf16 */
     dsq_bf16 *attn;        /* [max_tokens][H*D] attention output */
-    float *gu;             /* [max_tokens][2F] gate/up products (GEMM path) */
+    float *gu;             /* [max_tokens][gu_cols] gate/up products (GEMM path), and
+                              any layer product on Q8 codes before its row scales */
+    int64_t gu_elems;      /* max_tokens x max(2F, QKV, E) */
     dsq_bf16 *wq_tile;     /* [cm->wq_tile_elems] a quantized matrix dequantized
                               for the cuBLASLt path (NULL: no quantized layers) */
     int64_t wq_tile_elems;

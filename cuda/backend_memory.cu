@@ -306,7 +306,10 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     size_t o_qkv = cu_carve(&off, (size_t)(MT * QKV) * 4);
     size_t o_qkvb = cu_carve(&off, (size_t)(MT * QKV) * 2);
     size_t o_attn = cu_carve(&off, (size_t)(MT * H * D) * 2);
-    size_t o_gu = cu_carve(&off, (size_t)(MT * 2 * F) * 4);
+    /* gate/up's fp32 products, or any layer product of the Q8 tile path
+     * (linear.cu) before its row scales: the widest of 2F, QKV, E */
+    const int64_t GU = 2 * F > QKV ? (2 * F > E ? 2 * F : E) : (QKV > E ? QKV : E);
+    size_t o_gu = cu_carve(&off, (size_t)(MT * GU) * 4);
     size_t o_act = cu_carve(&off, (size_t)(MT * F) * 2);
     /* a product before its residual add (LINEAR_RESID, resid_after): the
      * qkv rows are dead by then (attention read the roped bf16 copy), so
@@ -338,6 +341,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->qkvb = (dsq_bf16 *)(b + o_qkvb);
     cc->attn = (dsq_bf16 *)(b + o_attn);
     cc->gu = (float *)(b + o_gu);
+    cc->gu_elems = MT * GU;
     cc->act = (dsq_bf16 *)(b + o_act);
     cc->part = (float *)(b + o_part);
     cc->logits = (float *)(b + o_log);

@@ -1,4 +1,5 @@
-/* elementwise.cu - SiLU gating, residual add, fp32 -> bf16 conversion. */
+/* elementwise.cu - SiLU gating, residual add, fp32 -> bf16 conversion, the
+ * row-scale epilogue of products on Q8 codes. */
 #include "common.cuh"
 
 /* silu(g) * u of one (gate, up) pair; expf, not __expf, to stay within an
@@ -46,6 +47,28 @@ __global__ void f32_to_bf16_kernel(const float *__restrict__ x, int64_t n, uint1
         out[i] = dsq_f2bf(x[i]);
 }
 
+/* The epilogue of a product made on Q8_ROW codes: v = acc[t][n] * s[n]
+ * (the row scale the codes left out), then STORE / BIAS / ADD into fp32
+ * y [T][N], or SILU_MUL (n = 2i, 2i + 1: gate i, up i) into bf16 y [T][N/2].
+ * One thread per output value. */
+__global__ void scale_epi_kernel(const float *__restrict__ acc, const float *__restrict__ s,
+                                 const float *__restrict__ bias, int N, int64_t n, int epi, void *__restrict__ y)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    if (epi == DSQ_EPI_SILU_MUL) { /* i: (t, pair) of [T][N/2] */
+        const int64_t t = i / (N / 2), c = 2 * (i - t * (N / 2));
+        const float g = __fmul_rn(acc[t * N + c], s[c]), u = __fmul_rn(acc[t * N + c + 1], s[c + 1]);
+        static_cast<uint16_t *>(y)[i] = silu_mul1(g, u);
+        return;
+    }
+    const int c = (int)(i % N);
+    const float v = __fmul_rn(acc[i], s[c]);
+    float *yf = static_cast<float *>(y);
+    yf[i] = epi == DSQ_EPI_BIAS ? v + bias[c] : epi == DSQ_EPI_ADD ? yf[i] + v : v;
+}
+
 static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 extern "C" dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq_bf16 *out,
@@ -63,6 +86,19 @@ extern "C" dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq
         silu_mul_kernel<<<blocks_for(n - n4 * 4, 256), 256, 0, stream>>>(
             reinterpret_cast<const float2 *>(gu) + n4 * 4, n - n4 * 4, (uint16_t *)out + n4 * 4);
     return DSQ_CU_LAUNCHED("silu*mul kernel");
+}
+
+extern "C" dsq_status dsq_cu_scale_epilogue(const float *acc, const float *scales, const float *bias, int32_t T,
+                                            int32_t N, dsq_epilogue epi, void *y, cudaStream_t stream)
+{
+    if (!acc || !scales || !y || T < 0 || N < 1 || (epi == DSQ_EPI_BIAS && !bias) ||
+        (epi == DSQ_EPI_SILU_MUL && N % 2) || (epi != DSQ_EPI_ADD && acc == y))
+        return dsq_fail(DSQ_ERR_INTERNAL, "scale_epilogue: bad arguments (T %d, N %d, epilogue %d)", T, N, (int)epi);
+    const int64_t n = (int64_t)T * (epi == DSQ_EPI_SILU_MUL ? N / 2 : N);
+    if (n == 0)
+        return DSQ_OK;
+    scale_epi_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(acc, scales, bias, N, n, (int)epi, y);
+    return DSQ_CU_LAUNCHED("scale epilogue kernel");
 }
 
 extern "C" dsq_status dsq_cu_add(float *y, const float *x, int64_t n, cudaStream_t stream)

@@ -399,7 +399,8 @@ extern "C" dsq_status dsq_cu_gemv_q4(const dsq_bf16 *x, const uint8_t *q, const 
 /* ---- dequantize to bf16 rows ------------------------------------------------------ */
 
 /* The bf16 part `part` of the exact fp32 weight w: 0 = bf16(w), 1 = the
- * remainder bf16(w - bf16(w)).  For Q4_G128 (an fp16 scale times an
+ * remainder bf16(w - bf16(w)); Q8_ROW's part 2 is part 0 of the code
+ * itself (scale 1: exact), its row scale left to the product's epilogue.  For Q4_G128 (an fp16 scale times an
  * integer of at most 5 bits: at most 16 significant bits) the two parts sum
  * to w exactly; for Q8_ROW to within 2^-16 of it, relative. */
 __device__ __forceinline__ uint16_t bf_part(float w, int part)
@@ -415,7 +416,8 @@ __global__ void dequant_q8_kernel(const int8_t *__restrict__ q, const float *__r
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t n = n0 + i / K, k = i % K;
-        out[i] = bf_part(__fmul_rn((float)q[n * K + k], scales[n]), part); /* _rn: never fused into the part's subtraction */
+        const float s = part == 2 ? 1.0f : scales[n];
+        out[i] = bf_part(__fmul_rn((float)q[n * K + k], s), part & 1); /* _rn: never fused into the part's subtraction */
     }
 }
 
@@ -459,7 +461,7 @@ __global__ void dequant8_kernel(const uint8_t *__restrict__ q, const void *__res
                 w[i] = __fmul_rn((float)((int)((v >> (4 * i)) & 15) - z), s);
         } else {
             const uint2 v = __ldg(reinterpret_cast<const uint2 *>(q + n * K) + c);
-            const float s = __ldg(static_cast<const float *>(scales) + n);
+            const float s = part == 2 ? 1.0f : __ldg(static_cast<const float *>(scales) + n);
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 w[i] = __fmul_rn((float)(int8_t)(((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 255), s);
@@ -467,7 +469,7 @@ __global__ void dequant8_kernel(const uint8_t *__restrict__ q, const void *__res
         uint32_t o[4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            o[i] = (uint32_t)bf_part(w[2 * i], part) | (uint32_t)bf_part(w[2 * i + 1], part) << 16;
+            o[i] = (uint32_t)bf_part(w[2 * i], part & 1) | (uint32_t)bf_part(w[2 * i + 1], part & 1) << 16;
         *reinterpret_cast<uint4 *>(out + (size_t)r * K + (size_t)c * 8) = make_uint4(o[0], o[1], o[2], o[3]);
     }
 }
@@ -490,7 +492,7 @@ static unsigned grid_for(size_t total)
 extern "C" dsq_status dsq_cu_dequant_q8_bf16(const int8_t *q, const float *scales, int32_t K, int32_t n0,
                                              int32_t n1, int32_t part, dsq_bf16 *out, cudaStream_t stream)
 {
-    if (!q || !scales || !out || K < 1 || n0 < 0 || n1 < n0 || (part != 0 && part != 1))
+    if (!q || !scales || !out || K < 1 || n0 < 0 || n1 < n0 || part < 0 || part > 2)
         return dsq_fail(DSQ_ERR_INTERNAL, "dequant_q8_bf16: bad arguments (K %d, rows %d..%d)", K, n0, n1);
     const size_t total = (size_t)(n1 - n0) * (size_t)K;
     if (total == 0)

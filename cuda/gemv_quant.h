@@ -63,7 +63,9 @@ dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_
  * (row stride K) for the cuBLASLt path (dsq_gemm_run) on a scratch tile of
  * rows: part 0, each weight's exact fp32 value w rounded to nearest even;
  * part 1, the remainder bf16(w - bf16(w)) (the two parts' products summed
- * give the exact weights' product: Q4 exactly, Q8 to 2^-16). */
+ * give the exact weights' product: Q4 exactly, Q8 to 2^-16); Q8 only,
+ * part 2: the codes as bf16 (exact), the row scales left to the caller
+ * (dsq_cu_scale_epilogue). */
 dsq_status dsq_cu_dequant_q8_bf16(const int8_t *q, const float *scales, int32_t K, int32_t n0,
                                   int32_t n1, int32_t part, dsq_bf16 *out, cudaStream_t stream);
 dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,

@@ -112,6 +112,12 @@ dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq_bf16 *out,
 /* y[i] += x[i] for n fp32 values: the residual add after a product, when
  * it is not fused into the product's epilogue (cu_ctx.resid_after; a
  * tensor-parallel split adds only after the all-reduce). */
+/* y = epi(acc * scales): acc fp32 [T][N] (a product on Q8_ROW codes),
+ * scales fp32 [N]; STORE / BIAS (bias fp32 [N]) / ADD into fp32 y [T][N],
+ * SILU_MUL into bf16 y [T][N/2] (gate/up interleaved as dsq_cu_silu_mul).
+ * acc may not be y.  Stream-ordered; DSQ_ERR_INTERNAL on bad arguments. */
+dsq_status dsq_cu_scale_epilogue(const float *acc, const float *scales, const float *bias, int32_t T, int32_t N,
+                                 dsq_epilogue epi, void *y, cudaStream_t stream);
 dsq_status dsq_cu_add(float *y, const float *x, int64_t n, cudaStream_t stream);
 
 /* out[i] = bf16(x[i]) for n fp32 values. */
@@ -219,6 +225,7 @@ dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const
 typedef struct dsq_cu_linear_env {
     dsq_gemm *gemm;      /* the context's cuBLASLt handle */
     float *gu_scratch;   /* fp32 [T][N], SILU_MUL on the cuBLASLt path */
+    int64_t gu_scratch_elems; /* its size in floats (0: unknown, only SILU_MUL uses it) */
     int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt */
     int32_t mma_min;     /* bf16 GEMV with mma_min <= T: on the tensor cores
                             (gemv_mma.cu) where it applies; 0: never */
@@ -250,8 +257,10 @@ typedef struct dsq_cu_linear_env {
     int32_t qrows_max;
     int32_t qrows_q8_min;
     /* quantized products through the dequantization tile: 1 = the
-     * weights rounded to bf16 (DSQ_CUDA_QTILE=1), else two bf16 parts
-     * whose products add up to the exact weights' */
+     * weights rounded to bf16 (DSQ_CUDA_QTILE=1), else exact: Q8_ROW's
+     * codes (exact in bf16) and the row scales in dsq_cu_scale_epilogue
+     * where gu_scratch holds [T][N], otherwise (and Q4_G128) two bf16
+     * parts whose products add up to the exact weights' */
     int32_t qtile_parts;
     float *rows_ws;
     size_t rows_ws_bytes;

@@ -55,8 +55,8 @@ static dsq_status qgemv(const dsq_weight *W, const dsq_bf16 *x, const float *bia
                           bias, n, N, K, epi, y, s);
 }
 
-/* Part `part` of W (0: bf16(w), 1: bf16(w - bf16(w))) into the context's
- * dequantization tile. */
+/* Part `part` of W (0: bf16(w), 1: bf16(w - bf16(w)); 2, Q8_ROW only: the
+ * codes themselves) into the context's dequantization tile. */
 static dsq_status dequant_part(const dsq_weight *W, int part, const dsq_cu_linear_env *env)
 {
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
@@ -104,13 +104,28 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
             e.rows_max = 0; /* gemm_rows.cu loads W before its PDL wait: never a tile the kernel before wrote */
             return linear_bf16(&d, x, bias, T, epi, y, &e);
         }
+        const int silu = epi == DSQ_EPI_SILU_MUL;
+        if (W->format == DSQ_WF_Q8_ROW && env->gu_scratch && (int64_t)T * N <= env->gu_scratch_elems) {
+            /* Q8_ROW: the codes are exact in bf16 and the row scale is
+             * common to a row's products, so one product on the codes and
+             * the scales in the epilogue give the exact weights' result
+             * at one part's cost (two parts: 44k tok/s for a 512-token
+             * prompt, one: 80k; H100, docs/performance.md, stop 27) */
+            dsq_status st = dequant_part(W, 2, env);
+            if (st == DSQ_OK)
+                st = dsq_gemm_run(env->gemm, x, env->wq_tile, NULL, T, N, K, DSQ_EPI_STORE, env->gu_scratch,
+                                  env->stream);
+            if (st == DSQ_OK)
+                st = dsq_cu_scale_epilogue(env->gu_scratch, (const float *)W->scales, bias, T, N, epi, y,
+                                           env->stream);
+            return st;
+        }
         /* The exact weights as two bf16 parts (hi = bf16(w), lo = bf16(w -
          * hi)), one tile reused: x hi^T, then + x lo^T (cuBLASLt's beta = 1),
          * then the epilogue.  A single bf16-rounded copy moved the full-size
          * 4-bit model's logits 9.7e-3 from fp32 (argmax 96.4%); rounding
          * activations alone moves them 5.8e-3 (98.1%): docs/numerics.md,
          * "Stop 26". */
-        const int silu = epi == DSQ_EPI_SILU_MUL;
         float *acc = silu ? env->gu_scratch : (float *)y; /* fp32 [T][N] */
         const dsq_epilogue e0 = silu ? DSQ_EPI_STORE : epi;
         for (int part = 0; part < 2; part++) {

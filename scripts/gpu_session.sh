@@ -300,7 +300,8 @@ qrows)
     ;;
 tile)
     # the dequantization tile of quantized prompts (stop 27: 8 weights per
-    # thread, 16-byte stores): its test, the prompt rows beside bf16 and
+    # thread, 16-byte stores; Q8 on its codes, the row scales in the
+    # epilogue): its tests, the prompt rows beside bf16 and
     # beside one rounded part (DSQ_CUDA_QTILE=1), where a 512-token
     # prompt's time goes (kernel_profile), then the full-size argmax rows
     # of the bf16 source and AWQ with their misses' margins.  Prebuilt only.
@@ -309,9 +310,11 @@ tile)
     ( fullsize_model ) &
     MODEL_PID=$!
     DEADLINE=${DEADLINE:-540}
-    timeout 100 "$B/tests/test_cuda_quant" >"$OUT/test_cuda_quant.log" 2>&1
-    printf "%-22s rc=%s (%s) %s\n" test_cuda_quant $? "$(el)" "$(grep -E "PASSED|FAILED" "$OUT/test_cuda_quant.log" | tail -1)"
-    grep -E "tile path|FAIL|ERROR" "$OUT/test_cuda_quant.log" | head -8
+    for t in test_cuda_quant test_cuda_quant_e2e; do
+        timeout 100 "$B/tests/$t" >"$OUT/$t.log" 2>&1
+        printf "%-22s rc=%s (%s) %s\n" $t $? "$(el)" "$(grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -1)"
+    done
+    grep -E "tile path|FAIL|ERROR" "$OUT"/test_cuda_quant*.log | sed 's/^.*log://' | head -12
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     bench_row b1_512 512 1 --kv f16

@@ -479,6 +479,17 @@ static void test_dequant_bf16(void **state)
                 if (w != 0 && d / fabs(w) > worst)
                     worst = d / fabs(w);
             }
+            if (!is_q4) { /* part 2: the codes, exact in bf16 (scale left to the epilogue) */
+                uint16_t *dout = (uint16_t *)dev_nan(n * 2), *codes = (uint16_t *)malloc(n * 2);
+                DS(dsq_cu_dequant_q8_bf16((const int8_t *)m.dq, (const float *)m.ds, (int32_t)m.K, n0, n1, 2, dout,
+                                          0));
+                to_host(codes, dout, n * 2);
+                for (size_t i = 0; i < n; i++)
+                    if (dsq_bf16_to_f32(codes[i]) != (float)m.h8.q[(size_t)n0 * m.K + i])
+                        fail_msg("q8 dequant codes %zu: %04x for code %d", i, codes[i], m.h8.q[(size_t)n0 * m.K + i]);
+                cudaFree(dout);
+                free(codes);
+            }
             /* Q4: an fp16 scale times an integer of <= 5 bits has <= 16
              * significant bits, so the parts are exact; Q8 within 2^-16 */
             if (is_q4 ? worst != 0 : worst > 0x1p-16)
@@ -531,11 +542,17 @@ static void test_linear_tile_exact(void **state)
         w.scales = m.ds;
         w.zeros = m.dz;
         w.group_size = is_q4 ? 128 : 0;
-        double worst[2] = {0, 0};
-        for (int parts = 2; parts >= 1; parts--)
+        float *scratch = (float *)dev_nan((size_t)T * N * 4);
+        /* ways: 0 one bf16 part; 1 exact, hi + lo parts (Q8: no scratch);
+         * 2 (Q8) exact, codes + row scales in the epilogue */
+        double worst[3] = {0, 0, 0};
+        for (int way = is_q4 ? 1 : 2; way >= 0; way--)
             for (int e = 0; e < 3; e++) {
                 const dsq_epilogue epi = e == 0 ? DSQ_EPI_STORE : e == 1 ? DSQ_EPI_BIAS : DSQ_EPI_ADD;
+                const int parts = way ? 2 : 1;
                 env.qtile_parts = parts;
+                env.gu_scratch = way == 2 ? scratch : NULL;
+                env.gu_scratch_elems = way == 2 ? (int64_t)T * N : 0;
                 if (epi == DSQ_EPI_ADD)
                     CU(cudaMemcpy(dy, y0, (size_t)T * N * 4, cudaMemcpyHostToDevice));
                 else
@@ -553,14 +570,51 @@ static void test_linear_tile_exact(void **state)
                         ref += epi == DSQ_EPI_BIAS ? bias[n] : epi == DSQ_EPI_ADD ? y0[t * N + n] : 0;
                         const double tol = 4.0 * K * 0x1p-24 * (mag + 1.0);
                         const double r = fabs(got[t * N + n] - ref) / tol;
-                        if (!(r <= worst[parts - 1]))
-                            worst[parts - 1] = r; /* NaN sticks */
+                        if (!(r <= worst[way]))
+                            worst[way] = r; /* NaN sticks */
                     }
             }
+        if (!is_q4) { /* SILU_MUL on the codes path, against silu(g) * u of the exact products */
+            const int NP = N / 2;
+            uint16_t *dact = (uint16_t *)dev_nan((size_t)T * NP * 2), *act = (uint16_t *)malloc((size_t)T * NP * 2);
+            w.layout = DSQ_WL_GATE_UP;
+            DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_SILU_MUL, dact, &env));
+            w.layout = DSQ_WL_ROWS;
+            to_host(act, dact, (size_t)T * NP * 2);
+            for (int t = 0; t < T; t++)
+                for (int p = 0; p < NP; p++) {
+                    double gu[2], mag[2];
+                    for (int h = 0; h < 2; h++) {
+                        gu[h] = mag[h] = 0;
+                        for (int k = 0; k < K; k++) {
+                            const double q = (double)xf[t * K + k] * m.deq[(size_t)(2 * p + h) * K + k];
+                            gu[h] += q;
+                            mag[h] += fabs(q);
+                        }
+                    }
+                    const double sg = gu[0] / (1.0 + exp(-gu[0])), ref = sg * gu[1];
+                    /* the products' tolerance carried through silu(g) * u
+                     * (|d silu/dg| <= 1.1), plus bf16's rounding of the result */
+                    const double tol = 4.0 * K * 0x1p-24 * ((mag[0] + 1.0) * 1.1 * fabs(gu[1]) +
+                                                           (mag[1] + 1.0) * fabs(sg)) +
+                                       0x1p-8 * fabs(ref) + 1e-30;
+                    const double d = fabs(dsq_bf16_to_f32(act[t * NP + p]) - ref);
+                    if (!(d <= tol))
+                        fail_msg("q8 codes path SILU_MUL t %d pair %d: %g vs %g (tol %g)", t, p,
+                                 dsq_bf16_to_f32(act[t * NP + p]), ref, tol);
+                }
+            cudaFree(dact);
+            free(act);
+        }
         printf("  tile path %s, T %d: |gpu - exact| / tol worst %.3f (two parts), %.3f (one bf16 part)\n",
                is_q4 ? "q4" : "q8", T, worst[1], worst[0]);
+        if (!is_q4)
+            printf("  tile path q8, T %d: %.3f (codes + row scales, the default), SILU_MUL within tolerance\n", T,
+                   worst[2]);
         assert_true(worst[1] <= 1.0);
+        assert_true(is_q4 || worst[2] <= 1.0);
         assert_true(worst[0] > worst[1]); /* the one-part path rounds every weight: further off */
+        cudaFree(scratch);
         dsq_gemm_destroy(gemm);
         cudaFree(dx), cudaFree(dbias), cudaFree(dy), cudaFree(tile);
         free(x), free(xf), free(bias), free(y0), free(got);
