@@ -577,6 +577,9 @@ static void test_linear_tile_exact(void **state)
         if (!is_q4) { /* SILU_MUL on the codes path, against silu(g) * u of the exact products */
             const int NP = N / 2;
             uint16_t *dact = (uint16_t *)dev_nan((size_t)T * NP * 2), *act = (uint16_t *)malloc((size_t)T * NP * 2);
+            env.qtile_parts = 2;
+            env.gu_scratch = scratch;
+            env.gu_scratch_elems = (int64_t)T * N;
             w.layout = DSQ_WL_GATE_UP;
             DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_SILU_MUL, dact, &env));
             w.layout = DSQ_WL_ROWS;
