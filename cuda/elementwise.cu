@@ -92,7 +92,7 @@ extern "C" dsq_status dsq_cu_scale_epilogue(const float *acc, const float *scale
                                             int32_t N, dsq_epilogue epi, void *y, cudaStream_t stream)
 {
     if (!acc || !scales || !y || T < 0 || N < 1 || (epi == DSQ_EPI_BIAS && !bias) ||
-        (epi == DSQ_EPI_SILU_MUL && N % 2) || (epi != DSQ_EPI_ADD && acc == y))
+        (epi == DSQ_EPI_SILU_MUL && N % 2) || (const void *)acc == y)
         return dsq_fail(DSQ_ERR_INTERNAL, "scale_epilogue: bad arguments (T %d, N %d, epilogue %d)", T, N, (int)epi);
     const int64_t n = (int64_t)T * (epi == DSQ_EPI_SILU_MUL ? N / 2 : N);
     if (n == 0)

@@ -109,15 +109,16 @@ dsq_status dsq_cu_l2_prefetch(const dsq_l2p_range *ranges, int32_t n, cudaStream
 dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq_bf16 *out,
                            cudaStream_t stream);
 
-/* y[i] += x[i] for n fp32 values: the residual add after a product, when
- * it is not fused into the product's epilogue (cu_ctx.resid_after; a
- * tensor-parallel split adds only after the all-reduce). */
 /* y = epi(acc * scales): acc fp32 [T][N] (a product on Q8_ROW codes),
  * scales fp32 [N]; STORE / BIAS (bias fp32 [N]) / ADD into fp32 y [T][N],
  * SILU_MUL into bf16 y [T][N/2] (gate/up interleaved as dsq_cu_silu_mul).
  * acc may not be y.  Stream-ordered; DSQ_ERR_INTERNAL on bad arguments. */
 dsq_status dsq_cu_scale_epilogue(const float *acc, const float *scales, const float *bias, int32_t T, int32_t N,
                                  dsq_epilogue epi, void *y, cudaStream_t stream);
+
+/* y[i] += x[i] for n fp32 values: the residual add after a product, when
+ * it is not fused into the product's epilogue (cu_ctx.resid_after; a
+ * tensor-parallel split adds only after the all-reduce). */
 dsq_status dsq_cu_add(float *y, const float *x, int64_t n, cudaStream_t stream);
 
 /* out[i] = bf16(x[i]) for n fp32 values. */

@@ -557,7 +557,16 @@ static void test_linear_tile_exact(void **state)
                     CU(cudaMemcpy(dy, y0, (size_t)T * N * 4, cudaMemcpyHostToDevice));
                 else
                     CU(cudaMemset(dy, 0xff, (size_t)T * N * 4)); /* NaN */
+                if (way == 2)
+                    CU(cudaMemset(scratch, 0xff, (size_t)T * N * 4)); /* NaN */
                 DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, epi == DSQ_EPI_BIAS ? dbias : NULL, T, epi, dy, &env));
+                if (way == 2) { /* the codes path ran: its unscaled product is in the scratch (the
+                                   two-part path never writes it for these epilogues) */
+                    float sc[2];
+                    to_host(sc, scratch + (size_t)T * N - 2, sizeof sc);
+                    if (!isfinite(sc[0]) || !isfinite(sc[1]))
+                        fail_msg("q8 tile, epilogue %d: the codes path did not run (scratch untouched)", (int)epi);
+                }
                 to_host(got, dy, (size_t)T * N * 4);
                 for (int t = 0; t < T; t++)
                     for (int n = 0; n < N; n++) {
