@@ -109,8 +109,9 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
             /* Q8_ROW: the codes are exact in bf16 and the row scale is
              * common to a row's products, so one product on the codes and
              * the scales in the epilogue give the exact weights' result
-             * at one part's cost (two parts: 44k tok/s for a 512-token
-             * prompt, one: 80k; H100, docs/performance.md, stop 27) */
+             * at about one part's cost (512-token INT8 prompt on an H100:
+             * two parts 28.8k tok/s, codes 72.7k, one rounded part 81.5k;
+             * docs/performance.md, stop 27) */
             dsq_status st = dequant_part(W, 2, env);
             if (st == DSQ_OK)
                 st = dsq_gemm_run(env->gemm, x, env->wq_tile, NULL, T, N, K, DSQ_EPI_STORE, env->gu_scratch,

@@ -165,6 +165,30 @@ bench_row() { # name prompt_len batch args...
     printf "%-22s rc=%s %s\n" "$name" $? "$(grep -E "^ *$batch +$plen " "$OUT/$name.log" | tail -1)"
 }
 
+# test_cuda_quant and _quant_e2e, a line each, then their lines matching
+# the regex $1 (the qrows / tile stages)
+quant_tests() {
+    for t in test_cuda_quant test_cuda_quant_e2e; do
+        timeout 100 "$B/tests/$t" >"$OUT/$t.log" 2>&1
+        printf "%-22s rc=%s (%s) %s\n" $t $? "$(el)" "$(grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -1)"
+    done
+    grep -E "$1" "$OUT"/test_cuda_quant*.log | sed 's/^.*log://' | head -30
+}
+
+# quant_fullsize_check.py for the formats $1 at batch 1, if at least 120 s
+# of the stage's DEADLINE are left
+qfull_rows() {
+    local left=$(( DEADLINE - $(date +%s) + T0 ))
+    if [ $left -ge 120 ]; then
+        DSQWEN_LIBRARY=$B/libdsqwen.so timeout $left python3 tests/fixtures/quant_fullsize_check.py \
+            --formats "$1" --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" \
+            --batches 1 --speed-steps 16 --cleanup --reuse >"$OUT/quant_fullsize.log" 2>&1
+        echo "== quant_fullsize rc=$? ($(el))"; grep -v "^ \|Loading" "$OUT/quant_fullsize.log" | tail -12
+    else
+        echo "== quant_fullsize: not run ($left s left of the deadline)"
+    fi
+}
+
 case "$stage" in
 check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile) fuzz_bg_start ;;
 esac
@@ -267,11 +291,7 @@ qrows)
     ( fullsize_model ) &
     MODEL_PID=$!
     DEADLINE=${DEADLINE:-300}
-    for t in test_cuda_quant test_cuda_quant_e2e; do
-        timeout 100 "$B/tests/$t" >"$OUT/$t.log" 2>&1
-        printf "%-22s rc=%s (%s) %s\n" $t $? "$(el)" "$(grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -1)"
-    done
-    grep -E "worst|bit-identical|GPU vs CPU" "$OUT"/test_cuda_quant*.log | sed 's/^.*log://' | head -30
+    quant_tests "worst|bit-identical|GPU vs CPU"
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     # pairs: the default, then the previous path (any card: compare within a run)
@@ -288,15 +308,7 @@ qrows)
     bench_row b64_1024_q4 1024 64 --kv f16 --quantize q4
     bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     DSQ_CUDA_QROWS_Q8_MIN=1 bench_row b1_512_q8h_rows 512 1 --kv f16 --quantize int8 --quantize-head
-    left=$(( DEADLINE - $(date +%s) + T0 ))
-    if [ $left -ge 120 ]; then
-        DSQWEN_LIBRARY=$B/libdsqwen.so timeout $left python3 tests/fixtures/quant_fullsize_check.py \
-            --formats ${QFORMATS:-bf16,q8} --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" \
-            --batches 1 --speed-steps 16 --cleanup --reuse >"$OUT/quant_fullsize.log" 2>&1
-        echo "== quant_fullsize rc=$? ($(el))"; grep -v "^ \|Loading" "$OUT/quant_fullsize.log" | tail -12
-    else
-        echo "== quant_fullsize: not run ($left s left of the deadline)"
-    fi
+    qfull_rows "${QFORMATS:-bf16,q8}"
     ;;
 tile)
     # the dequantization tile of quantized prompts (stop 27: 8 weights per
@@ -310,11 +322,7 @@ tile)
     ( fullsize_model ) &
     MODEL_PID=$!
     DEADLINE=${DEADLINE:-540}
-    for t in test_cuda_quant test_cuda_quant_e2e; do
-        timeout 100 "$B/tests/$t" >"$OUT/$t.log" 2>&1
-        printf "%-22s rc=%s (%s) %s\n" $t $? "$(el)" "$(grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -1)"
-    done
-    grep -E "tile path|FAIL|ERROR" "$OUT"/test_cuda_quant*.log | sed 's/^.*log://' | head -12
+    quant_tests "tile path|FAIL|ERROR"
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     bench_row b1_512 512 1 --kv f16
@@ -328,15 +336,7 @@ tile)
     timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/prefill_512_q4.json" --prefill 512 \
         --steps 4 --warm 2 --quantize q4 >"$OUT/prefill_512_q4.log" 2>&1
     echo "== kernel_profile q4 prefill 512 rc=$? ($(el))"; head -14 "$OUT/prefill_512_q4.log"
-    left=$(( DEADLINE - $(date +%s) + T0 ))
-    if [ $left -ge 120 ]; then
-        timeout $left python3 tests/fixtures/quant_fullsize_check.py --formats ${QFORMATS:-bf16,awq} \
-            --config tests/data/model/config.json --dir /tmp/dsq_qfull --out "$OUT" --batches 1 --speed-steps 16 \
-            --cleanup --reuse >"$OUT/quant_fullsize.log" 2>&1
-        echo "== quant_fullsize rc=$? ($(el))"; grep -v "^ \|Loading" "$OUT/quant_fullsize.log" | tail -12
-    else
-        echo "== quant_fullsize: not run ($left s left of the deadline)"
-    fi
+    qfull_rows "${QFORMATS:-bf16,awq}"
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
