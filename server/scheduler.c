@@ -573,6 +573,23 @@ static void retire_ended_locked(srv *s)
     s->n_retire = 0;
 }
 
+/* Under s->mu, on the scheduler thread (the only caller of dsq_step, so the
+ * context is quiet): the KV and sequence gauges from the context itself.
+ * Called wherever sequences come or go before the lock is dropped, so a
+ * metrics reader never sees a request retired with its sequence still
+ * counted (or a new prefix entry without its sequence). */
+static void kv_metrics_locked(srv *s)
+{
+    dsq_ctx_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
+    if (dsq_ctx_get_info(s->ctx, &ci) == DSQ_OK) {
+        s->m.kv_free_tokens = ci.kv_free_tokens;
+        s->m.active_seqs = ci.n_active_seqs;
+    }
+    s->m.kv_reserved_tokens = s->reserved_blocks * s->block;
+}
+
 static void *sched_main(void *arg)
 {
     srv *s = arg;
@@ -581,9 +598,6 @@ static void *sched_main(void *arg)
     dsq_step_out *out = s->st_out;
     srv_req **map = s->st_map;
     int32_t *chunk = s->st_chunk;
-    dsq_ctx_info ci;
-    memset(&ci, 0, sizeof ci);
-    ci.struct_size = sizeof ci;
 
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -637,13 +651,9 @@ static void *sched_main(void *arg)
             break;
         }
         admit(s);
+        kv_metrics_locked(s); /* cancellations above freed sequences */
         if (s->n_active == 0 && j->n == 0) {
             s->m.last_batch = s->m.last_batch_tokens = 0;
-            if (dsq_ctx_get_info(s->ctx, &ci) == DSQ_OK) {
-                s->m.kv_free_tokens = ci.kv_free_tokens;
-                s->m.active_seqs = ci.n_active_seqs;
-            }
-            s->m.kv_reserved_tokens = s->reserved_blocks * s->block;
             pthread_cond_wait(&s->cv_sched, &s->mu);
             continue;
         }
@@ -688,7 +698,6 @@ static void *sched_main(void *arg)
         int32_t n_tok = 0;
         for (int i = 0; i < n; i++)
             n_tok += e[i].n_tokens;
-        int have_info = dsq_ctx_get_info(s->ctx, &ci) == DSQ_OK;
 
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < n && st == DSQ_OK; i++) {
@@ -708,11 +717,7 @@ static void *sched_main(void *arg)
             srv_hist_observe(&s->m.step, obs.step_s);
             srv_hist_observe(&s->m.host, srv_now() - t_iter - obs.step_s);
         }
-        if (have_info) {
-            s->m.kv_free_tokens = ci.kv_free_tokens;
-            s->m.active_seqs = ci.n_active_seqs;
-        }
-        s->m.kv_reserved_tokens = s->reserved_blocks * s->block;
+        kv_metrics_locked(s); /* after make_prefix's forks and the retirements */
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
