@@ -226,6 +226,7 @@ typedef struct cu_ctx {
      * (DSQ_CUDA_GRAPHS=0) */
     cudaGraphExec_t *graphs;
     uint8_t *graph_failed;
+    int32_t gemm_tune; /* DSQ_CUDA_GEMM_TUNE: a decode graph's cuBLASLt plans timed, then captured again */
 
     /* dsq_step sampling (cuda/sampling.cu) */
     int32_t *ring;         /* [max_seqs][hist_r] last hist_r tokens of each

@@ -327,10 +327,41 @@ dsq_status cu_enqueue_segment(dsq_ctx *c, const cu_pass *p, int32_t seg, int add
                          DSQ_EPI_STORE, cc->logits, &env);
 }
 
+/* Capture pass p into *ge (NULL and a warning logged where it fails: the
+ * shape then runs eagerly). */
+static void capture_pass(dsq_ctx *c, const cu_pass *p, cudaGraphExec_t *ge)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    cudaGraph_t g = NULL;
+    *ge = NULL;
+    cudaError_t bc = cudaStreamBeginCapture(cc->stream, cudaStreamCaptureModeThreadLocal);
+    if (bc != cudaSuccess) {
+        cudaGetLastError();
+        dsq_log(DSQ_LOG_WARN, "CUDA graph capture could not start (%s); %d-sequence decode steps run eagerly",
+                cudaGetErrorString(bc), p->S);
+        return;
+    }
+    dsq_status st = enqueue_pass(c, p);
+    cudaError_t ce = cudaStreamEndCapture(cc->stream, &g);
+    if (st == DSQ_OK && ce == cudaSuccess && g)
+        ce = cudaGraphInstantiate(ge, g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    if (st != DSQ_OK || ce != cudaSuccess || !*ge) {
+        cudaGetLastError();
+        *ge = NULL;
+        dsq_log(DSQ_LOG_WARN, "CUDA graph capture of a %d-sequence decode step failed (%s); running it eagerly",
+                p->S, st != DSQ_OK ? dsq_last_error_message() : cudaGetErrorString(ce));
+    }
+}
+
 /* Decode steps (one token per sequence, all logits in one chunk) replay a
  * CUDA graph captured on first use of that batch size: a step is then one
  * launch instead of ~300.  A capture that fails (e.g. a library call that
- * refuses capture) marks the shape and the step runs eagerly. */
+ * refuses capture) marks the shape and the step runs eagerly.  With
+ * DSQ_CUDA_GEMM_TUNE=1 the cuBLASLt plans the capture made are timed
+ * (nothing can be timed inside a capture) and, where a faster algorithm
+ * was found, the pass is captured again with it. */
 static dsq_status run_pass(dsq_ctx *c, const cu_pass *p)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
@@ -340,30 +371,27 @@ static dsq_status run_pass(dsq_ctx *c, const cu_pass *p)
         return enqueue_pass(c, p);
     const int32_t key = ((p->S - 1) * 2 + (p->NL > 0)) * cc->n_bt_buckets + p->bt_key;
     if (!cc->graphs[key] && !cc->graph_failed[key]) {
-        cudaGraph_t g = NULL;
         cudaGraphExec_t ge = NULL;
-        cudaError_t bc = cudaStreamBeginCapture(cc->stream, cudaStreamCaptureModeThreadLocal);
-        if (bc != cudaSuccess) { /* no graph for this shape: run it eagerly from now on */
-            cudaGetLastError();
-            cc->graph_failed[key] = 1;
-            dsq_log(DSQ_LOG_WARN, "CUDA graph capture could not start (%s); %d-sequence decode steps run eagerly",
-                    cudaGetErrorString(bc), p->S);
-            return enqueue_pass(c, p);
+        capture_pass(c, p, &ge);
+        if (ge && cc->gemm_tune) {
+            int32_t tuned = 0, changed = 0;
+            dsq_status ts = dsq_gemm_tune_pending(cc->gemm, cc->stream, &tuned, &changed);
+            if (ts != DSQ_OK) /* the graph keeps the heuristic's algorithms */
+                dsq_log(DSQ_LOG_WARN, "cuBLASLt tuning for %d-sequence decode steps failed (%s); the heuristic's "
+                        "choice stays", p->S, dsq_last_error_message());
+            else if (tuned > 0)
+                dsq_log(DSQ_LOG_INFO, "cuBLASLt tuning for %d-sequence decode steps: %d products timed, %d "
+                        "changed", p->S, (int)tuned, (int)changed);
+            if (ts == DSQ_OK && changed > 0) {
+                cudaGraphExecDestroy(ge);
+                capture_pass(c, p, &ge);
+            }
+            dsq_clear_error();
         }
-        dsq_status st = enqueue_pass(c, p);
-        cudaError_t ce = cudaStreamEndCapture(cc->stream, &g);
-        if (st == DSQ_OK && ce == cudaSuccess && g)
-            ce = cudaGraphInstantiate(&ge, g, 0);
-        if (g)
-            cudaGraphDestroy(g);
-        if (st == DSQ_OK && ce == cudaSuccess && ge) {
+        if (ge)
             cc->graphs[key] = ge;
-        } else {
-            cudaGetLastError();
+        else
             cc->graph_failed[key] = 1;
-            dsq_log(DSQ_LOG_WARN, "CUDA graph capture of a %d-sequence decode step failed (%s); running it eagerly",
-                    p->S, st != DSQ_OK ? dsq_last_error_message() : cudaGetErrorString(ce));
-        }
     }
     if (cc->graphs[key])
         return dsq_cu_status(cudaGraphLaunch(cc->graphs[key], cc->stream), "graph launch");

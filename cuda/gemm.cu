@@ -13,7 +13,20 @@
  *
  * cuBLASLt is called through the table of cublaslt_loader.h (opened with
  * dlopen), never linked; the descriptor *Init calls are the header's inline
- * wrappers spelled out (the *_internal symbols with the struct size). */
+ * wrappers spelled out (the *_internal symbols with the struct size).
+ *
+ * Tuning (dsq_gemm_set_tune; DSQ_CUDA_GEMM_TUNE=1 in the CUDA backend): the
+ * heuristic's first answer is a prediction, and for the decode step's short
+ * products (8-256 rows against a 1,536-wide weight) it leaves most SMs idle
+ * (qkv at 64 rows streamed ~0.7 TB/s, stop 20's table).  With tuning on, a
+ * plan made while the stream is being captured into a graph is marked
+ * pending (nothing can be timed inside a capture); dsq_gemm_tune_pending(),
+ * called after the capture ends, times the heuristic's candidates on the
+ * recorded operands with the weights evicted from L2 before each run (the
+ * step streams them from memory), keeps the fastest, and says whether any
+ * choice changed so the caller captures again.  The choice depends on
+ * timings, so two processes may pick different algorithms for a shape and
+ * their results may differ in the last bits. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,9 +35,19 @@
 
 #define GEMM_CACHE 256
 
+/* Candidates timed per pending plan, and timed runs of each. */
+#define TUNE_CANDIDATES 16
+#define TUNE_RUNS 5
+
 typedef struct gemm_plan {
     int32_t T, N, K, epi;
     cublasLtMatmulAlgo_t algo;
+    int32_t tuned;   /* chosen by timing: kept when the cache evicts */
+    int32_t pending; /* made inside a capture with tuning on: to be timed */
+    /* pending plans: the operands of the call that made the plan (device
+     * buffers of the caller that outlive the capture; only read here) */
+    const dsq_bf16 *x, *w;
+    const float *bias;
 } gemm_plan;
 
 struct dsq_gemm {
@@ -34,7 +57,14 @@ struct dsq_gemm {
     size_t ws_bytes;
     gemm_plan plans[GEMM_CACHE];
     int32_t n_plans, next_evict;
+    int32_t tune, tune_max_rows; /* dsq_gemm_set_tune */
 };
+
+/* The descriptors of y = epi(x W^T) for (T, N, K) (see the top comment). */
+typedef struct gemm_desc {
+    cublasLtMatmulDescOpaque_t desc;
+    cublasLtMatrixLayoutOpaque_t la, lb, lc;
+} gemm_desc;
 
 static dsq_status lt_status(const dsq_cublaslt *api, cublasStatus_t s, const char *what)
 {
@@ -85,6 +115,82 @@ extern "C" void dsq_gemm_destroy(dsq_gemm *g)
 
 extern "C" size_t dsq_gemm_device_bytes(const dsq_gemm *g) { return g ? g->ws_bytes : 0; }
 
+static dsq_status make_desc(const dsq_gemm *g, const float *bias, int32_t T, int32_t N, int32_t K,
+                            dsq_epilogue epi, gemm_desc *d)
+{
+    const dsq_cublaslt *api = g->api;
+    dsq_status st = lt_status(api, api->MatmulDescInit_internal(&d->desc, sizeof d->desc, CUBLAS_COMPUTE_32F,
+                                                                CUDA_R_32F),
+                              "descriptor init");
+    if (st != DSQ_OK)
+        return st;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    api->MatmulDescSetAttribute(&d->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    api->MatmulDescSetAttribute(&d->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (epi == DSQ_EPI_BIAS) {
+        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        api->MatmulDescSetAttribute(&d->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+        api->MatmulDescSetAttribute(&d->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        st = lt_status(api, api->MatmulDescSetAttribute(&d->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                        sizeof bias),
+                       "bias pointer");
+        if (st != DSQ_OK)
+            return st;
+    }
+    st = lt_status(api, api->MatrixLayoutInit_internal(&d->la, sizeof d->la, CUDA_R_16BF, K, N, K), "layout A");
+    if (st == DSQ_OK)
+        st = lt_status(api, api->MatrixLayoutInit_internal(&d->lb, sizeof d->lb, CUDA_R_16BF, K, T, K), "layout B");
+    if (st == DSQ_OK)
+        st = lt_status(api, api->MatrixLayoutInit_internal(&d->lc, sizeof d->lc, CUDA_R_32F, N, T, N), "layout C");
+    return st;
+}
+
+/* Up to `want` algorithms the heuristic proposes for d, best guess first. */
+static dsq_status heuristic(const dsq_gemm *g, gemm_desc *d, int32_t T, int32_t N, int32_t K, int want,
+                            cublasLtMatmulHeuristicResult_t *res, int *found)
+{
+    const dsq_cublaslt *api = g->api;
+    cublasLtMatmulPreferenceOpaque_t pref;
+    dsq_status st = lt_status(api, api->MatmulPreferenceInit_internal(&pref, sizeof pref), "preference init");
+    if (st != DSQ_OK)
+        return st;
+    size_t wsb = g->ws_bytes;
+    api->MatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb);
+    *found = 0;
+    st = lt_status(api, api->MatmulAlgoGetHeuristic(g->lt, &d->desc, &d->la, &d->lb, &d->lc, &d->lc, &pref, want,
+                                                    res, found),
+                   "heuristic query");
+    if (st != DSQ_OK)
+        return st;
+    if (*found < 1)
+        return dsq_fail(DSQ_ERR_DEVICE, "cuBLASLt has no algorithm for a %d x %d x %d bf16 product", T, N, K);
+    return DSQ_OK;
+}
+
+/* A cache slot for a new plan: a free one, else the next untuned one in
+ * turn (tuned plans are what captured graphs were built from and cost a
+ * timing run to remake; if every slot is tuned, the next in turn). */
+static gemm_plan *new_slot(dsq_gemm *g)
+{
+    if (g->n_plans < GEMM_CACHE)
+        return &g->plans[g->n_plans++];
+    for (int i = 0; i < GEMM_CACHE; i++) {
+        gemm_plan *p = &g->plans[g->next_evict++ % GEMM_CACHE];
+        if (!p->tuned)
+            return p;
+    }
+    return &g->plans[g->next_evict++ % GEMM_CACHE];
+}
+
+extern "C" void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows)
+{
+    if (!g)
+        return;
+    g->tune = on != 0;
+    g->tune_max_rows = max_rows > 0 ? max_rows : 256;
+}
+
 extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
                                    int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
                                    cudaStream_t stream)
@@ -97,30 +203,8 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
         return dsq_fail(DSQ_ERR_INTERNAL, "gemm: bias epilogue without a bias");
 
     const dsq_cublaslt *api = g->api;
-    cublasLtMatmulDescOpaque_t desc;
-    cublasLtMatrixLayoutOpaque_t la, lb, lc;
-    dsq_status st = lt_status(api, api->MatmulDescInit_internal(&desc, sizeof desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                              "descriptor init");
-    if (st != DSQ_OK)
-        return st;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    api->MatmulDescSetAttribute(&desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    api->MatmulDescSetAttribute(&desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (epi == DSQ_EPI_BIAS) {
-        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_32F;
-        api->MatmulDescSetAttribute(&desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
-        api->MatmulDescSetAttribute(&desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
-        st = lt_status(api, api->MatmulDescSetAttribute(&desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-                       "bias pointer");
-        if (st != DSQ_OK)
-            return st;
-    }
-    st = lt_status(api, api->MatrixLayoutInit_internal(&la, sizeof la, CUDA_R_16BF, K, N, K), "layout A");
-    if (st == DSQ_OK)
-        st = lt_status(api, api->MatrixLayoutInit_internal(&lb, sizeof lb, CUDA_R_16BF, K, T, K), "layout B");
-    if (st == DSQ_OK)
-        st = lt_status(api, api->MatrixLayoutInit_internal(&lc, sizeof lc, CUDA_R_32F, N, T, N), "layout C");
+    gemm_desc d;
+    dsq_status st = make_desc(g, bias, T, N, K, epi, &d);
     if (st != DSQ_OK)
         return st;
 
@@ -134,31 +218,179 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
         }
     }
     if (!plan) {
-        cublasLtMatmulPreferenceOpaque_t pref;
-        st = lt_status(api, api->MatmulPreferenceInit_internal(&pref, sizeof pref), "preference init");
-        if (st != DSQ_OK)
-            return st;
-        api->MatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &g->ws_bytes, sizeof g->ws_bytes);
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;
-        st = lt_status(api, api->MatmulAlgoGetHeuristic(g->lt, &desc, &la, &lb, &lc, &lc, &pref, 1, &res, &found),
-                       "heuristic query");
+        st = heuristic(g, &d, T, N, K, 1, &res, &found);
         if (st != DSQ_OK)
             return st;
-        if (found < 1)
-            return dsq_fail(DSQ_ERR_DEVICE, "cuBLASLt has no algorithm for a %d x %d x %d bf16 product", T, N, K);
-        int32_t slot = g->n_plans < GEMM_CACHE ? g->n_plans++ : (g->next_evict++ % GEMM_CACHE);
-        gemm_plan *p = &g->plans[slot];
+        gemm_plan *p = new_slot(g);
+        memset(p, 0, sizeof *p);
         p->T = T;
         p->N = N;
         p->K = K;
         p->epi = (int32_t)epi;
         p->algo = res.algo;
+        if (g->tune && T <= g->tune_max_rows) {
+            cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            if (cudaStreamIsCapturing(stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive) {
+                p->pending = 1;
+                p->x = x;
+                p->w = w;
+                p->bias = bias;
+            }
+        }
         plan = p;
     }
     const float alpha = 1.0f, beta = epi == DSQ_EPI_ADD ? 1.0f : 0.0f;
-    return lt_status(api, api->Matmul(g->lt, &desc, &alpha, w, &la, x, &lb, &beta, y, &lc, y, &lc,
-                                    &plan->algo, g->ws, g->ws_bytes, stream),
+    return lt_status(api, api->Matmul(g->lt, &d.desc, &alpha, w, &d.la, x, &d.lb, &beta, y, &d.lc, y, &d.lc,
+                                      &plan->algo, g->ws, g->ws_bytes, stream),
                      "matmul");
+}
+
+/* ---- tuning ---------------------------------------------------------------- */
+
+/* The device buffers one tuning call times with: y [T][N] fp32 (the
+ * pending plans' own outputs are never written) and a buffer twice the L2
+ * size, rewritten before each timed run so that the weights come from
+ * memory as in a step. */
+typedef struct tune_bufs {
+    float *y;
+    void *flush;
+    size_t flush_bytes;
+    cudaEvent_t e0, e1;
+} tune_bufs;
+
+/* Median time (us) of TUNE_RUNS runs of one candidate, or a negative
+ * value where cuBLASLt refuses the candidate for this problem. */
+static float time_candidate(dsq_gemm *g, const gemm_plan *p, gemm_desc *d, const cublasLtMatmulAlgo_t *algo,
+                            tune_bufs *b, cudaStream_t stream)
+{
+    const dsq_cublaslt *api = g->api;
+    const float alpha = 1.0f, beta = p->epi == DSQ_EPI_ADD ? 1.0f : 0.0f;
+    float t[TUNE_RUNS];
+    for (int r = -1; r < TUNE_RUNS; r++) { /* r = -1: warm-up (code, descriptors) */
+        if (cudaMemsetAsync(b->flush, r & 0xff, b->flush_bytes, stream) != cudaSuccess)
+            return -1.0f;
+        cudaEventRecord(b->e0, stream);
+        cublasStatus_t s = api->Matmul(g->lt, &d->desc, &alpha, p->w, &d->la, p->x, &d->lb, &beta, b->y, &d->lc,
+                                       b->y, &d->lc, algo, g->ws, g->ws_bytes, stream);
+        cudaEventRecord(b->e1, stream);
+        if (s != CUBLAS_STATUS_SUCCESS || cudaEventSynchronize(b->e1) != cudaSuccess)
+            return -1.0f;
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, b->e0, b->e1);
+        if (r >= 0)
+            t[r] = ms * 1000.0f;
+    }
+    for (int i = 1; i < TUNE_RUNS; i++) /* insertion sort, 5 values */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            float v = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = v;
+        }
+    return t[TUNE_RUNS / 2];
+}
+
+static dsq_status tune_plan(dsq_gemm *g, gemm_plan *p, tune_bufs *b, cudaStream_t stream, int *changed)
+{
+    gemm_desc d;
+    dsq_status st = make_desc(g, p->bias, p->T, p->N, p->K, (dsq_epilogue)p->epi, &d);
+    if (st != DSQ_OK)
+        return st;
+    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
+    int found = 0;
+    st = heuristic(g, &d, p->T, p->N, p->K, TUNE_CANDIDATES, res, &found);
+    if (st != DSQ_OK)
+        return st;
+    int best = -1;
+    float best_us = 0.0f;
+    for (int i = 0; i < found; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS)
+            continue;
+        float us = time_candidate(g, p, &d, &res[i].algo, b, stream);
+        if (us < 0.0f) {
+            cudaGetLastError(); /* a refused candidate leaves no sticky error */
+            continue;
+        }
+        if (best < 0 || us < best_us) {
+            best = i;
+            best_us = us;
+        }
+    }
+    if (best >= 0 && memcmp(&res[best].algo, &p->algo, sizeof p->algo) != 0) {
+        p->algo = res[best].algo;
+        ++*changed;
+    }
+    /* no candidate ran: the heuristic's choice stays (it ran in the graph) */
+    return DSQ_OK;
+}
+
+extern "C" dsq_status dsq_gemm_tune_pending(dsq_gemm *g, cudaStream_t stream, int32_t *n_tuned,
+                                            int32_t *n_changed)
+{
+    if (n_tuned)
+        *n_tuned = 0;
+    if (n_changed)
+        *n_changed = 0;
+    if (!g)
+        return dsq_fail(DSQ_ERR_INTERNAL, "dsq_gemm_tune_pending: NULL handle");
+    size_t y_elems = 0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < g->n_plans; i++)
+        if (g->plans[i].pending) {
+            n++;
+            size_t e = (size_t)g->plans[i].T * (size_t)g->plans[i].N;
+            y_elems = e > y_elems ? e : y_elems;
+        }
+    if (n == 0)
+        return DSQ_OK;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+        return dsq_fail(DSQ_ERR_INTERNAL, "dsq_gemm_tune_pending: the stream is capturing (or unusable)");
+    int dev = 0, l2 = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess || l2 <= 0)
+        l2 = 64 << 20;
+    tune_bufs b;
+    memset(&b, 0, sizeof b);
+    b.flush_bytes = (size_t)l2 * 2;
+    dsq_status st = dsq_cu_status(cudaMalloc((void **)&b.y, y_elems * sizeof(float)), "GEMM tuning output");
+    if (st == DSQ_OK)
+        st = dsq_cu_status(cudaMalloc(&b.flush, b.flush_bytes), "GEMM tuning L2 flush buffer");
+    if (st == DSQ_OK)
+        st = dsq_cu_status(cudaEventCreate(&b.e0), "GEMM tuning event");
+    if (st == DSQ_OK)
+        st = dsq_cu_status(cudaEventCreate(&b.e1), "GEMM tuning event");
+    if (st == DSQ_OK)
+        /* finite inputs for beta = 1 (ADD reads y): zeros */
+        st = dsq_cu_status(cudaMemsetAsync(b.y, 0, y_elems * sizeof(float), stream), "GEMM tuning output");
+    int changed = 0, tuned = 0;
+    for (int32_t i = 0; i < g->n_plans && st == DSQ_OK; i++) {
+        gemm_plan *p = &g->plans[i];
+        if (!p->pending)
+            continue;
+        st = tune_plan(g, p, &b, stream, &changed);
+        if (st != DSQ_OK)
+            break;
+        p->pending = 0;
+        p->tuned = 1;
+        p->x = p->w = NULL;
+        p->bias = NULL;
+        tuned++;
+    }
+    /* the timed runs finished (each was synchronized) before the frees */
+    if (b.e0)
+        cudaEventDestroy(b.e0);
+    if (b.e1)
+        cudaEventDestroy(b.e1);
+    cudaFree(b.flush);
+    cudaFree(b.y);
+    if (st != DSQ_OK) /* the rest keep the heuristic's choice, untimed */
+        for (int32_t i = 0; i < g->n_plans; i++)
+            g->plans[i].pending = 0;
+    if (n_tuned)
+        *n_tuned = tuned;
+    if (n_changed)
+        *n_changed = changed;
+    return st;
 }

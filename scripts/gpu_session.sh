@@ -21,6 +21,8 @@
 #   bash scripts/gpu_session.sh tile    # quantized prompts: the dequantization
 #                                       # tile's test, prefill rows, profile,
 #                                       # argmax misses' margins
+#   bash scripts/gpu_session.sh tune    # cuBLASLt tuning (DSQ_CUDA_GEMM_TUNE):
+#                                       # its tests, table, bench pairs
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -189,8 +191,25 @@ qfull_rows() {
     fi
 }
 
+# gtest name [VAR=value...]: one test_cuda_* binary (under env), its result
+# in one line; not run past $DEADLINE (seconds from the stage's start).
+# Its log: $OUT/<name><LOGSUFFIX>.log.
+gtest() {
+    local name=$1
+    shift
+    local log="$OUT/$name${LOGSUFFIX:-}.log"
+    if [ $(( $(date +%s) - T0 )) -ge "${DEADLINE:-540}" ]; then echo "$name: not run (deadline)"; return; fi
+    env "$@" timeout 100 "$B/tests/$name" >"$log" 2>&1
+    local r=$?
+    local what
+    what=$(grep -E "PASSED|FAILED" "$log" | tail -1)
+    [ $r = 77 ] && what="SKIPPED: $(grep -m1 -i skip "$log")"
+    printf "%-26s rc=%s (%s) %s %s\n" "$name" $r "$(el)" "$*" "$what"
+    [ $r = 0 ] || [ $r = 77 ] || grep -E "ERROR|FAIL|error" "$log" | head -8
+}
+
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -243,18 +262,6 @@ first)
     ( fullsize_model ) &
     MODEL_PID=$!
     DEADLINE=${DEADLINE:-540}
-    gtest() { # name [env...]: one test_cuda_* binary, its result in one line
-        local name=$1
-        shift
-        if [ $(( $(date +%s) - T0 )) -ge "$DEADLINE" ]; then echo "$name: not run (deadline)"; return; fi
-        env "$@" timeout 100 "$B/tests/$name" >"$OUT/$name.log" 2>&1
-        local r=$?
-        local what
-        what=$(grep -E "PASSED|FAILED" "$OUT/$name.log" | tail -1)
-        [ $r = 77 ] && what="SKIPPED: $(grep -m1 -i skip "$OUT/$name.log")"
-        printf "%-26s rc=%s (%s) %s\n" "$name" $r "$(el)" "$what"
-        [ $r = 0 ] || [ $r = 77 ] || grep -E "ERROR|FAIL|error" "$OUT/$name.log" | head -8
-    }
     echo "== GPU tests of stop 24's kernels (gemm_rows Q8/Q4, L2 prefetch, sampling passes, tile loaders)"
     for t in test_cuda_quant test_cuda_quant_e2e test_cuda_kernels test_cuda_e2e test_cuda_sampling; do gtest $t; done
     wait $MODEL_PID
@@ -337,6 +344,37 @@ tile)
         --steps 4 --warm 2 --quantize q4 >"$OUT/prefill_512_q4.log" 2>&1
     echo "== kernel_profile q4 prefill 512 rc=$? ($(el))"; head -14 "$OUT/prefill_512_q4.log"
     qfull_rows "${QFORMATS:-bf16,awq}"
+    ;;
+tune)
+    # cuBLASLt tuning of the decode graphs' products (stop 28,
+    # DSQ_CUDA_GEMM_TUNE=1, off by default; written without a GPU): its
+    # test and the product table's heuristic-vs-tuned columns, the golden
+    # e2e and greedy tests with tuning on, stop 27's unrun quant fixes, then
+    # bench pairs (default, tuned) at the batch sizes whose products run on
+    # cuBLASLt.  Prebuilt only.
+    prebuilt || { echo "tune: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
+    M=/tmp/dsq_fullsize
+    ( fullsize_model ) &
+    MODEL_PID=$!
+    DEADLINE=${DEADLINE:-540}
+    gtest test_cuda_kernels
+    grep -E "gemm tune|gemm tuned" "$OUT/test_cuda_kernels.log" | head -8
+    # the product table's rows of 16 and 64 rows (T: columns 24-26)
+    awk 'substr($0, 3, 5) == "shape" || substr($0, 24, 3) + 0 == 16 || substr($0, 24, 3) + 0 == 64' \
+        "$OUT/test_cuda_kernels.log" | head -12
+    LOGSUFFIX=_tune gtest test_cuda_e2e DSQ_CUDA_GEMM_TUNE=1
+    LOGSUFFIX=_tune gtest test_cuda_step_greedy DSQ_CUDA_GEMM_TUNE=1
+    gtest test_cuda_quant
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_row b64_1024 1024 64 --kv f16
+    DSQ_CUDA_GEMM_TUNE=1 bench_row b64_1024_tune 1024 64 --kv f16
+    bench_row b8_512 512 8 --kv f16
+    DSQ_CUDA_GEMM_TUNE=1 bench_row b8_512_tune 512 8 --kv f16
+    bench_row b256_1024_int8 1024 256 --kv int8
+    DSQ_CUDA_GEMM_TUNE=1 bench_row b256_1024_int8_tune 1024 256 --kv int8
+    bench_row b64_1024_none 1024 64 --kv f16 --sampling none
+    DSQ_CUDA_GEMM_TUNE=1 bench_row b64_1024_none_tune 1024 64 --kv f16 --sampling none
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
