@@ -382,9 +382,13 @@ static dsq_status run_pass(dsq_ctx *c, const cu_pass *p)
             else if (tuned > 0)
                 dsq_log(DSQ_LOG_INFO, "cuBLASLt tuning for %d-sequence decode steps: %d products timed, %d "
                         "changed", p->S, (int)tuned, (int)changed);
-            if (ts == DSQ_OK && changed > 0) {
-                cudaGraphExecDestroy(ge);
-                capture_pass(c, p, &ge);
+            if (ts == DSQ_OK && changed > 0) { /* a failed second capture keeps the first graph */
+                cudaGraphExec_t ge2 = NULL;
+                capture_pass(c, p, &ge2);
+                if (ge2) {
+                    cudaGraphExecDestroy(ge);
+                    ge = ge2;
+                }
             }
             dsq_clear_error();
         }

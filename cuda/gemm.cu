@@ -168,19 +168,42 @@ static dsq_status heuristic(const dsq_gemm *g, gemm_desc *d, int32_t T, int32_t 
     return DSQ_OK;
 }
 
-/* A cache slot for a new plan: a free one, else the next untuned one in
- * turn (tuned plans are what captured graphs were built from and cost a
- * timing run to remake; if every slot is tuned, the next in turn). */
+/* A cache slot for a new plan: a free one, else the next one in turn that
+ * is neither pending (its timing is owed to the graph being captured) nor
+ * tuned (a timing run to remake), else the next one not pending, else the
+ * next.  next_evict stays in [0, GEMM_CACHE). */
 static gemm_plan *new_slot(dsq_gemm *g)
 {
     if (g->n_plans < GEMM_CACHE)
         return &g->plans[g->n_plans++];
-    for (int i = 0; i < GEMM_CACHE; i++) {
-        gemm_plan *p = &g->plans[g->next_evict++ % GEMM_CACHE];
-        if (!p->tuned)
-            return p;
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < GEMM_CACHE; i++) {
+            gemm_plan *p = &g->plans[g->next_evict];
+            g->next_evict = (g->next_evict + 1) % GEMM_CACHE;
+            if (pass == 2 || (!p->pending && (pass == 1 || !p->tuned)))
+                return p;
+        }
+    return &g->plans[0]; /* not reached: pass 2 returns the first slot it sees */
+}
+
+/* With tuning on and the stream capturing: an untuned plan of at most
+ * tune_max_rows rows becomes pending with this call's operands. */
+static void mark_pending(dsq_gemm *g, gemm_plan *p, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
+                         cudaStream_t stream)
+{
+    if (!g->tune || p->tuned || p->pending || p->T > g->tune_max_rows)
+        return;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
+        (void)cudaGetLastError(); /* e.g. the legacy stream beside a capture: not ours to report */
+        return;
     }
-    return &g->plans[g->next_evict++ % GEMM_CACHE];
+    if (cs != cudaStreamCaptureStatusActive)
+        return;
+    p->pending = 1;
+    p->x = x;
+    p->w = w;
+    p->bias = bias;
 }
 
 extern "C" void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows)
@@ -208,10 +231,12 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
     if (st != DSQ_OK)
         return st;
 
-    /* find or choose the algorithm */
-    const gemm_plan *plan = NULL;
+    /* find or choose the algorithm; a plan first used by a capture (new,
+     * or made before by an eager pass, e.g. the head's rows of a prompt)
+     * is timed after it when tuning is on */
+    gemm_plan *plan = NULL;
     for (int32_t i = 0; i < g->n_plans; i++) {
-        const gemm_plan *p = &g->plans[i];
+        gemm_plan *p = &g->plans[i];
         if (p->T == T && p->N == N && p->K == K && p->epi == (int32_t)epi) {
             plan = p;
             break;
@@ -230,17 +255,9 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
         p->K = K;
         p->epi = (int32_t)epi;
         p->algo = res.algo;
-        if (g->tune && T <= g->tune_max_rows) {
-            cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-            if (cudaStreamIsCapturing(stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive) {
-                p->pending = 1;
-                p->x = x;
-                p->w = w;
-                p->bias = bias;
-            }
-        }
         plan = p;
     }
+    mark_pending(g, plan, x, w, bias, stream);
     const float alpha = 1.0f, beta = epi == DSQ_EPI_ADD ? 1.0f : 0.0f;
     return lt_status(api, api->Matmul(g->lt, &d.desc, &alpha, w, &d.la, x, &d.lb, &beta, y, &d.lc, y, &d.lc,
                                       &plan->algo, g->ws, g->ws_bytes, stream),
@@ -260,8 +277,9 @@ typedef struct tune_bufs {
     cudaEvent_t e0, e1;
 } tune_bufs;
 
-/* Median time (us) of TUNE_RUNS runs of one candidate, or a negative
- * value where cuBLASLt refuses the candidate for this problem. */
+/* Median time (us) of TUNE_RUNS runs of one candidate; -1 where cuBLASLt
+ * refuses the candidate for this problem, -2 where the stream or device
+ * failed (an error a fault leaves is sticky: tuning stops). */
 static float time_candidate(dsq_gemm *g, const gemm_plan *p, gemm_desc *d, const cublasLtMatmulAlgo_t *algo,
                             tune_bufs *b, cudaStream_t stream)
 {
@@ -269,16 +287,18 @@ static float time_candidate(dsq_gemm *g, const gemm_plan *p, gemm_desc *d, const
     const float alpha = 1.0f, beta = p->epi == DSQ_EPI_ADD ? 1.0f : 0.0f;
     float t[TUNE_RUNS];
     for (int r = -1; r < TUNE_RUNS; r++) { /* r = -1: warm-up (code, descriptors) */
-        if (cudaMemsetAsync(b->flush, r & 0xff, b->flush_bytes, stream) != cudaSuccess)
-            return -1.0f;
-        cudaEventRecord(b->e0, stream);
+        if (cudaMemsetAsync(b->flush, r & 0xff, b->flush_bytes, stream) != cudaSuccess ||
+            cudaEventRecord(b->e0, stream) != cudaSuccess)
+            return -2.0f;
         cublasStatus_t s = api->Matmul(g->lt, &d->desc, &alpha, p->w, &d->la, p->x, &d->lb, &beta, b->y, &d->lc,
                                        b->y, &d->lc, algo, g->ws, g->ws_bytes, stream);
-        cudaEventRecord(b->e1, stream);
-        if (s != CUBLAS_STATUS_SUCCESS || cudaEventSynchronize(b->e1) != cudaSuccess)
-            return -1.0f;
+        if (cudaEventRecord(b->e1, stream) != cudaSuccess || cudaEventSynchronize(b->e1) != cudaSuccess)
+            return -2.0f; /* the device or stream failed: no further candidate can run */
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return -1.0f; /* refused for this problem (nothing ran) */
         float ms = 0.0f;
-        cudaEventElapsedTime(&ms, b->e0, b->e1);
+        if (cudaEventElapsedTime(&ms, b->e0, b->e1) != cudaSuccess)
+            return -2.0f;
         if (r >= 0)
             t[r] = ms * 1000.0f;
     }
@@ -308,10 +328,12 @@ static dsq_status tune_plan(dsq_gemm *g, gemm_plan *p, tune_bufs *b, cudaStream_
         if (res[i].state != CUBLAS_STATUS_SUCCESS)
             continue;
         float us = time_candidate(g, p, &d, &res[i].algo, b, stream);
-        if (us < 0.0f) {
-            cudaGetLastError(); /* a refused candidate leaves no sticky error */
-            continue;
+        if (us == -2.0f) {
+            const cudaError_t e = cudaGetLastError();
+            return dsq_cu_status(e != cudaSuccess ? e : cudaErrorUnknown, "GEMM tuning run");
         }
+        if (us < 0.0f)
+            continue;
         if (best < 0 || us < best_us) {
             best = i;
             best_us = us;
@@ -345,8 +367,10 @@ extern "C" dsq_status dsq_gemm_tune_pending(dsq_gemm *g, cudaStream_t stream, in
     if (n == 0)
         return DSQ_OK;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
         return dsq_fail(DSQ_ERR_INTERNAL, "dsq_gemm_tune_pending: the stream is capturing (or unusable)");
+    }
     int dev = 0, l2 = 0;
     cudaGetDevice(&dev);
     if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess || l2 <= 0)

@@ -220,10 +220,10 @@ dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const
                         int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
                         cudaStream_t stream);
 
-/* Tuning (gemm.cu's top comment): with `on`, plans of at most max_rows rows
- * (<= 0: 256) first made while `stream` is capturing a graph are marked
- * pending, with the operands of that call (x, W and bias must stay valid
- * until dsq_gemm_tune_pending). */
+/* Tuning (gemm.cu's top comment): with `on`, untuned plans of at most
+ * max_rows rows (<= 0: 256) used while the stream is capturing a graph are
+ * marked pending, with the operands of that call (x, W and bias must stay
+ * valid until dsq_gemm_tune_pending). */
 void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows);
 /* Outside any capture: time the heuristic's candidates (up to 16) for every
  * pending plan and keep the fastest.  Writes only buffers of its own (the
@@ -232,8 +232,10 @@ void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows);
  * were timed, *n_changed got a different algorithm than the one they were
  * made with (a graph captured with them should be captured again).  On an
  * error (out of device memory for its buffers: DSQ_ERR_DEVICE_OOM) the
- * plans keep the heuristic's choice and are no longer pending.  A stream
- * being captured: DSQ_ERR_INTERNAL, nothing done. */
+ * plans keep the heuristic's choice and are no longer pending.  Plans
+ * pending and `stream` being captured: DSQ_ERR_INTERNAL, nothing done.
+ * Plans used by a capture but made before it (eagerly) become pending too;
+ * plans made and used outside captures never do. */
 dsq_status dsq_gemm_tune_pending(dsq_gemm *g, cudaStream_t stream, int32_t *n_tuned, int32_t *n_changed);
 
 /* ---- linear.cu: the one product the layers call -------------------------------- */
