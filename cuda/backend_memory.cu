@@ -136,9 +136,9 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
      * (batch sizes up to 256) timed over the heuristic's candidates before
      * the graph is kept (run_pass; gemm.cu's top comment).  Off by default
      * until measured on the GPU. */
-    const char *tune_env = getenv("DSQ_CUDA_GEMM_TUNE");
-    cc->gemm_tune = tune_env && tune_env[0] == '1';
-    dsq_gemm_set_tune(cc->gemm, cc->gemm_tune, 256);
+    const char *tune_env = getenv("DSQ_CUDA_GEMM_TUNE"); /* 2: prompts and mixed steps too, any row count */
+    cc->gemm_tune = tune_env && (tune_env[0] == '1' || tune_env[0] == '2') ? tune_env[0] - '0' : 0;
+    dsq_gemm_set_tune(cc->gemm, cc->gemm_tune, cc->gemm_tune == 2 ? INT32_MAX : 256);
 
     /* H200, 1.5B shapes (us per call, GEMV vs cuBLASLt): qkv/o/down win up
      * to 8 rows (qkv T=8 5.9 vs 12.5, down T=8 13.0 vs 16.7); gate/up up to

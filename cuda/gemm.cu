@@ -24,9 +24,12 @@
  * called after the capture ends, times the heuristic's candidates on the
  * recorded operands with the weights evicted from L2 before each run (the
  * step streams them from memory), keeps the fastest, and says whether any
- * choice changed so the caller captures again.  The choice depends on
- * timings, so two processes may pick different algorithms for a shape and
- * their results may differ in the last bits. */
+ * choice changed so the caller captures again.  Mode 2 (DSQ_CUDA_GEMM_TUNE=2)
+ * also times plans first used outside a capture (prompts, mixed steps)
+ * before their first run: a stall of tens of ms the first time each row
+ * count is seen, a measurement setting.  The choice depends on timings, so
+ * two processes may pick different algorithms for a shape and their results
+ * may differ in the last bits. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,31 +189,35 @@ static gemm_plan *new_slot(dsq_gemm *g)
     return &g->plans[0]; /* not reached: pass 2 returns the first slot it sees */
 }
 
-/* With tuning on and the stream capturing: an untuned plan of at most
- * tune_max_rows rows becomes pending with this call's operands. */
-static void mark_pending(dsq_gemm *g, gemm_plan *p, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
-                         cudaStream_t stream)
+/* With tuning on, an untuned plan of at most tune_max_rows rows becomes
+ * pending with this call's operands while the stream is capturing; in mode
+ * 2 outside a capture too, and it is then timed at once (the return value:
+ * 1 = tune it now). */
+static int mark_pending(dsq_gemm *g, gemm_plan *p, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
+                        cudaStream_t stream)
 {
     if (!g->tune || p->tuned || p->pending || p->T > g->tune_max_rows)
-        return;
+        return 0;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
         (void)cudaGetLastError(); /* e.g. the legacy stream beside a capture: not ours to report */
-        return;
+        return 0;
     }
-    if (cs != cudaStreamCaptureStatusActive)
-        return;
+    const int now = cs == cudaStreamCaptureStatusNone && g->tune == 2;
+    if (cs != cudaStreamCaptureStatusActive && !now)
+        return 0;
     p->pending = 1;
     p->x = x;
     p->w = w;
     p->bias = bias;
+    return now;
 }
 
 extern "C" void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows)
 {
     if (!g)
         return;
-    g->tune = on != 0;
+    g->tune = on == 2 ? 2 : on != 0;
     g->tune_max_rows = max_rows > 0 ? max_rows : 256;
 }
 
@@ -257,7 +264,13 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
         p->algo = res.algo;
         plan = p;
     }
-    mark_pending(g, plan, x, w, bias, stream);
+    if (mark_pending(g, plan, x, w, bias, stream)) {
+        /* mode 2, an eager call: timed before its first run.  A failure
+         * leaves the heuristic's choice (the plan is no longer pending);
+         * a failed device shows in the product's own status below. */
+        int32_t tuned = 0, changed = 0;
+        (void)dsq_gemm_tune_pending(g, stream, &tuned, &changed);
+    }
     const float alpha = 1.0f, beta = epi == DSQ_EPI_ADD ? 1.0f : 0.0f;
     return lt_status(api, api->Matmul(g->lt, &d.desc, &alpha, w, &d.la, x, &d.lb, &beta, y, &d.lc, y, &d.lc,
                                       &plan->algo, g->ws, g->ws_bytes, stream),

@@ -220,10 +220,12 @@ dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const
                         int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
                         cudaStream_t stream);
 
-/* Tuning (gemm.cu's top comment): with `on`, untuned plans of at most
+/* Tuning (gemm.cu's top comment): with `on` (1), untuned plans of at most
  * max_rows rows (<= 0: 256) used while the stream is capturing a graph are
  * marked pending, with the operands of that call (x, W and bias must stay
- * valid until dsq_gemm_tune_pending). */
+ * valid until dsq_gemm_tune_pending).  on = 2: also plans used outside a
+ * capture, timed inside that dsq_gemm_run call before its product (which
+ * then synchronizes the stream and allocates the timing buffers). */
 void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows);
 /* Outside any capture: time the heuristic's candidates (up to 16) for every
  * pending plan and keep the fastest.  Writes only buffers of its own (the

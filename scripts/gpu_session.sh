@@ -375,6 +375,19 @@ tune)
     DSQ_CUDA_GEMM_TUNE=1 bench_row b256_1024_int8_tune 1024 256 --kv int8
     bench_row b64_1024_none 1024 64 --kv f16 --sampling none
     DSQ_CUDA_GEMM_TUNE=1 bench_row b64_1024_none_tune 1024 64 --kv f16 --sampling none
+    # mode 2: prompts and mixed steps too (prefill_t/s; the bench's warm-up
+    # round pays the timing)
+    bench_row b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
+    DSQ_CUDA_GEMM_TUNE=2 bench_row b1_4096_1pass_tune2 4096 1 --kv f16 --batch-tokens 4096
+    bench_row b1_512 512 1 --kv f16
+    DSQ_CUDA_GEMM_TUNE=2 bench_row b1_512_tune2 512 1 --kv f16
+    if [ -x "$B/tests/bench_mixed_step" ]; then
+        for tv in 0 2; do
+            DSQ_CUDA_GEMM_TUNE=$tv timeout 75 "$B/tests/bench_mixed_step" $M 1024 63 2048 512 5 >"$OUT/mixed_$tv.log" 2>&1
+            echo "== mixed step, DSQ_CUDA_GEMM_TUNE=$tv (issue 7: worst <= 2x plain) rc=$?"
+            grep -E "RESULT" "$OUT/mixed_$tv.log"
+        done
+    fi
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops

@@ -872,6 +872,16 @@ static void test_gemm_tune(void **state)
     }
     CU(cudaStreamDestroy(s));
     dsq_gemm_destroy(g);
+    /* mode 2: eager calls timed before their first product (run_product
+     * checks each against the reference; nothing is left pending) */
+    DS(dsq_gemm_create((size_t)32 << 20, &g));
+    dsq_gemm_set_tune(g, 2, INT32_MAX); /* as the backend sets it */
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++)
+        run_product(g, 1, cs[c].T, cs[c].N, cs[c].K, cs[c].epi, 0);
+    run_product(g, 1, 300, 96, 264, DSQ_EPI_BIAS, 0); /* more rows than the capture path's default limit */
+    DS(dsq_gemm_tune_pending(g, 0, &n_tuned, &n_changed));
+    assert_int_equal(n_tuned, 0);
+    dsq_gemm_destroy(g);
 }
 
 /* ---- dsq_cu_linear: the dispatch every layer op goes through ----------------------------- */
