@@ -245,8 +245,10 @@ dsq_status dsq_gemm_tune_pending(dsq_gemm *g, cudaStream_t stream, int32_t *n_tu
 /* What a product may use besides its operands. */
 typedef struct dsq_cu_linear_env {
     dsq_gemm *gemm;      /* the context's cuBLASLt handle */
-    float *gu_scratch;   /* fp32 [T][N], SILU_MUL on the cuBLASLt path */
-    int64_t gu_scratch_elems; /* its size in floats (0: unknown, only SILU_MUL uses it) */
+    float *gu_scratch;   /* fp32 [T][N]: SILU_MUL on the cuBLASLt path, and the
+                            Q8_ROW codes product of the tile path (any epilogue) */
+    int64_t gu_scratch_elems; /* its size in floats (0: unknown; the Q8 codes path then
+                                 declines it, SILU_MUL trusts it) */
     int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt */
     int32_t mma_min;     /* bf16 GEMV with mma_min <= T: on the tensor cores
                             (gemv_mma.cu) where it applies; 0: never */

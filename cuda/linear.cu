@@ -71,10 +71,13 @@ static dsq_status dequant_part(const dsq_weight *W, int part, const dsq_cu_linea
  * (Q8_ROW from qrows_q8_min) on the tensor cores with the codes converted
  * in registers (gemm_rows.cu);
  * otherwise GEMV (dequantizing in registers) for a few rows; for
- * more, the whole matrix dequantized into the context's bf16 tile in two
- * parts whose products add up to the exact weights' (DSQ_CUDA_QTILE=1: one
- * part, the weights rounded to bf16) and cuBLASLt; without a tile big
- * enough (the head), GEMV in groups of rows. */
+ * more, the whole matrix into the context's bf16 tile and cuBLASLt:
+ * Q8_ROW's codes (exact in bf16) with the row scales in
+ * dsq_cu_scale_epilogue where gu_scratch holds [T][N], else two parts
+ * whose products add up to the exact weights' (DSQ_CUDA_QTILE=1: one part,
+ * the weights rounded to bf16); without a tile big enough (the 1.5B
+ * model's head; a small vocabulary's head fits) or, for SwiGLU, without
+ * the scratch, GEMV in groups of rows. */
 static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
                                dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
@@ -89,7 +92,10 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
                                    (const uint8_t *)W->zeros, bias, T, N, K, epi, y, env->rows_ws, env->rows_ws_bytes,
                                    env->rows_tickets, env->rows_n_tickets, 0, env->stream);
     }
-    if (T > DSQ_QGEMV_MAX && env->wq_tile && (int64_t)N * K <= env->wq_tile_elems) {
+    /* SwiGLU through the tile needs [T][N] fp32 of scratch (either path) */
+    const int silu_fits = epi != DSQ_EPI_SILU_MUL ||
+                          (env->gu_scratch && (env->gu_scratch_elems == 0 || (int64_t)T * N <= env->gu_scratch_elems));
+    if (T > DSQ_QGEMV_MAX && env->wq_tile && (int64_t)N * K <= env->wq_tile_elems && silu_fits) {
         if (env->qtile_parts == 1) { /* DSQ_CUDA_QTILE=1: the weights rounded to bf16, one product */
             dsq_status st = dequant_part(W, 0, env);
             if (st != DSQ_OK)

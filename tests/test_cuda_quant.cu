@@ -504,8 +504,9 @@ static void test_dequant_bf16(void **state)
  * qrows_max 0 here) against the CPU product of the exact weights: two
  * parts (the default) within the tolerance of the products on exact
  * weights; one part (DSQ_CUDA_QTILE=1) further, as rounding every weight
- * to bf16 makes it.  Every epilogue but the SwiGLU one (its gate/up path
- * shares the accumulation; test_cuda_quant_e2e runs it). */
+ * to bf16 makes it.  Every epilogue; SwiGLU on the Q8 codes path, whose
+ * scratch must then hold the unscaled codes product (the two-part path
+ * would leave the scaled one there). */
 static void test_linear_tile_exact(void **state)
 {
     (void)state;
@@ -590,9 +591,28 @@ static void test_linear_tile_exact(void **state)
             env.gu_scratch = scratch;
             env.gu_scratch_elems = (int64_t)T * N;
             w.layout = DSQ_WL_GATE_UP;
+            CU(cudaMemset(scratch, 0xff, (size_t)T * N * 4)); /* NaN */
             DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_SILU_MUL, dact, &env));
             w.layout = DSQ_WL_ROWS;
             to_host(act, dact, (size_t)T * NP * 2);
+            { /* the codes path ran: its scratch holds x codes^T, unscaled */
+                float *sc = (float *)malloc((size_t)T * N * 4);
+                to_host(sc, scratch, (size_t)T * N * 4);
+                for (int t = 0; t < T; t++)
+                    for (int n = 0; n < N; n++) {
+                        double ref = 0, mag = 0;
+                        for (int k = 0; k < K; k++) {
+                            const double q = (double)xf[t * K + k] * m.h8.q[(size_t)n * K + k];
+                            ref += q;
+                            mag += fabs(q);
+                        }
+                        const double d = fabs(sc[t * N + n] - ref), tol = 4.0 * K * 0x1p-24 * (mag + 1.0);
+                        if (!(d <= tol))
+                            fail_msg("q8 codes path SILU_MUL: scratch t %d n %d is %g, x codes^T %g (tol %g)", t, n,
+                                     sc[t * N + n], ref, tol);
+                    }
+                free(sc);
+            }
             for (int t = 0; t < T; t++)
                 for (int p = 0; p < NP; p++) {
                     double gu[2], mag[2];
