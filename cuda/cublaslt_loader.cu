@@ -57,6 +57,10 @@ static void lt_load(void)
     LT_SYM(MatmulPreferenceSetAttribute, cublasLtMatmulPreferenceSetAttribute);
     LT_SYM(MatmulAlgoGetHeuristic, cublasLtMatmulAlgoGetHeuristic);
     LT_SYM(Matmul, cublasLtMatmul);
+    LT_SYM(MatmulAlgoCapGetAttribute, cublasLtMatmulAlgoCapGetAttribute);
+    LT_SYM(MatmulAlgoConfigGetAttribute, cublasLtMatmulAlgoConfigGetAttribute);
+    LT_SYM(MatmulAlgoConfigSetAttribute, cublasLtMatmulAlgoConfigSetAttribute);
+    LT_SYM(MatmulAlgoCheck, cublasLtMatmulAlgoCheck);
 #undef LT_SYM
     if (!missing && lt_table.GetVersion() / 10000 != CUBLAS_VER_MAJOR) {
         snprintf(lt_problem, sizeof lt_problem, "the cuBLASLt found is version %zu, libdsqwen needs %d.x",

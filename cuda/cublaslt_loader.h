@@ -22,6 +22,11 @@ typedef struct dsq_cublaslt {
     decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
     decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
     decltype(&cublasLtMatmul) Matmul;
+    /* GEMM tuning's split-K variants (gemm.cu) */
+    decltype(&cublasLtMatmulAlgoCapGetAttribute) MatmulAlgoCapGetAttribute;
+    decltype(&cublasLtMatmulAlgoConfigGetAttribute) MatmulAlgoConfigGetAttribute;
+    decltype(&cublasLtMatmulAlgoConfigSetAttribute) MatmulAlgoConfigSetAttribute;
+    decltype(&cublasLtMatmulAlgoCheck) MatmulAlgoCheck;
 } dsq_cublaslt;
 
 /* The loaded table, or NULL when cuBLASLt cannot be loaded; then

@@ -21,7 +21,9 @@
  * (qkv at 64 rows streamed ~0.7 TB/s, stop 20's table).  With tuning on, a
  * plan made while the stream is being captured into a graph is marked
  * pending (nothing can be timed inside a capture); dsq_gemm_tune_pending(),
- * called after the capture ends, times the heuristic's candidates on the
+ * called after the capture ends, times the heuristic's candidates (and
+ * split-K variants of its first ones: the short products have few output
+ * tiles for the SMs) on the
  * recorded operands with the weights evicted from L2 before each run (the
  * step streams them from memory), keeps the fastest, and says whether any
  * choice changed so the caller captures again.  Mode 2 (DSQ_CUDA_GEMM_TUNE=2)
@@ -38,8 +40,14 @@
 
 #define GEMM_CACHE 256
 
-/* Candidates timed per pending plan, and timed runs of each. */
+/* The heuristic's candidates per pending plan; of its first TUNE_SPLIT_BASES
+ * that allow split-K with a compute-type reduction (deterministic: partial
+ * sums in fp32 in the workspace, reduced in a fixed order), variants with
+ * each of TUNE_SPLITS splits; timed runs of each candidate. */
 #define TUNE_CANDIDATES 16
+#define TUNE_SPLIT_BASES 8
+#define TUNE_SPLITS 4
+#define TUNE_MAX (TUNE_CANDIDATES + TUNE_SPLIT_BASES * TUNE_SPLITS)
 #define TUNE_RUNS 5
 
 typedef struct gemm_plan {
@@ -324,6 +332,56 @@ static float time_candidate(dsq_gemm *g, const gemm_plan *p, gemm_desc *d, const
     return t[TUNE_RUNS / 2];
 }
 
+/* The candidates to time: the heuristic's answers, then split-K variants
+ * of its first TUNE_SPLIT_BASES where the algorithm allows them, each
+ * checked by cuBLASLt for this problem and the workspace.  Returns the
+ * count written to cand[TUNE_MAX]. */
+static int candidates(const dsq_gemm *g, gemm_desc *d, int32_t K, const cublasLtMatmulHeuristicResult_t *res,
+                      int found, cublasLtMatmulAlgo_t *cand)
+{
+    const dsq_cublaslt *api = g->api;
+    int n = 0;
+    for (int i = 0; i < found; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS)
+            cand[n++] = res[i].algo;
+    static const int32_t splits[TUNE_SPLITS] = {2, 4, 8, 16};
+    for (int i = 0; i < found && i < TUNE_SPLIT_BASES; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS)
+            continue;
+        int32_t sup = 0, cur = 1;
+        uint32_t mask = 0;
+        size_t wr = 0;
+        if (api->MatmulAlgoCapGetAttribute(&res[i].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &sup, sizeof sup, &wr) !=
+                CUBLAS_STATUS_SUCCESS ||
+            !sup ||
+            api->MatmulAlgoCapGetAttribute(&res[i].algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &mask, sizeof mask,
+                                           &wr) != CUBLAS_STATUS_SUCCESS ||
+            !(mask & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) ||
+            api->MatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &cur, sizeof cur, &wr) !=
+                CUBLAS_STATUS_SUCCESS)
+            continue;
+        for (int s = 0; s < TUNE_SPLITS; s++) {
+            if (splits[s] == cur || K < 128 * splits[s]) /* at least 128 of K per split */
+                continue;
+            cublasLtMatmulAlgo_t a = res[i].algo;
+            const int32_t sk = splits[s];
+            const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+            cublasLtMatmulHeuristicResult_t chk;
+            memset(&chk, 0, sizeof chk);
+            if (api->MatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                api->MatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                api->MatmulAlgoCheck(g->lt, &d->desc, &d->la, &d->lb, &d->lc, &d->lc, &a, &chk) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                chk.workspaceSize > g->ws_bytes)
+                continue;
+            cand[n++] = a;
+        }
+    }
+    return n;
+}
+
 static dsq_status tune_plan(dsq_gemm *g, gemm_plan *p, tune_bufs *b, cudaStream_t stream, int *changed)
 {
     gemm_desc d;
@@ -335,12 +393,12 @@ static dsq_status tune_plan(dsq_gemm *g, gemm_plan *p, tune_bufs *b, cudaStream_
     st = heuristic(g, &d, p->T, p->N, p->K, TUNE_CANDIDATES, res, &found);
     if (st != DSQ_OK)
         return st;
+    cublasLtMatmulAlgo_t cand[TUNE_MAX];
+    const int n_cand = candidates(g, &d, p->K, res, found, cand);
     int best = -1;
     float best_us = 0.0f;
-    for (int i = 0; i < found; i++) {
-        if (res[i].state != CUBLAS_STATUS_SUCCESS)
-            continue;
-        float us = time_candidate(g, p, &d, &res[i].algo, b, stream);
+    for (int i = 0; i < n_cand; i++) {
+        float us = time_candidate(g, p, &d, &cand[i], b, stream);
         if (us == -2.0f) {
             const cudaError_t e = cudaGetLastError();
             return dsq_cu_status(e != cudaSuccess ? e : cudaErrorUnknown, "GEMM tuning run");
@@ -352,8 +410,8 @@ static dsq_status tune_plan(dsq_gemm *g, gemm_plan *p, tune_bufs *b, cudaStream_
             best_us = us;
         }
     }
-    if (best >= 0 && memcmp(&res[best].algo, &p->algo, sizeof p->algo) != 0) {
-        p->algo = res[best].algo;
+    if (best >= 0 && memcmp(&cand[best], &p->algo, sizeof p->algo) != 0) {
+        p->algo = cand[best];
         ++*changed;
     }
     /* no candidate ran: the heuristic's choice stays (it ran in the graph) */
