@@ -201,10 +201,7 @@ static enum MHD_Result start_completion(srv *s, conn *k, struct MHD_Connection *
                                  "invalid_request_error", "context_length_exceeded", 0);
         return respond_error(c, 503, "the server is shutting down", "server_error", NULL, 0);
     }
-    k->req = r;
-    pthread_mutex_lock(&s->mu);
-    s->n_http_reqs++;
-    pthread_mutex_unlock(&s->mu);
+    k->req = r; /* srv_submit counted it in n_http_reqs */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     k->fd = ci ? ci->connect_fd : -1;

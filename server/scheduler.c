@@ -98,6 +98,10 @@ int srv_submit(srv *s, srv_req *r)
         s->wait_head = r;
     s->wait_tail = r;
     s->n_waiting++;
+    /* counted in the same lock hold as the admission: the shutdown drain
+     * (serve.c) never sees an admitted request whose HTTP side is
+     * uncounted */
+    s->n_http_reqs++;
     pthread_cond_signal(&s->cv_sched);
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -648,6 +652,7 @@ static void *sched_main(void *arg)
                     retire_locked(s, r);
                 }
             }
+            kv_metrics_locked(s);
             break;
         }
         admit(s);
@@ -847,5 +852,8 @@ void srv_sched_stop(srv *s)
         free(prefix[i].tokens);
     }
     free(prefix);
+    pthread_mutex_lock(&s->mu);
+    kv_metrics_locked(s); /* the scheduler has exited: the context is quiet */
+    pthread_mutex_unlock(&s->mu);
     srv_sched_free(s);
 }

@@ -224,8 +224,10 @@ typedef struct srv {
 int srv_sched_start(srv *s);    /* -1: no memory or thread (srv_sched_free) */
 void srv_sched_free(srv *s);    /* the scheduler's arrays; NULL-safe        */
 void srv_sched_stop(srv *s);    /* after s->stopping = 1: ends every request  */
-/* Hand a parsed request to the scheduler: 0 queued, or 429 (the pool and the
- * queue are full) or 503 (shutting down).  Takes the lock itself. */
+/* Hand a parsed request to the scheduler: 0 queued (and counted in
+ * n_http_reqs, in the same lock hold), or 429 (the pool and the queue are
+ * full), 413 (the prompt exceeds the KV pool) or 503 (shutting down).
+ * Takes the lock itself. */
 int srv_submit(srv *s, srv_req *r);
 /* The HTTP side is done with `r` (client gone or response sent).  Under
  * s->mu. */
