@@ -199,7 +199,7 @@ gtest() {
     shift
     local log="$OUT/$name${LOGSUFFIX:-}.log"
     if [ $(( $(date +%s) - T0 )) -ge "${DEADLINE:-540}" ]; then echo "$name: not run (deadline)"; return; fi
-    env "$@" timeout 100 "$B/tests/$name" >"$log" 2>&1
+    env "$@" timeout "${GTEST_TIMEOUT:-100}" "$B/tests/$name" >"$log" 2>&1
     local r=$?
     local what
     what=$(grep -E "PASSED|FAILED" "$log" | tail -1)
@@ -357,7 +357,7 @@ tune)
     ( fullsize_model ) &
     MODEL_PID=$!
     DEADLINE=${DEADLINE:-540}
-    gtest test_cuda_kernels
+    GTEST_TIMEOUT=200 gtest test_cuda_kernels # the product table times 30 tunings more
     grep -E "gemm tune|gemm tuned" "$OUT/test_cuda_kernels.log" | head -8
     # the product table's rows of 16 and 64 rows (T: columns 24-26)
     awk 'substr($0, 3, 5) == "shape" || substr($0, 24, 3) + 0 == 16 || substr($0, 24, 3) + 0 == 64' \
