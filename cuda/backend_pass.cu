@@ -373,6 +373,11 @@ static dsq_status run_pass(dsq_ctx *c, const cu_pass *p)
     if (!cc->graphs[key] && !cc->graph_failed[key]) {
         cudaGraphExec_t ge = NULL;
         capture_pass(c, p, &ge);
+        if (!ge && cc->gemm_tune) { /* no graph: the plans it marked are timed anyway (for eager runs) */
+            int32_t tuned = 0, changed = 0;
+            (void)dsq_gemm_tune_pending(cc->gemm, cc->stream, &tuned, &changed);
+            dsq_clear_error();
+        }
         if (ge && cc->gemm_tune) {
             int32_t tuned = 0, changed = 0;
             dsq_status ts = dsq_gemm_tune_pending(cc->gemm, cc->stream, &tuned, &changed);

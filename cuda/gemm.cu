@@ -53,8 +53,9 @@
 typedef struct gemm_plan {
     int32_t T, N, K, epi;
     cublasLtMatmulAlgo_t algo;
-    int32_t tuned;   /* chosen by timing: kept when the cache evicts */
-    int32_t pending; /* made inside a capture with tuning on: to be timed */
+    int32_t tuned;   /* chosen by timing, or its timing failed (never retried):
+                        kept when the cache evicts */
+    int32_t pending; /* used by a capture (mode 2: any call) with tuning on: to be timed */
     /* pending plans: the operands of the call that made the plan (device
      * buffers of the caller that outlive the capture; only read here) */
     const dsq_bf16 *x, *w;
@@ -278,6 +279,11 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
          * a failed device shows in the product's own status below. */
         int32_t tuned = 0, changed = 0;
         (void)dsq_gemm_tune_pending(g, stream, &tuned, &changed);
+        if (plan->pending) { /* refused (a capture began meanwhile): this call's operands go */
+            plan->pending = 0;
+            plan->x = plan->w = NULL;
+            plan->bias = NULL;
+        }
     }
     const float alpha = 1.0f, beta = epi == DSQ_EPI_ADD ? 1.0f : 0.0f;
     return lt_status(api, api->Matmul(g->lt, &d.desc, &alpha, w, &d.la, x, &d.lb, &beta, y, &d.lc, y, &d.lc,
@@ -480,9 +486,14 @@ extern "C" dsq_status dsq_gemm_tune_pending(dsq_gemm *g, cudaStream_t stream, in
         cudaEventDestroy(b.e1);
     cudaFree(b.flush);
     cudaFree(b.y);
-    if (st != DSQ_OK) /* the rest keep the heuristic's choice, untimed */
+    if (st != DSQ_OK) /* the rest keep the heuristic's choice, untimed and not retried */
         for (int32_t i = 0; i < g->n_plans; i++)
-            g->plans[i].pending = 0;
+            if (g->plans[i].pending) {
+                g->plans[i].pending = 0;
+                g->plans[i].tuned = 1;
+                g->plans[i].x = g->plans[i].w = NULL;
+                g->plans[i].bias = NULL;
+            }
     if (n_tuned)
         *n_tuned = tuned;
     if (n_changed)

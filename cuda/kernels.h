@@ -235,10 +235,11 @@ void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows);
  * were timed, *n_changed got a different algorithm than the one they were
  * made with (a graph captured with them should be captured again).  On an
  * error (out of device memory for its buffers: DSQ_ERR_DEVICE_OOM) the
- * plans keep the heuristic's choice and are no longer pending.  Plans
- * pending and `stream` being captured: DSQ_ERR_INTERNAL, nothing done.
- * Plans used by a capture but made before it (eagerly) become pending too;
- * plans made and used outside captures never do. */
+ * plans keep the heuristic's choice and are no longer pending (nor timed
+ * again).  Plans pending and `stream` being captured: DSQ_ERR_INTERNAL,
+ * nothing done.  Plans used by a capture but made before it (eagerly)
+ * become pending too; in mode 1 plans made and used outside captures
+ * never do. */
 dsq_status dsq_gemm_tune_pending(dsq_gemm *g, cudaStream_t stream, int32_t *n_tuned, int32_t *n_changed);
 
 /* ---- linear.cu: the one product the layers call -------------------------------- */
