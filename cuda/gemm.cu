@@ -222,6 +222,17 @@ static int mark_pending(dsq_gemm *g, gemm_plan *p, const dsq_bf16 *x, const dsq_
     return now;
 }
 
+/* A pending plan leaves the queue: its recorded operands are dropped;
+ * `tuned` = 1 means it is not to be timed again (timed, or its timing
+ * failed), 0 that a later capture may mark it again. */
+static void plan_release(gemm_plan *p, int32_t tuned)
+{
+    p->pending = 0;
+    p->tuned = tuned;
+    p->x = p->w = NULL;
+    p->bias = NULL;
+}
+
 extern "C" void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows)
 {
     if (!g)
@@ -279,11 +290,8 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
          * a failed device shows in the product's own status below. */
         int32_t tuned = 0, changed = 0;
         (void)dsq_gemm_tune_pending(g, stream, &tuned, &changed);
-        if (plan->pending) { /* refused (a capture began meanwhile): this call's operands go */
-            plan->pending = 0;
-            plan->x = plan->w = NULL;
-            plan->bias = NULL;
-        }
+        if (plan->pending) /* refused (a capture began meanwhile): this call's operands go */
+            plan_release(plan, 0);
     }
     const float alpha = 1.0f, beta = epi == DSQ_EPI_ADD ? 1.0f : 0.0f;
     return lt_status(api, api->Matmul(g->lt, &d.desc, &alpha, w, &d.la, x, &d.lb, &beta, y, &d.lc, y, &d.lc,
@@ -473,10 +481,7 @@ extern "C" dsq_status dsq_gemm_tune_pending(dsq_gemm *g, cudaStream_t stream, in
         st = tune_plan(g, p, &b, stream, &changed);
         if (st != DSQ_OK)
             break;
-        p->pending = 0;
-        p->tuned = 1;
-        p->x = p->w = NULL;
-        p->bias = NULL;
+        plan_release(p, 1);
         tuned++;
     }
     /* the timed runs finished (each was synchronized) before the frees */
@@ -488,12 +493,8 @@ extern "C" dsq_status dsq_gemm_tune_pending(dsq_gemm *g, cudaStream_t stream, in
     cudaFree(b.y);
     if (st != DSQ_OK) /* the rest keep the heuristic's choice, untimed and not retried */
         for (int32_t i = 0; i < g->n_plans; i++)
-            if (g->plans[i].pending) {
-                g->plans[i].pending = 0;
-                g->plans[i].tuned = 1;
-                g->plans[i].x = g->plans[i].w = NULL;
-                g->plans[i].bias = NULL;
-            }
+            if (g->plans[i].pending)
+                plan_release(&g->plans[i], 1);
     if (n_tuned)
         *n_tuned = tuned;
     if (n_changed)

@@ -114,6 +114,15 @@ PY
     echo "== model rc=$? ($(tail -1 "$OUT/model.log")) ($(el))"
 }
 
+# The prebuilt-only stages' start: the binaries unpacked (or exit), the
+# full-size model made in the background ($MODEL_PID, into $M).
+prebuilt_stage() {
+    prebuilt || { echo "$1: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
+    M=/tmp/dsq_fullsize
+    ( fullsize_model ) &
+    MODEL_PID=$!
+}
+
 fuzz_bg_start() { # FUZZ_BG: one target, many jobs, beside the stage's GPU work
     [ -n "${FUZZ_BG:-}" ] || return 0
     local t=$FUZZ_BG fb=$ROOT/.fuzzbin
@@ -257,10 +266,7 @@ first)
     # last GPU session, then the bench rows that decide their defaults, then
     # the other GPU tests while the deadline allows (the full-size model is
     # built on the CPU meanwhile).  Needs the prebuilt binaries.
-    prebuilt || { echo "first: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
-    M=/tmp/dsq_fullsize
-    ( fullsize_model ) &
-    MODEL_PID=$!
+    prebuilt_stage first
     DEADLINE=${DEADLINE:-540}
     echo "== GPU tests of stop 24's kernels (gemm_rows Q8/Q4, L2 prefetch, sampling passes, tile loaders)"
     for t in test_cuda_quant test_cuda_quant_e2e test_cuda_kernels test_cuda_e2e test_cuda_sampling; do gtest $t; done
@@ -293,10 +299,7 @@ qrows)
     # then the full-size comparison of the bf16 source (the baseline of the
     # quantized rows' argmax) and of INT8 at load with an int8 head (the
     # 2.1 GB row) while the deadline allows.  Prebuilt only.
-    prebuilt || { echo "qrows: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
-    M=/tmp/dsq_fullsize
-    ( fullsize_model ) &
-    MODEL_PID=$!
+    prebuilt_stage qrows
     DEADLINE=${DEADLINE:-300}
     quant_tests "worst|bit-identical|GPU vs CPU"
     wait $MODEL_PID
@@ -324,10 +327,7 @@ tile)
     # beside one rounded part (DSQ_CUDA_QTILE=1), where a 512-token
     # prompt's time goes (kernel_profile), then the full-size argmax rows
     # of the bf16 source and AWQ with their misses' margins.  Prebuilt only.
-    prebuilt || { echo "tile: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
-    M=/tmp/dsq_fullsize
-    ( fullsize_model ) &
-    MODEL_PID=$!
+    prebuilt_stage tile
     DEADLINE=${DEADLINE:-540}
     quant_tests "tile path|FAIL|ERROR"
     wait $MODEL_PID
@@ -352,10 +352,7 @@ tune)
     # e2e and greedy tests with tuning on, stop 27's unrun quant fixes, then
     # bench pairs (default, tuned) at the batch sizes whose products run on
     # cuBLASLt.  Prebuilt only.
-    prebuilt || { echo "tune: needs .gpu/prebuilt.tar.xz (scripts/pack_prebuilt.sh)"; exit 1; }
-    M=/tmp/dsq_fullsize
-    ( fullsize_model ) &
-    MODEL_PID=$!
+    prebuilt_stage tune
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=200 gtest test_cuda_kernels # the product table times 30 tunings more
     grep -E "gemm tune|gemm tuned" "$OUT/test_cuda_kernels.log" | head -8
