@@ -229,9 +229,10 @@ dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const
 void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows);
 /* Outside any capture: time the heuristic's candidates (up to 16, and
  * split-K variants of its first 8 that cuBLASLt accepts for the problem
- * and the workspace) for every pending plan and keep the fastest.  Writes only buffers of its own (the
- * recorded y is never touched; x, W, bias are read), allocates them for the
- * call and synchronizes on `stream` after each timed run.  *n_tuned plans
+ * and the workspace) for every pending plan and keep the fastest.  Writes
+ * only buffers of its own (the recorded y is never touched; x, W, bias are
+ * read), allocates them for the call and synchronizes on `stream` after
+ * each timed run.  *n_tuned plans
  * were timed, *n_changed got a different algorithm than the one they were
  * made with (a graph captured with them should be captured again).  On an
  * error (out of device memory for its buffers: DSQ_ERR_DEVICE_OOM) the
