@@ -467,9 +467,16 @@ profile)
             >"$OUT/$name.log" 2>&1
         echo "== $name rc=$? ($(el))"
         head -14 "$OUT/$name.log"
+        sed -n '/^timeline/,$p' "$OUT/$name.log" | head -${TL_ROWS:-16}
     }
-    # PROFILE=prefill: where a prompt's time goes (issues 7, 8, 13) instead
-    if [ "${PROFILE:-decode}" = prefill ]; then
+    # PROFILE=prefill: where a prompt's time goes (issues 7, 8, 13) instead;
+    # PROFILE=sampled: sampled steps as dsqwen bench runs them (PDL on: the
+    # timeline table charges each kernel only what it adds to the busy span)
+    if [ "${PROFILE:-decode}" = sampled ]; then
+        TL_ROWS=24 prof bf16_b1_512_s --batch 1 --context 512 --sample
+        TL_ROWS=24 prof bf16_b64_1024_s --batch 64 --context 1024 --sample
+        prof int8_b1_512_s --batch 1 --context 512 --quantize int8 --sample
+    elif [ "${PROFILE:-decode}" = prefill ]; then
         prof prefill_512 --prefill 512 --steps 8 --warm 3
         prof prefill_4096 --prefill 4096 --steps 4 --warm 2
         prof mixed_63x1024_512 --prefill 512 --batch 64 --context 1024 --steps 8 --warm 3

@@ -156,9 +156,52 @@ def report(a, pr, wall_ms, info, title, tokens):
     for r in rows[:a.top]:
         print(f"{r['us_per_step']:9.1f} {r['launches_per_step']:7.1f} {100 * r['us_per_step'] / gpu_us:5.1f}%  "
               f"{r['kernel'][:110]}")
+    excl = exclusive_times(pr, a.steps)
+    if excl:
+        busy = sum(excl.values())
+        print(f"timeline (PDL overlap resolved: each kernel charged only the time it extends the GPU's busy span; "
+              f"idle = no kernel or copy running): busy+idle {busy / 1e3:.3f} ms/step")
+        print(f"{'us/step':>9} {'share':>6}  kernel (exclusive)")
+        for k, v in sorted(excl.items(), key=lambda kv: -kv[1])[:a.top + 4]:
+            print(f"{v:9.1f} {100 * v / busy:5.1f}%  {k[:110]}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(args=vars(a), wall_ms=wall_ms, gpu_ms=gpu_us / 1e3, rows=rows), f, indent=1)
+            json.dump(dict(args=vars(a), wall_ms=wall_ms, gpu_ms=gpu_us / 1e3, rows=rows, exclusive_us=excl),
+                      f, indent=1)
+
+
+def exclusive_times(pr, steps):
+    """Per name, the time each kernel / copy adds to the GPU's busy span (a
+    kernel launched early under PDL overlaps the one before it: only its
+    part past the previous end counts), plus the idle gaps between them
+    (charged to '(idle before <name>)'), per step.  From the profiler's
+    chrome trace; empty if it cannot be read."""
+    import tempfile
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            path = f.name
+        pr.export_chrome_trace(path)
+        with open(path) as f:
+            tr = json.load(f)
+        os.unlink(path)
+    except Exception as e:  # noqa: BLE001 - a missing timeline only drops this table
+        print(f"(no timeline: {e})")
+        return {}
+    evs = [e for e in tr.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
+           and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    evs.sort(key=lambda e: e["ts"])
+    out, end = {}, None
+    for e in evs:
+        ts, te = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))
+        name = e.get("name", "?")
+        if end is not None and ts > end:
+            gap = "(idle before " + name[:60] + ")"
+            out[gap] = out.get(gap, 0.0) + (ts - end)
+        add = te - max(ts, end) if end is not None else te - ts
+        if add > 0:
+            out[name] = out.get(name, 0.0) + add
+        end = te if end is None else max(end, te)
+    return {k: v / steps for k, v in out.items()}
 
 
 if __name__ == "__main__":
