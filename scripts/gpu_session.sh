@@ -23,6 +23,9 @@
 #                                       # argmax misses' margins
 #   bash scripts/gpu_session.sh tune    # cuBLASLt tuning (DSQ_CUDA_GEMM_TUNE):
 #                                       # its tests, table, bench pairs
+#   bash scripts/gpu_session.sh clmerge # decode attention's cluster merge and
+#                                       # the GEMV's L2 prefetch: tests, bench
+#                                       # pairs, a sampled-step timeline
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -218,7 +221,7 @@ gtest() {
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | clmerge) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -385,6 +388,49 @@ tune)
             grep -E "RESULT" "$OUT/mixed_$tv.log"
         done
     fi
+    ;;
+clmerge)
+    # stop 30: decode attention merged inside thread-block clusters (the
+    # default up to 8 splits; DSQ_CUDA_DECODE_CLUSTER=0: the merge kernel)
+    # and the GEMV's L2 prefetch of its next row-group rounds
+    # (DSQ_CUDA_GEMV_PREFETCH=k, off): tests, the attention timing rows,
+    # bench pairs (alternating, twice at batch 1), a sampled-step timeline.
+    # Prebuilt only.
+    prebuilt_stage clmerge
+    DEADLINE=${DEADLINE:-540}
+    gtest test_cuda_attention
+    grep -E "outputs differ|fused vs rope" "$OUT/test_cuda_attention.log" | grep -vE ": 0 outputs differ| 0 output and 0 cache" | head -8
+    grep -E "keys, (default|merge kernel)" "$OUT/test_cuda_attention.log"
+    gtest test_cuda_e2e
+    LOGSUFFIX=_pf gtest test_cuda_e2e DSQ_CUDA_GEMV_PREFETCH=2
+    gtest test_cuda_sampling
+    gtest test_cuda_step_greedy
+    gtest test_cuda_seq_ops
+    gtest test_cuda_kernels
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        bench_row b1_512_r$rep 512 1 --kv f16
+        DSQ_CUDA_DECODE_CLUSTER=0 bench_row b1_512_cl0_r$rep 512 1 --kv f16
+        DSQ_CUDA_GEMV_PREFETCH=1 bench_row b1_512_pf1_r$rep 512 1 --kv f16
+        DSQ_CUDA_GEMV_PREFETCH=2 bench_row b1_512_pf2_r$rep 512 1 --kv f16
+    done
+    bench_row b1_512_none 512 1 --kv f16 --sampling none
+    DSQ_CUDA_DECODE_CLUSTER=0 bench_row b1_512_none_cl0 512 1 --kv f16 --sampling none
+    bench_row b8_512 512 8 --kv f16
+    DSQ_CUDA_DECODE_CLUSTER=0 bench_row b8_512_cl0 512 8 --kv f16
+    DSQ_CUDA_GEMV_PREFETCH=1 bench_row b8_512_pf1 512 8 --kv f16
+    bench_row b64_1024 1024 64 --kv f16
+    DSQ_CUDA_DECODE_CLUSTER=0 bench_row b64_1024_cl0 1024 64 --kv f16
+    bench_row b256_1024_int8 1024 256 --kv int8
+    DSQ_CUDA_DECODE_CLUSTER=0 bench_row b256_1024_int8_cl0 1024 256 --kv int8
+    bench_row b1_8192 8192 1 --kv f16
+    export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
+    timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_512_s.json" --batch 1 --context 512 \
+        --sample >"$OUT/b1_512_s.log" 2>&1
+    echo "== kernel_profile b1 512 sampled rc=$? ($(el))"
+    grep -E "^wall|^host time" "$OUT/b1_512_s.log"
+    sed -n '/^timeline/,$p' "$OUT/b1_512_s.log" | head -14
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops

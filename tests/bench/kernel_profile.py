@@ -84,7 +84,7 @@ def main():
                 dec()
             c.synchronize()
             wall_ms = (time.time() - t) / a.steps * 1e3
-            with profile(activities=[ProfilerActivity.CUDA]) as pr:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pr:
                 for _ in range(a.steps):
                     dec()
                 c.synchronize()
@@ -128,7 +128,7 @@ def prefill_main(a):
                 one()
             c.synchronize()
             wall_ms = (time.time() - t) / a.steps * 1e3
-            with profile(activities=[ProfilerActivity.CUDA]) as pr:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pr:
                 for _ in range(a.steps):
                     one()
                 c.synchronize()
@@ -156,7 +156,10 @@ def report(a, pr, wall_ms, info, title, tokens):
     for r in rows[:a.top]:
         print(f"{r['us_per_step']:9.1f} {r['launches_per_step']:7.1f} {100 * r['us_per_step'] / gpu_us:5.1f}%  "
               f"{r['kernel'][:110]}")
-    excl = exclusive_times(pr, a.steps)
+    excl, api = exclusive_times(pr, a.steps)
+    if api:
+        print("host time in CUDA calls, us/step (count/step): " + ", ".join(
+            f"{k} {v[0]:.1f} ({v[1]:.1f})" for k, v in sorted(api.items(), key=lambda kv: -kv[1][0])[:8]))
     if excl:
         busy = sum(excl.values())
         print(f"timeline (PDL overlap resolved: each kernel charged only the time it extends the GPU's busy span; "
@@ -166,7 +169,8 @@ def report(a, pr, wall_ms, info, title, tokens):
             print(f"{v:9.1f} {100 * v / busy:5.1f}%  {k[:110]}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(args=vars(a), wall_ms=wall_ms, gpu_ms=gpu_us / 1e3, rows=rows, exclusive_us=excl),
+            json.dump(dict(args=vars(a), wall_ms=wall_ms, gpu_ms=gpu_us / 1e3, rows=rows, exclusive_us=excl,
+                           api_us=api),
                       f, indent=1)
 
 
@@ -175,7 +179,8 @@ def exclusive_times(pr, steps):
     kernel launched early under PDL overlaps the one before it: only its
     part past the previous end counts), plus the idle gaps between them
     (charged to '(idle before <name>)'), per step.  From the profiler's
-    chrome trace; empty if it cannot be read."""
+    chrome trace; empty if it cannot be read.  Second result: per CUDA
+    runtime / driver call name, (host us per step, calls per step)."""
     import tempfile
     try:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -186,7 +191,28 @@ def exclusive_times(pr, steps):
         os.unlink(path)
     except Exception as e:  # noqa: BLE001 - a missing timeline only drops this table
         print(f"(no timeline: {e})")
-        return {}
+        return {}, {}
+    api = {}
+    for e in tr.get("traceEvents", []):
+        if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            v = api.setdefault(e.get("name", "?"), [0.0, 0])
+            v[0] += float(e.get("dur", 0))
+            v[1] += 1
+    api = {k: (v[0] / steps, v[1] / steps) for k, v in api.items()}
+    # the GPU's wait for a replayed graph: cudaGraphLaunch's start (host) to
+    # the first kernel that starts after it (same clock in the trace)
+    gl = sorted(float(e["ts"]) for e in tr.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
+                and e.get("name", "").startswith("cudaGraphLaunch"))
+    ks = sorted(float(e["ts"]) for e in tr.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
+                and e.get("cat") == "kernel")
+    lat = []
+    for t0 in gl:
+        nxt = [k for k in ks if k >= t0][:1]
+        if nxt:
+            lat.append(nxt[0] - t0)
+    if lat:
+        lat.sort()
+        api["(graph launch call -> its first kernel, median)"] = (lat[len(lat) // 2], 1.0)
     evs = [e for e in tr.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
            and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     evs.sort(key=lambda e: e["ts"])
@@ -201,7 +227,7 @@ def exclusive_times(pr, steps):
         if add > 0:
             out[name] = out.get(name, 0.0) + add
         end = te if end is None else max(end, te)
-    return {k: v / steps for k, v in out.items()}
+    return {k: v / steps for k, v in out.items()}, api
 
 
 if __name__ == "__main__":
