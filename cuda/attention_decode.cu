@@ -17,14 +17,7 @@
  * (see "INT8 fragments" below): a conversion pass through shared memory
  * made the int8 kernel issue-bound, as slow as fp16 with half the bytes.
  * Each block writes (m, l, acc) of its split to the workspace; a merge
- * kernel rescales and sums the splits.  Cluster merge (sm_90, launches of
- * at most kClusterMax splits, and every launch of one split): the splits of
- * a (sequence, head group) run as one thread-block cluster, each block
- * keeps its (m, l, acc) in its own shared memory, and after a cluster
- * barrier the blocks merge them through distributed shared memory, each
- * writing a slice of the output: no workspace and no merge launch (a
- * kernel boundary, ~2-3 us per layer at batch 1), and the same arithmetic
- * in the same order as the merge kernel, so the same bits.
+ * kernel rescales and sums the splits.
  *
  * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
  * so every key a block sees is one the query attends to, and a NaN/Inf in
@@ -50,7 +43,6 @@
 
 #include "attention.h"
 #include "attention_tile.cuh"
-#include "cluster.cuh"
 #include "kernels.h"
 #include "kv_quant.cuh"
 #include "rope.cuh"
@@ -63,7 +55,6 @@ constexpr int kDecRows = 16;   /* query heads per block (one mma M tile) */
  * (sm_86/89 allow 99 KB per block). */
 constexpr int kStagesF16 = 3, kStagesI8 = 4;
 constexpr int kMaxSplits = 1024;
-constexpr int kClusterMax = 8; /* the portable cluster size: always schedulable */
 
 /* Shared memory of the decode kernel, in order:
  *   ring [NS] x stage:
@@ -87,10 +78,7 @@ template <int D, bool INT8, int NS> struct DecSmem {
      * stores of its 32 contiguous relabelled columns are conflict-free */
     static constexpr int kCombRow = INT8 ? D + D / 8 : D;
     static constexpr int kComb = (4 * kDecRows * kCombRow + 8 * kDecRows) * 4;
-    /* cluster merge: the block's merged split, acc [16][D] f32 then (m, l)
-     * [16] float2, after the combine's area (which it is computed from) */
-    static constexpr int kPart = (kDecRows * D + 2 * kDecRows) * 4;
-    static constexpr int kTotal = NS * kStage > kComb + kPart ? NS * kStage : kComb + kPart;
+    static constexpr int kTotal = NS * kStage > kComb ? NS * kStage : kComb;
 };
 
 /* Split plan of a sequence of `len` keys: splits of `chunk` keys (a multiple
@@ -322,58 +310,6 @@ __device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, f
     return r;
 }
 
-/* Cluster merge, after every block of the cluster (the splits of one
- * sequence and head group; rank = split) has stored its merged split in
- * part = acc [16][D] f32 then ml [16] float2 (m, l) of its own shared
- * memory, or has no split (split >= used): block `split` writes outputs
- * split * kThreads + t, + n_cl * kThreads, ... of the group's nrows x D.
- * The arithmetic is decode_merge_kernel's, in its order (M a max, L the
- * same xor-butterfly over the split lanes, acc a sequential sum over
- * splits), so the output has its bits.  Every thread of every block calls
- * this (two cluster barriers); with one split it is a block barrier. */
-template <int D>
-__device__ __forceinline__ void cluster_merge(float *part, int split, int n_cl, int used, int nrows,
-                                              __nv_bfloat16 *out, float *wsh)
-{
-    /* wsh: [16][kClusterMax] split weights, then [16] L, in this block */
-    float *lsh = wsh + kDecRows * kClusterMax;
-    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
-    if (n_cl > 1)
-        cl_sync(); /* the peers' parts are written */
-    else
-        __syncthreads();
-    for (int r = warp; r < nrows; r += kThreads / 32) {
-        float2 ml = make_float2(-INFINITY, 0.f);
-        if (lane < used)
-            ml = reinterpret_cast<const float2 *>((n_cl > 1 ? cl_peer(part, lane) : part) + kDecRows * D)[r];
-        float M = -INFINITY;
-        if (lane < used)
-            M = fmaxf(M, ml.x);
-        for (int o = 16; o > 0; o >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0.f;
-        if (lane < used) {
-            const float f = exp2f(ml.x - M);
-            wsh[r * kClusterMax + lane] = f;
-            L += f * ml.y;
-        }
-        for (int o = 16; o > 0; o >>= 1)
-            L += __shfl_xor_sync(0xffffffffu, L, o);
-        if (lane == 0)
-            lsh[r] = L;
-    }
-    __syncthreads();
-    for (int idx = split * kThreads + t; idx < nrows * D; idx += n_cl * kThreads) {
-        const int r = idx / D, d = idx % D;
-        float acc = 0.f;
-        for (int sp = 0; sp < used; sp++)
-            acc += wsh[r * kClusterMax + sp] * (n_cl > 1 ? cl_peer(part, sp) : part)[r * D + d];
-        out[r * D + d] = __float2bfloat16_rn(used > 0 ? acc / lsh[r] : 0.f);
-    }
-    if (n_cl > 1)
-        cl_sync(); /* this block's part outlives the peers' reads */
-}
-
 /* workspace: acc [n_seqs][n_heads][max_splits][D] f32, then
  *            ml  [n_seqs][n_heads][max_splits][2] f32 (running max m in
  *                log2 units, sum l)
@@ -389,7 +325,7 @@ template <int D, bool INT8, int NS, bool ROPE>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(KvArgs a, const void *q_in, int64_t q_stride, const float *inv_freq,
                   const int32_t *seq_lens, int n_heads, int group, int n_hg, int max_splits,
-                  float scale_log2, float *ws_acc, float *ws_ml, __nv_bfloat16 *out, int64_t o_stride, int cl)
+                  float scale_log2, float *ws_acc, float *ws_ml)
 {
     using SM = DecSmem<D, INT8, NS>;
     constexpr int RH = D + 8;
@@ -414,23 +350,17 @@ __global__ void __launch_bounds__(kThreads)
     const int len = seq_lens[b];
     int chunk, used;
     split_plan(len, max_splits, chunk, used);
-    const int h0 = kvh * group + hg * kDecRows;
-    const int nrows = min(kDecRows, group - hg * kDecRows);
-    /* cl: the merged split's place in shared memory, the merge weights */
-    float *part = (float *)(smem + SM::kComb);
-    __shared__ float cl_w[kDecRows * kClusterMax + kDecRows];
     if (split >= used) {
         if (ROPE) {
             dsq_pdl_wait();
             dsq_pdl_trigger();
         }
-        if (cl) /* a block without a split still merges its slice */
-            cluster_merge<D>(part, split, max_splits, used, nrows, out + (int64_t)b * o_stride + (int64_t)h0 * D,
-                             cl_w);
         return;
     }
     const int kstart = split * chunk, kend = min(len, kstart + chunk);
     const int n_tiles = (kend - kstart + kTileKeys - 1) / kTileKeys;
+    const int h0 = kvh * group + hg * kDecRows;
+    const int nrows = min(kDecRows, group - hg * kDecRows);
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
     /* ROPE: the last split holds the new key, len - 1, and loads one less */
     const bool writer = ROPE && split == used - 1;
@@ -651,19 +581,11 @@ __global__ void __launch_bounds__(kThreads)
             acc += f * racc[(w * kDecRows + r) * CR + (INT8 ? comb_col(d) : d)];
             L += f * rl[w * kDecRows + r];
         }
-        if (cl) {
-            part[r * D + d] = acc;
-            if (d == 0)
-                reinterpret_cast<float2 *>(part + kDecRows * D)[r] = make_float2(M, L);
-        } else {
-            const int64_t slot = ((int64_t)b * n_heads + h0 + r) * max_splits + split;
-            ws_acc[slot * D + d] = acc;
-            if (d == 0)
-                *(float2 *)(ws_ml + slot * 2) = make_float2(M, L);
-        }
+        const int64_t slot = ((int64_t)b * n_heads + h0 + r) * max_splits + split;
+        ws_acc[slot * D + d] = acc;
+        if (d == 0)
+            *(float2 *)(ws_ml + slot * 2) = make_float2(M, L);
     }
-    if (cl)
-        cluster_merge<D>(part, split, max_splits, used, nrows, out + (int64_t)b * o_stride + (int64_t)h0 * D, cl_w);
 }
 
 /* One block of D threads per (head, sequence):
@@ -732,21 +654,6 @@ __global__ void __launch_bounds__(D)
 
 /* per-block shared-memory opt-in limit of each device (decode_init) */
 static int g_smem_optin[DSQ_CU_MAX_DEVICES];
-/* whether the device runs the decode kernels in clusters of kClusterMax
- * (sm_90 binaries on an sm_90+ device; decode_init) */
-static int g_cl_ok[DSQ_CU_MAX_DEVICES];
-
-/* Cluster merge for a launch of max_splits splits: one split merges in the
- * block (any device), 2..kClusterMax in a cluster where the device runs
- * them.  DSQ_CUDA_DECODE_CLUSTER=0: the workspace and the merge kernel
- * (a measurement and test knob, read per launch). */
-static bool cluster_merge_on(int dev, int max_splits)
-{
-    const char *e = getenv("DSQ_CUDA_DECODE_CLUSTER");
-    if (e && e[0] == '0' && e[1] == 0)
-        return false;
-    return max_splits == 1 || (max_splits <= kClusterMax && g_cl_ok[dev]);
-}
 
 template <int D, bool INT8, int NS> static cudaError_t set_decode_attr(int optin)
 {
@@ -777,33 +684,6 @@ cudaError_t decode_init(int dev)
     if ((e = set_decode_attr<64, true, kStagesI8>(optin)) != cudaSuccess) return e;
     if ((e = set_decode_attr<64, true, 2>(optin)) != cudaSuccess) return e;
     g_smem_optin[dev] = optin; /* published by dsq_cu_once_per_device's release store */
-    /* clusters: the kernel with the most shared memory that this device
-     * runs, in clusters of kClusterMax; any failure leaves them off */
-    g_cl_ok[dev] = 0;
-    int major = 0;
-    cudaFuncAttributes fa;
-    auto kbig = DecSmem<128, false, kStagesF16>::kTotal <= optin ? decode_kernel<128, false, kStagesF16, true>
-                                                                  : decode_kernel<128, false, 2, true>;
-    const int smem_big = DecSmem<128, false, kStagesF16>::kTotal <= optin ? DecSmem<128, false, kStagesF16>::kTotal
-                                                                          : DecSmem<128, false, 2>::kTotal;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
-        cudaFuncGetAttributes(&fa, kbig) == cudaSuccess && fa.binaryVersion >= 90) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(kClusterMax, 1, 1);
-        cfg.blockDim = dim3(kThreads);
-        cfg.dynamicSmemBytes = (size_t)smem_big;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = kClusterMax;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, kbig, &cfg) == cudaSuccess && n > 0)
-            g_cl_ok[dev] = 1;
-    }
-    (void)cudaGetLastError();
     return cudaSuccess;
 }
 
@@ -919,15 +799,13 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
     float *ws_acc = (float *)workspace;
     float *ws_ml = ws_acc + (size_t)n_seqs * n_heads * max_splits * D;
-    const bool cl = cluster_merge_on(dev, max_splits);
     dim3 grid((unsigned)max_splits, (unsigned)(kv->n_kv_heads * n_hg), (unsigned)n_seqs);
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
     /* runtime (head_dim, dtype, ring depth, rope) -> the kernel instance */
-#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO)                                                                 \
-    e = dsq_launch_pdl_cluster(decode_kernel<DD, I8, NS, RO>, grid, dim3(kThreads),                        \
-                               (size_t)DecSmem<DD, I8, NS>::kTotal, stream, cl ? max_splits : 1, a, q_in,   \
-                               q_stride, inv_freq, seq_lens, n_heads, group, n_hg, max_splits, scale_log2, \
-                               ws_acc, ws_ml, (__nv_bfloat16 *)out, o_stride, (int)cl)
+#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO)                                                            \
+    e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO>, grid, dim3(kThreads),                           \
+                       (size_t)DecSmem<DD, I8, NS>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
+                       n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml)
 #define DSQ_DECODE_RING(DD, I8, NS)                 \
     do {                                            \
         if (DecSmem<DD, I8, NS>::kTotal <= smem_optin) { \
@@ -956,8 +834,6 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
 #undef DSQ_DECODE_LAUNCH
     if (e != cudaSuccess)
         return dsq_cu_status(e, rope ? "decode attention + RoPE kernel" : "decode attention kernel");
-    if (cl) /* merged in the clusters */
-        return DSQ_OK;
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
     if (D == 128)
         e = dsq_launch_pdl(decode_merge_kernel<128>, mgrid, dim3(128), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,

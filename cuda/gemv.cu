@@ -41,29 +41,7 @@ struct GemvArgs {
     const float *bias; /* fp32 [N] (BIAS) */
     int N, K;
     void *y;
-    int pf; /* row-group rounds past the first that each block asks the L2 to
-             * fetch before its PDL wait (DSQ_CUDA_GEMV_PREFETCH; 0: none) */
 };
-
-/* Before the PDL wait a block holds only its first group's weights (in
- * registers); the next rounds' groups are asked of the L2 (one prefetch
- * per 128-byte line, no registers) so that the memory works while the
- * block waits for the previous kernel and, with NORM, computes the norm.
- * A hint: results do not change. */
-template <int R>
-__device__ __forceinline__ void prefetch_rounds(const GemvArgs &a, int g, int ngroups)
-{
-    for (int k = 1; k <= a.pf; k++) {
-        const int gp = g + k * (int)gridDim.x;
-        if (gp >= ngroups)
-            break;
-        const int r0 = gp * R, nr = min(R, a.N - r0);
-        const char *base = reinterpret_cast<const char *>(a.w + (size_t)r0 * a.K);
-        const size_t bytes = (size_t)nr * a.K * 2;
-        for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
-    }
-}
 
 /* W pieces v + u*NT (u < GEMV_UNROLL) of the R rows of group g; pieces
  * past the row are zero. */
@@ -93,8 +71,6 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
 
     uint4 wv[GEMV_UNROLL][R];
     load_w<R>(wv, a, g, threadIdx.x, K8); /* before the wait: weights are constant */
-    if (a.pf > 0)
-        prefetch_rounds<R>(a, g, ngroups);
     dsq_pdl_wait();
     dsq_pdl_trigger();
     if (NORM)
@@ -176,22 +152,6 @@ gemv_scalar_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ 
 /* Whether vec launches size their grid by residency (gemv_grid); env
  * DSQ_CUDA_GEMV_BALANCE=0 gives one block per row group (a measurement
  * knob, read once). */
-/* DSQ_CUDA_GEMV_PREFETCH=k (0..4): each block of a vec launch asks the L2
- * for its next k rounds of row groups before its PDL wait (a measurement
- * knob until measured; read once). */
-static int prefetch_rounds_env(void)
-{
-    static int k = -1; /* -1 not yet read */
-    int v = __atomic_load_n(&k, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("DSQ_CUDA_GEMV_PREFETCH");
-        v = e && *e ? atoi(e) : 0;
-        v = v < 0 ? 0 : v > 4 ? 4 : v;
-        __atomic_store_n(&k, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-
 static bool balance_enabled(void)
 {
     static int on = -1; /* -1 not yet read */
@@ -305,7 +265,7 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
     }
 }
 
-static dsq_status run(GemvArgs a, bool norm, int32_t T, dsq_epilogue epi, int nt, int r, cudaStream_t stream)
+static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi, int nt, int r, cudaStream_t stream)
 {
     const int N = a.N, K = a.K;
     if (T < 1 || T > DSQ_GEMV_MAX_TOKENS)
@@ -326,7 +286,6 @@ static dsq_status run(GemvArgs a, bool norm, int32_t T, dsq_epilogue epi, int nt
     if (nt != 64 && nt != 128 && nt != 256)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256)", nt);
     const bool vec = K % 8 == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;
-    a.pf = prefetch_rounds_env();
     if (norm && !(K % 8 == 0 && ((uintptr_t)a.xr & 15) == 0 && ((uintptr_t)a.nw & 15) == 0 &&
                   ((uintptr_t)a.w & 15) == 0 && T <= DSQ_GEMV_NORM_MAX_TOKENS &&
                   (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM))

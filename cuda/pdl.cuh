@@ -49,43 +49,22 @@ __device__ __forceinline__ void dsq_pdl_trigger()
 extern "C" int dsq_pdl_enabled(void);
 
 /* kern<<<grid, block, smem, s>>>(args...) with the programmatic-serialization
- * attribute where dsq_pdl_enabled(), in thread-block clusters of cluster_x
- * blocks along x where cluster_x > 1 (sm_90; the caller checks the device
- * and that grid.x is a multiple); returns the launch's error. */
+ * attribute where dsq_pdl_enabled(); returns the launch's error. */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t dsq_launch_pdl_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                                 cudaStream_t s, int cluster_x, Args... args)
+static inline cudaError_t dsq_launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                         cudaStream_t s, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
-    cudaLaunchAttribute at[2];
-    unsigned n = 0;
-    if (dsq_pdl_enabled()) {
-        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[n].val.programmaticStreamSerializationAllowed = 1;
-        n++;
-    }
-    if (cluster_x > 1) {
-        at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = (unsigned)cluster_x;
-        at[n].val.clusterDim.y = 1;
-        at[n].val.clusterDim.z = 1;
-        n++;
-    }
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = n;
+    cfg.numAttrs = dsq_pdl_enabled() ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
-}
-
-/* kern<<<grid, block, smem, s>>>(args...), PDL where enabled (above). */
-template <typename... KArgs, typename... Args>
-static inline cudaError_t dsq_launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                         cudaStream_t s, Args... args)
-{
-    return dsq_launch_pdl_cluster(kern, grid, block, smem, s, 1, args...);
 }
 
 #endif /* DSQ_CUDA_PDL_CUH */

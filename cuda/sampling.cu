@@ -53,10 +53,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.cuh"
+#include <cooperative_groups.h>
+
 #include "common.cuh"
 #include "philox.h"
 
+/* Thread-block clusters and distributed shared memory: sm_90 and later.  On
+ * older targets the cluster instances compile to a trap and are never
+ * launched (dsq_cu_sample checks the device and the kernel's PTX version). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DSQ_SAMP_CLUSTER 1
+#else
+#define DSQ_SAMP_CLUSTER 0
+#endif
 
 namespace {
 
@@ -197,6 +206,35 @@ __device__ float block_max(float v, Bcast &bc)
     for (int o = 16; o > 0; o >>= 1)
         r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, o));
     return r;
+}
+
+/* ---- cluster primitives (no-ops below sm_90, where they are never run) ---- */
+
+__device__ __forceinline__ void cl_sync()
+{
+#if DSQ_SAMP_CLUSTER
+    cooperative_groups::this_cluster().sync(); /* arrive.release + wait.acquire */
+#endif
+}
+
+/* p (this CTA's shared memory) in CTA r of the cluster */
+template <typename T> __device__ __forceinline__ T *cl_peer(T *p, int r)
+{
+#if DSQ_SAMP_CLUSTER
+    return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
+#else
+    (void)r;
+    return p;
+#endif
+}
+
+__device__ __forceinline__ int cl_rank()
+{
+#if DSQ_SAMP_CLUSTER
+    return (int)cooperative_groups::this_cluster().block_rank();
+#else
+    return 0;
+#endif
 }
 
 /* This CTA's place in its row.  par alternates the exchange slot: a slot
@@ -708,7 +746,7 @@ template <int CL>
 __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_samp_row *rows, const int32_t *ring,
                                                int R, dsq_samp_result *results, int gcap)
 {
-    if constexpr (CL > 1 && !DSQ_CLUSTER) {
+    if constexpr (CL > 1 && !DSQ_SAMP_CLUSTER) {
         __trap(); /* never launched: the host checks the device */
     } else {
     extern __shared__ __align__(16) unsigned char smem_raw[];
