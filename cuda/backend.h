@@ -221,11 +221,14 @@ typedef struct cu_ctx {
     cudaEvent_t copied[COPY_PIECES]; /* logits pieces that reached logits_host */
     int pinned_out;        /* this pass's logits buffer is page-locked host memory */
 
-    /* decode-step graphs, [max_bseqs][2][n_bt_buckets] by (batch size,
-     * logits wanted, block-table stride); NULL when graphs are off
-     * (DSQ_CUDA_GRAPHS=0) */
+    /* decode-step graphs, [max_bseqs][2][n_bt_buckets][DSQ_CU_GRAPH_PIECES]
+     * by (batch size, logits wanted, block-table stride), then piece (a
+     * step is captured as graph_pieces graphs over consecutive layers:
+     * cu_graph_piece); NULL when graphs are off (DSQ_CUDA_GRAPHS=0).
+     * graph_failed: [max_bseqs][2][n_bt_buckets] */
     cudaGraphExec_t *graphs;
     uint8_t *graph_failed;
+    int32_t graph_pieces; /* 1..DSQ_CU_GRAPH_PIECES (DSQ_CUDA_GRAPH_PIECES) */
     int32_t gemm_tune; /* DSQ_CUDA_GEMM_TUNE: a decode graph's cuBLASLt plans timed, then captured again */
 
     /* dsq_step sampling (cuda/sampling.cu) */
@@ -250,6 +253,14 @@ int32_t cu_bt_bucket(int32_t need, int32_t bt_max, int32_t *stride);
 
 /* One pass's shape and the device addresses of its metadata (fixed for a
  * given shape, which is what lets a decode step be replayed from a graph). */
+/* A decode step's graph is launched as up to this many graphs over
+ * consecutive layers (cu_graph_piece): cudaGraphLaunch's host time grows
+ * with the graph's nodes (~140 us for a 1.5B step's ~170 kernels, measured
+ * on an H100), and the GPU waits for all of it before the first kernel;
+ * launched in pieces, the first (one layer) starts at once and each later
+ * piece is launched while the one before it runs. */
+#define DSQ_CU_GRAPH_PIECES 4
+
 typedef struct cu_pass {
     int32_t T, S, NL, max_q, decode, splits;
     int32_t max_kv;    /* prefill part: the most keys a sequence holds after the pass */

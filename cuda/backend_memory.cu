@@ -55,7 +55,7 @@ void cu_ctx_free(dsq_ctx *c)
         if (cc->copied[i])
             cudaEventDestroy(cc->copied[i]);
     if (cc->graphs)
-        for (int32_t i = 0; i < 2 * cc->max_bseqs * cc->n_bt_buckets; i++)
+        for (int32_t i = 0; i < 2 * cc->max_bseqs * cc->n_bt_buckets * DSQ_CU_GRAPH_PIECES; i++)
             if (cc->graphs[i])
                 cudaGraphExecDestroy(cc->graphs[i]);
     free(cc->graphs);
@@ -396,7 +396,11 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
     if (!(env && env[0] == '0')) {
         size_t ng = (size_t)cc->max_bseqs * 2 * (size_t)cc->n_bt_buckets;
-        cc->graphs = (cudaGraphExec_t *)calloc(ng, sizeof(cudaGraphExec_t));
+        env = getenv("DSQ_CUDA_GRAPH_PIECES"); /* graphs per decode step */
+        cc->graph_pieces = env && *env ? atoi(env) : DSQ_CU_GRAPH_PIECES;
+        if (cc->graph_pieces < 1 || cc->graph_pieces > DSQ_CU_GRAPH_PIECES)
+            cc->graph_pieces = DSQ_CU_GRAPH_PIECES;
+        cc->graphs = (cudaGraphExec_t *)calloc(ng * DSQ_CU_GRAPH_PIECES, sizeof(cudaGraphExec_t));
         cc->graph_failed = (uint8_t *)calloc(ng, 1);
         if (!cc->graphs || !cc->graph_failed)
             return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the decode graph table");

@@ -244,10 +244,24 @@ static int prefetch_after(const cu_ctx *cc, const cu_pass *p, const dsq_op *op)
     return op->kind == DSQ_OP_QKV_ROPE || (cc->l2p_all && is_product(op));
 }
 
-/* Everything from the embedding to the first chunk of logits (into
- * cc->logits), on the context's stream; no host synchronisation.  Each layer
- * walks the model description's recipe. */
-static dsq_status enqueue_pass(dsq_ctx *c, const cu_pass *p)
+/* Layers [*l0, *l1) of piece k of a step launched as n graphs: one layer,
+ * then 3, 8, the rest (a piece's launch costs the host less than the
+ * piece before it takes the GPU: a layer's ~6 kernels ~5 us of host time
+ * against ~50 us of GPU time at batch 1).  Piece 0 also holds the history
+ * scatter and the embedding, the last the head; other pieces may be empty
+ * in short models. */
+static void cu_graph_piece(int32_t n_layers, int32_t n, int32_t k, int32_t *l0, int32_t *l1)
+{
+    static const int32_t at[DSQ_CU_GRAPH_PIECES] = {0, 1, 4, 12};
+    *l0 = k == 0 ? 0 : at[k] < n_layers ? at[k] : n_layers;
+    *l1 = k == n - 1 ? n_layers : at[k + 1] < n_layers ? at[k + 1] : n_layers;
+}
+
+/* Piece k of n of the pass (all of it for k = 0, n = 1), on the context's
+ * stream; no host synchronisation.  Each layer walks the model
+ * description's recipe; l2p carries the L2 prefetch's place from piece to
+ * piece. */
+static dsq_status enqueue_piece(dsq_ctx *c, const cu_pass *p, int32_t k, int32_t n, l2p_cursor *l2p)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
     const dsq_model *m = c->model;
@@ -256,24 +270,35 @@ static dsq_status enqueue_pass(dsq_ctx *c, const cu_pass *p)
     const dsq_arch *a = cf->arch;
     const int32_t E = cf->n_embd, T = p->T;
     cudaStream_t s = cc->stream;
+    int32_t l0, l1;
+    cu_graph_piece(cf->n_layers, n, k, &l0, &l1);
 
-    DSQ_TRY(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
-    DSQ_TRY(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
-    l2p_cursor l2p = {0, 0, 0};
-    for (int32_t l = 0; l < cf->n_layers; l++)
+    if (k == 0) {
+        DSQ_TRY(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
+        DSQ_TRY(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
+    }
+    for (int32_t l = l0; l < l1; l++)
         for (int32_t i = 0; i < a->n_ops; i++) {
             if (norm_deferred(a, i))
                 continue; /* the next op normalises its input */
             const float *norm = i > 0 && norm_deferred(a, i - 1) ? cm->layers[l].op[i - 1].norm : NULL;
             DSQ_TRY(run_op(c, p, &a->recipe[i], &cm->layers[l].op[i], l, norm));
             if (prefetch_after(cc, p, &a->recipe[i]))
-                DSQ_TRY(prefetch_next(c, l, i, &l2p));
+                DSQ_TRY(prefetch_next(c, l, i, l2p));
         }
-    if (p->NL == 0)
+    if (k < n - 1 || p->NL == 0)
         return DSQ_OK;
     /* head: final norm of the wanted rows only, then the first chunk of lm_head */
     DSQ_TRY(dsq_cu_rmsnorm(cc->x, p->lrow, p->NL, E, cm->out_norm, cf->rms_eps, cc->xn, s));
     return cu_head_rows(c, 0, p->NL < cc->logit_chunk ? p->NL : cc->logit_chunk);
+}
+
+/* Everything from the embedding to the first chunk of logits (into
+ * cc->logits), on the context's stream; no host synchronisation. */
+static dsq_status enqueue_pass(dsq_ctx *c, const cu_pass *p)
+{
+    l2p_cursor l2p = {0, 0, 0};
+    return enqueue_piece(c, p, 0, 1, &l2p);
 }
 
 int32_t cu_n_segments(const dsq_config *cf)
@@ -327,41 +352,63 @@ dsq_status cu_enqueue_segment(dsq_ctx *c, const cu_pass *p, int32_t seg, int add
                          DSQ_EPI_STORE, cc->logits, &env);
 }
 
-/* Capture pass p into *ge (NULL and a warning logged where it fails: the
- * shape then runs eagerly). */
-static void capture_pass(dsq_ctx *c, const cu_pass *p, cudaGraphExec_t *ge)
+static void destroy_pieces(cudaGraphExec_t *ge, int32_t n)
 {
-    cu_ctx *cc = (cu_ctx *)c->be;
-    cudaGraph_t g = NULL;
-    *ge = NULL;
-    cudaError_t bc = cudaStreamBeginCapture(cc->stream, cudaStreamCaptureModeThreadLocal);
-    if (bc != cudaSuccess) {
-        cudaGetLastError();
-        dsq_log(DSQ_LOG_WARN, "CUDA graph capture could not start (%s); %d-sequence decode steps run eagerly",
-                cudaGetErrorString(bc), p->S);
-        return;
-    }
-    dsq_status st = enqueue_pass(c, p);
-    cudaError_t ce = cudaStreamEndCapture(cc->stream, &g);
-    if (st == DSQ_OK && ce == cudaSuccess && g)
-        ce = cudaGraphInstantiate(ge, g, 0);
-    if (g)
-        cudaGraphDestroy(g);
-    if (st != DSQ_OK || ce != cudaSuccess || !*ge) {
-        cudaGetLastError();
-        *ge = NULL;
-        dsq_log(DSQ_LOG_WARN, "CUDA graph capture of a %d-sequence decode step failed (%s); running it eagerly",
-                p->S, st != DSQ_OK ? dsq_last_error_message() : cudaGetErrorString(ce));
+    for (int32_t k = 0; k < n; k++) {
+        if (ge[k])
+            cudaGraphExecDestroy(ge[k]);
+        ge[k] = NULL;
     }
 }
 
-/* Decode steps (one token per sequence, all logits in one chunk) replay a
- * CUDA graph captured on first use of that batch size: a step is then one
- * launch instead of ~300.  A capture that fails (e.g. a library call that
- * refuses capture) marks the shape and the step runs eagerly.  With
- * DSQ_CUDA_GEMM_TUNE=1 the cuBLASLt plans the capture made are timed
- * (nothing can be timed inside a capture) and, where a faster algorithm
- * was found, the pass is captured again with it. */
+/* Capture pass p as cc->graph_pieces graphs into ge[] (all NULL and a
+ * warning logged where one fails: the shape then runs eagerly).  Returns
+ * whether it worked. */
+static int capture_pass(dsq_ctx *c, const cu_pass *p, cudaGraphExec_t *ge)
+{
+    cu_ctx *cc = (cu_ctx *)c->be;
+    const int32_t n = cc->graph_pieces;
+    l2p_cursor l2p = {0, 0, 0};
+    for (int32_t k = 0; k < n; k++)
+        ge[k] = NULL;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t l0, l1;
+        cu_graph_piece(c->model->cfg.n_layers, n, k, &l0, &l1);
+        if (k > 0 && l0 == l1 && (k < n - 1 || p->NL == 0))
+            continue; /* nothing in this piece (short models) */
+        cudaGraph_t g = NULL;
+        cudaError_t bc = cudaStreamBeginCapture(cc->stream, cudaStreamCaptureModeThreadLocal);
+        if (bc != cudaSuccess) {
+            cudaGetLastError();
+            destroy_pieces(ge, n);
+            dsq_log(DSQ_LOG_WARN, "CUDA graph capture could not start (%s); %d-sequence decode steps run eagerly",
+                    cudaGetErrorString(bc), p->S);
+            return 0;
+        }
+        dsq_status st = enqueue_piece(c, p, k, n, &l2p);
+        cudaError_t ce = cudaStreamEndCapture(cc->stream, &g);
+        if (st == DSQ_OK && ce == cudaSuccess && g)
+            ce = cudaGraphInstantiate(&ge[k], g, 0);
+        if (g)
+            cudaGraphDestroy(g);
+        if (st != DSQ_OK || ce != cudaSuccess || !ge[k]) {
+            cudaGetLastError();
+            destroy_pieces(ge, n);
+            dsq_log(DSQ_LOG_WARN, "CUDA graph capture of a %d-sequence decode step failed (%s); running it eagerly",
+                    p->S, st != DSQ_OK ? dsq_last_error_message() : cudaGetErrorString(ce));
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Decode steps (one token per sequence, all logits in one chunk) replay
+ * CUDA graphs captured on first use of that batch size: a step is then a
+ * few launches (cu_graph_piece) instead of ~300.  A capture that fails
+ * (e.g. a library call that refuses capture) marks the shape and the step
+ * runs eagerly.  With DSQ_CUDA_GEMM_TUNE=1 the cuBLASLt plans the capture
+ * made are timed (nothing can be timed inside a capture) and, where a
+ * faster algorithm was found, the pass is captured again with it. */
 static dsq_status run_pass(dsq_ctx *c, const cu_pass *p)
 {
     cu_ctx *cc = (cu_ctx *)c->be;
@@ -370,41 +417,43 @@ static dsq_status run_pass(dsq_ctx *c, const cu_pass *p)
     if (!cc->graphs || !p->decode)
         return enqueue_pass(c, p);
     const int32_t key = ((p->S - 1) * 2 + (p->NL > 0)) * cc->n_bt_buckets + p->bt_key;
-    if (!cc->graphs[key] && !cc->graph_failed[key]) {
-        cudaGraphExec_t ge = NULL;
-        capture_pass(c, p, &ge);
-        if (!ge && cc->gemm_tune) { /* no graph: the plans it marked are timed anyway (for eager runs) */
+    cudaGraphExec_t *ge = cc->graphs + (size_t)key * DSQ_CU_GRAPH_PIECES;
+    const int32_t n = cc->graph_pieces;
+    if (!ge[0] && !cc->graph_failed[key]) {
+        int ok = capture_pass(c, p, ge);
+        if (!ok && cc->gemm_tune) { /* no graph: the plans it marked are timed anyway (for eager runs) */
             int32_t tuned = 0, changed = 0;
             (void)dsq_gemm_tune_pending(cc->gemm, cc->stream, &tuned, &changed);
             dsq_clear_error();
         }
-        if (ge && cc->gemm_tune) {
+        if (ok && cc->gemm_tune) {
             int32_t tuned = 0, changed = 0;
             dsq_status ts = dsq_gemm_tune_pending(cc->gemm, cc->stream, &tuned, &changed);
-            if (ts != DSQ_OK) /* the graph keeps the heuristic's algorithms */
+            if (ts != DSQ_OK) /* the graphs keep the heuristic's algorithms */
                 dsq_log(DSQ_LOG_WARN, "cuBLASLt tuning for %d-sequence decode steps failed (%s); the heuristic's "
                         "choice stays", p->S, dsq_last_error_message());
             else if (tuned > 0)
                 dsq_log(DSQ_LOG_INFO, "cuBLASLt tuning for %d-sequence decode steps: %d products timed, %d "
                         "changed", p->S, (int)tuned, (int)changed);
-            if (ts == DSQ_OK && changed > 0) { /* a failed second capture keeps the first graph */
-                cudaGraphExec_t ge2 = NULL;
-                capture_pass(c, p, &ge2);
-                if (ge2) {
-                    cudaGraphExecDestroy(ge);
-                    ge = ge2;
+            if (ts == DSQ_OK && changed > 0) { /* a failed second capture keeps the first graphs */
+                cudaGraphExec_t ge2[DSQ_CU_GRAPH_PIECES];
+                if (capture_pass(c, p, ge2)) {
+                    destroy_pieces(ge, n);
+                    for (int32_t k = 0; k < n; k++)
+                        ge[k] = ge2[k];
                 }
             }
             dsq_clear_error();
         }
-        if (ge)
-            cc->graphs[key] = ge;
-        else
+        if (!ok)
             cc->graph_failed[key] = 1;
     }
-    if (cc->graphs[key])
-        return dsq_cu_status(cudaGraphLaunch(cc->graphs[key], cc->stream), "graph launch");
-    return enqueue_pass(c, p);
+    if (!ge[0])
+        return enqueue_pass(c, p);
+    for (int32_t k = 0; k < n; k++)
+        if (ge[k])
+            CU_TRY(cudaGraphLaunch(ge[k], cc->stream), "graph launch");
+    return DSQ_OK;
 }
 
 dsq_status cu_launch_forward(dsq_ctx *c, const dsq_batch *bt, int32_t NL)

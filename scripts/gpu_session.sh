@@ -23,8 +23,8 @@
 #                                       # argmax misses' margins
 #   bash scripts/gpu_session.sh tune    # cuBLASLt tuning (DSQ_CUDA_GEMM_TUNE):
 #                                       # its tests, table, bench pairs
-#   bash scripts/gpu_session.sh clmerge # decode attention's cluster merge and
-#                                       # the GEMV's L2 prefetch: tests, bench
+#   bash scripts/gpu_session.sh pieces  # decode graphs launched in pieces
+#                                       # (DSQ_CUDA_GRAPH_PIECES): tests, bench
 #                                       # pairs, a sampled-step timeline
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
@@ -221,7 +221,7 @@ gtest() {
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | clmerge) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -389,42 +389,41 @@ tune)
         done
     fi
     ;;
-clmerge)
-    # stop 30: decode attention merged inside thread-block clusters (the
-    # default up to 8 splits; DSQ_CUDA_DECODE_CLUSTER=0: the merge kernel)
-    # and the GEMV's L2 prefetch of its next row-group rounds
-    # (DSQ_CUDA_GEMV_PREFETCH=k, off): tests, the attention timing rows,
-    # bench pairs (alternating, twice at batch 1), a sampled-step timeline.
-    # Prebuilt only.
-    prebuilt_stage clmerge
+pieces)
+    # stop 30: a decode step's graph launched in pieces over the layers
+    # (DSQ_CUDA_GRAPH_PIECES, default 4; 1 = one graph per step as before):
+    # cudaGraphLaunch of the whole step took ~140 us of host time before the
+    # GPU started.  Tests with both, bench pairs (alternating, twice where
+    # the step is short), a sampled-step timeline.  Prebuilt only.
+    prebuilt_stage pieces
     DEADLINE=${DEADLINE:-540}
-    gtest test_cuda_attention
-    grep -E "outputs differ|fused vs rope" "$OUT/test_cuda_attention.log" | grep -vE ": 0 outputs differ| 0 output and 0 cache" | head -8
-    grep -E "keys, (default|merge kernel)" "$OUT/test_cuda_attention.log"
     gtest test_cuda_e2e
-    LOGSUFFIX=_pf gtest test_cuda_e2e DSQ_CUDA_GEMV_PREFETCH=2
-    gtest test_cuda_sampling
+    LOGSUFFIX=_p1 gtest test_cuda_e2e DSQ_CUDA_GRAPH_PIECES=1
     gtest test_cuda_step_greedy
     gtest test_cuda_seq_ops
-    gtest test_cuda_kernels
+    gtest test_cuda_quant_e2e
+    gtest test_cuda_threads
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     for rep in 1 2; do
         bench_row b1_512_r$rep 512 1 --kv f16
-        DSQ_CUDA_DECODE_CLUSTER=0 bench_row b1_512_cl0_r$rep 512 1 --kv f16
-        DSQ_CUDA_GEMV_PREFETCH=1 bench_row b1_512_pf1_r$rep 512 1 --kv f16
-        DSQ_CUDA_GEMV_PREFETCH=2 bench_row b1_512_pf2_r$rep 512 1 --kv f16
+        DSQ_CUDA_GRAPH_PIECES=1 bench_row b1_512_p1_r$rep 512 1 --kv f16
+        DSQ_CUDA_GRAPH_PIECES=2 bench_row b1_512_p2_r$rep 512 1 --kv f16
     done
     bench_row b1_512_none 512 1 --kv f16 --sampling none
-    DSQ_CUDA_DECODE_CLUSTER=0 bench_row b1_512_none_cl0 512 1 --kv f16 --sampling none
-    bench_row b8_512 512 8 --kv f16
-    DSQ_CUDA_DECODE_CLUSTER=0 bench_row b8_512_cl0 512 8 --kv f16
-    DSQ_CUDA_GEMV_PREFETCH=1 bench_row b8_512_pf1 512 8 --kv f16
+    DSQ_CUDA_GRAPH_PIECES=1 bench_row b1_512_none_p1 512 1 --kv f16 --sampling none
+    for rep in 1 2; do
+        bench_row b8_512_r$rep 512 8 --kv f16
+        DSQ_CUDA_GRAPH_PIECES=1 bench_row b8_512_p1_r$rep 512 8 --kv f16
+    done
     bench_row b64_1024 1024 64 --kv f16
-    DSQ_CUDA_DECODE_CLUSTER=0 bench_row b64_1024_cl0 1024 64 --kv f16
+    DSQ_CUDA_GRAPH_PIECES=1 bench_row b64_1024_p1 1024 64 --kv f16
     bench_row b256_1024_int8 1024 256 --kv int8
-    DSQ_CUDA_DECODE_CLUSTER=0 bench_row b256_1024_int8_cl0 1024 256 --kv int8
+    DSQ_CUDA_GRAPH_PIECES=1 bench_row b256_1024_int8_p1 1024 256 --kv int8
+    bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_GRAPH_PIECES=1 bench_row b1_512_q8h_p1 512 1 --kv f16 --quantize int8 --quantize-head
     bench_row b1_8192 8192 1 --kv f16
+    DSQ_CUDA_GRAPH_PIECES=1 bench_row b1_8192_p1 8192 1 --kv f16
     export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
     timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_512_s.json" --batch 1 --context 512 \
         --sample >"$OUT/b1_512_s.log" 2>&1
