@@ -391,41 +391,40 @@ tune)
     ;;
 pieces)
     # stop 30: a decode step's graph launched in pieces over the layers
-    # (DSQ_CUDA_GRAPH_PIECES, default 4; 1 = one graph per step as before):
+    # (DSQ_CUDA_GRAPH_PIECES=4; default 1 = one graph per step, until measured):
     # cudaGraphLaunch of the whole step took ~140 us of host time before the
     # GPU started.  Tests with both, bench pairs (alternating, twice where
     # the step is short), a sampled-step timeline.  Prebuilt only.
     prebuilt_stage pieces
     DEADLINE=${DEADLINE:-540}
     gtest test_cuda_e2e
-    LOGSUFFIX=_p1 gtest test_cuda_e2e DSQ_CUDA_GRAPH_PIECES=1
-    gtest test_cuda_step_greedy
-    gtest test_cuda_seq_ops
-    gtest test_cuda_quant_e2e
-    gtest test_cuda_threads
+    LOGSUFFIX=_p4 gtest test_cuda_e2e DSQ_CUDA_GRAPH_PIECES=4
+    LOGSUFFIX=_p4 gtest test_cuda_step_greedy DSQ_CUDA_GRAPH_PIECES=4
+    LOGSUFFIX=_p4 gtest test_cuda_seq_ops DSQ_CUDA_GRAPH_PIECES=4
+    LOGSUFFIX=_p4 gtest test_cuda_quant_e2e DSQ_CUDA_GRAPH_PIECES=4
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     for rep in 1 2; do
-        bench_row b1_512_r$rep 512 1 --kv f16
-        DSQ_CUDA_GRAPH_PIECES=1 bench_row b1_512_p1_r$rep 512 1 --kv f16
+        DSQ_CUDA_GRAPH_PIECES=4 bench_row b1_512_r$rep 512 1 --kv f16
+        bench_row b1_512_p1_r$rep 512 1 --kv f16
         DSQ_CUDA_GRAPH_PIECES=2 bench_row b1_512_p2_r$rep 512 1 --kv f16
     done
-    bench_row b1_512_none 512 1 --kv f16 --sampling none
-    DSQ_CUDA_GRAPH_PIECES=1 bench_row b1_512_none_p1 512 1 --kv f16 --sampling none
+    DSQ_CUDA_GRAPH_PIECES=4 bench_row b1_512_none 512 1 --kv f16 --sampling none
+    bench_row b1_512_none_p1 512 1 --kv f16 --sampling none
     for rep in 1 2; do
-        bench_row b8_512_r$rep 512 8 --kv f16
-        DSQ_CUDA_GRAPH_PIECES=1 bench_row b8_512_p1_r$rep 512 8 --kv f16
+        DSQ_CUDA_GRAPH_PIECES=4 bench_row b8_512_r$rep 512 8 --kv f16
+        bench_row b8_512_p1_r$rep 512 8 --kv f16
     done
-    bench_row b64_1024 1024 64 --kv f16
-    DSQ_CUDA_GRAPH_PIECES=1 bench_row b64_1024_p1 1024 64 --kv f16
-    bench_row b256_1024_int8 1024 256 --kv int8
-    DSQ_CUDA_GRAPH_PIECES=1 bench_row b256_1024_int8_p1 1024 256 --kv int8
-    bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
-    DSQ_CUDA_GRAPH_PIECES=1 bench_row b1_512_q8h_p1 512 1 --kv f16 --quantize int8 --quantize-head
-    bench_row b1_8192 8192 1 --kv f16
-    DSQ_CUDA_GRAPH_PIECES=1 bench_row b1_8192_p1 8192 1 --kv f16
+    DSQ_CUDA_GRAPH_PIECES=4 bench_row b64_1024 1024 64 --kv f16
+    bench_row b64_1024_p1 1024 64 --kv f16
+    DSQ_CUDA_GRAPH_PIECES=4 bench_row b256_1024_int8 1024 256 --kv int8
+    bench_row b256_1024_int8_p1 1024 256 --kv int8
+    DSQ_CUDA_GRAPH_PIECES=4 bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    bench_row b1_512_q8h_p1 512 1 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_GRAPH_PIECES=4 bench_row b1_8192 8192 1 --kv f16
+    bench_row b1_8192_p1 8192 1 --kv f16
     export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
-    timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_512_s.json" --batch 1 --context 512 \
+    DSQ_CUDA_GRAPH_PIECES=4 timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_512_s.json" --batch 1 --context 512 \
         --sample >"$OUT/b1_512_s.log" 2>&1
     echo "== kernel_profile b1 512 sampled rc=$? ($(el))"
     grep -E "^wall|^host time" "$OUT/b1_512_s.log"
