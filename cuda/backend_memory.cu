@@ -396,8 +396,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
     if (!(env && env[0] == '0')) {
         size_t ng = (size_t)cc->max_bseqs * 2 * (size_t)cc->n_bt_buckets;
-        /* graphs per decode step: 1 until the pieces are measured on a GPU
-         * (stop 30 wrote them without device time) */
+        /* graphs per decode step: 1 (4 pieces measured no faster through
+         * dsqwen bench at stop 30; docs/performance.md) */
         env = getenv("DSQ_CUDA_GRAPH_PIECES");
         cc->graph_pieces = env && *env ? atoi(env) : 1;
         if (cc->graph_pieces < 1 || cc->graph_pieces > DSQ_CU_GRAPH_PIECES)
