@@ -595,7 +595,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 __global__ void __launch_bounds__(D)
     decode_merge_kernel(const float *ws_acc, const float *ws_ml, const int32_t *seq_lens,
-                        int n_heads, int max_splits, __nv_bfloat16 *out, int64_t o_stride)
+                        int n_heads, int max_splits, __nv_bfloat16 *out, int64_t o_stride, int early)
 {
     __shared__ float wsp[kMaxSplits];
     __shared__ float red[D / 32];
@@ -604,8 +604,11 @@ __global__ void __launch_bounds__(D)
     /* seq_lens is the pass's metadata, never written by the decode kernel
      * before this one: read it (one global round trip) before the wait */
     const int len = seq_lens[b];
+    if (early) /* the o_proj GEMV streams its weights during attention (pdl.cuh) */
+        dsq_pdl_trigger();
     dsq_pdl_wait(); /* the partials of the decode kernel before it */
-    dsq_pdl_trigger();
+    if (!early)
+        dsq_pdl_trigger();
     int chunk, used;
     split_plan(len, max_splits, chunk, used);
     const int64_t slot0 = ((int64_t)b * n_heads + h) * max_splits;
@@ -835,12 +838,13 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     if (e != cudaSuccess)
         return dsq_cu_status(e, rope ? "decode attention + RoPE kernel" : "decode attention kernel");
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
+    const int early = (dsq_pdl_early() & DSQ_PDL_EARLY_MERGE) != 0;
     if (D == 128)
         e = dsq_launch_pdl(decode_merge_kernel<128>, mgrid, dim3(128), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
-                           max_splits, (__nv_bfloat16 *)out, o_stride);
+                           max_splits, (__nv_bfloat16 *)out, o_stride, early);
     else
         e = dsq_launch_pdl(decode_merge_kernel<64>, mgrid, dim3(64), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
-                           max_splits, (__nv_bfloat16 *)out, o_stride);
+                           max_splits, (__nv_bfloat16 *)out, o_stride, early);
     return dsq_cu_status(e, "decode attention merge kernel");
 }
 

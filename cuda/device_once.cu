@@ -2,8 +2,10 @@
  * context on a second GPU gets its own shared-memory opt-ins. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
+#include "pdl.cuh"
 
 static pthread_mutex_t once_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -52,4 +54,30 @@ extern "C" int dsq_pdl_enabled(void)
         __atomic_store_n(&pdl_state[dev], st, __ATOMIC_RELAXED);
     }
     return st == 2;
+}
+
+/* DSQ_CUDA_PDL_EARLY (pdl.cuh, "Early triggers"): which kernels let their
+ * dependent launch before their own wait.  Bit 1: the decode merge kernel;
+ * bit 2: the GEMV (gemv.cu).  "0" none, "merge", "gemv", "all", or the
+ * mask as a digit.  Read once per process. */
+extern "C" int dsq_pdl_early(void)
+{
+    static int mask = -1; /* -1 not yet read */
+    int v = __atomic_load_n(&mask, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("DSQ_CUDA_PDL_EARLY");
+        v = DSQ_PDL_EARLY_DEFAULT;
+        if (e && *e) {
+            if (!strcmp(e, "merge"))
+                v = DSQ_PDL_EARLY_MERGE;
+            else if (!strcmp(e, "gemv"))
+                v = DSQ_PDL_EARLY_GEMV;
+            else if (!strcmp(e, "all"))
+                v = DSQ_PDL_EARLY_MERGE | DSQ_PDL_EARLY_GEMV;
+            else if (e[0] >= '0' && e[0] <= '3' && e[1] == 0)
+                v = e[0] - '0';
+        }
+        __atomic_store_n(&mask, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }

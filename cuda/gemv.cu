@@ -41,6 +41,7 @@ struct GemvArgs {
     const float *bias; /* fp32 [N] (BIAS) */
     int N, K;
     void *y;
+    int early; /* trigger the dependent launch before the wait (pdl.cuh) */
 };
 
 /* W pieces v + u*NT (u < GEMV_UNROLL) of the R rows of group g; pieces
@@ -70,9 +71,12 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
     int g = blockIdx.x;
 
     uint4 wv[GEMV_UNROLL][R];
+    if (a.early)
+        dsq_pdl_trigger();
     load_w<R>(wv, a, g, threadIdx.x, K8); /* before the wait: weights are constant */
     dsq_pdl_wait();
-    dsq_pdl_trigger();
+    if (!a.early)
+        dsq_pdl_trigger();
     if (NORM)
         gemv_norm_rows<T>(a.xr, a.rows, a.nw, a.eps, T, a.K, reinterpret_cast<uint16_t *>(xs_dyn), a.K, red);
     const uint4 *xv = NORM ? xs_dyn : reinterpret_cast<const uint4 *>(a.x);
@@ -283,6 +287,8 @@ static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi,
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: the ADD epilogue is not supported");
     if (nt <= 0 || r <= 0)
         default_cfg(T, N, K, &nt, &r);
+    GemvArgs ea = a;
+    ea.early = (dsq_pdl_early() & DSQ_PDL_EARLY_GEMV) != 0;
     if (nt != 64 && nt != 128 && nt != 256)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256)", nt);
     const bool vec = K % 8 == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;
@@ -293,10 +299,10 @@ static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi,
                         "T <= %d, T*K*2 <= %d)", T, K, DSQ_GEMV_NORM_MAX_TOKENS, DSQ_GEMV_NORM_MAX_SMEM);
     cudaError_t e = cudaSuccess;
     switch (epi) {
-    case DSQ_EPI_STORE: e = dispatch_tokens<DSQ_EPI_STORE>(T, vec, norm, nt, r, a, stream); break;
-    case DSQ_EPI_BIAS: e = dispatch_tokens<DSQ_EPI_BIAS>(T, vec, norm, nt, r, a, stream); break;
-    case DSQ_EPI_ADD: e = dispatch_tokens<DSQ_EPI_ADD>(T, vec, norm, nt, r, a, stream); break;
-    case DSQ_EPI_SILU_MUL: e = dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, norm, nt, r, a, stream); break;
+    case DSQ_EPI_STORE: e = dispatch_tokens<DSQ_EPI_STORE>(T, vec, norm, nt, r, ea, stream); break;
+    case DSQ_EPI_BIAS: e = dispatch_tokens<DSQ_EPI_BIAS>(T, vec, norm, nt, r, ea, stream); break;
+    case DSQ_EPI_ADD: e = dispatch_tokens<DSQ_EPI_ADD>(T, vec, norm, nt, r, ea, stream); break;
+    case DSQ_EPI_SILU_MUL: e = dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, norm, nt, r, ea, stream); break;
     default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
     }
     return dsq_cu_status(e, norm ? "gemv+norm kernel" : "gemv kernel");

@@ -13,7 +13,8 @@
  *    could complete before its predecessor, and the next kernel, which waits
  *    only for its own predecessor, would race);
  *  - dsq_pdl_trigger() lets the next kernel launch; kernels call it after
- *    their wait, so at most one dependent grid waits at a time.
+ *    their wait, so at most one dependent grid waits at a time, except
+ *    the early triggers below.
  *
  * One exception: the L2 prefetch kernel (l2_prefetch.cu) reads and writes
  * nothing and triggers before its wait, so that the kernel after it still
@@ -45,8 +46,25 @@ __device__ __forceinline__ void dsq_pdl_trigger()
 #endif
 }
 
-/* Whether launches on the current device get the PDL attribute (cuda/status.cu). */
+/* Whether launches on the current device get the PDL attribute (cuda/device_once.cu). */
 extern "C" int dsq_pdl_enabled(void);
+
+/* Early triggers.  A kernel whose own dependent only loads constants
+ * before its wait may trigger *before* its wait, so that dependent launches
+ * one kernel sooner: after the decode merge kernel comes the o_proj GEMV,
+ * which can then stream its weights into registers while decode attention
+ * (a few blocks at batch 1, the memory otherwise idle) still runs, instead
+ * of after it.  Ordering still holds by induction: a grid completes only
+ * after its wait returned, i.e. after its predecessor completed, so each
+ * kernel's wait still covers every kernel before it; and a grid launches
+ * only once every block of the one before has triggered (is resident), so
+ * waiting blocks never keep an earlier grid's blocks from running.  The
+ * cost is SM space held by waiting blocks.  dsq_pdl_early() says which
+ * kernels do it (a mask of DSQ_PDL_EARLY_*; env DSQ_CUDA_PDL_EARLY). */
+#define DSQ_PDL_EARLY_MERGE 1
+#define DSQ_PDL_EARLY_GEMV 2
+#define DSQ_PDL_EARLY_DEFAULT 0
+extern "C" int dsq_pdl_early(void);
 
 /* kern<<<grid, block, smem, s>>>(args...) with the programmatic-serialization
  * attribute where dsq_pdl_enabled(); returns the launch's error. */

@@ -26,6 +26,8 @@
 #   bash scripts/gpu_session.sh pieces  # decode graphs launched in pieces
 #                                       # (DSQ_CUDA_GRAPH_PIECES): tests, bench
 #                                       # pairs, a sampled-step timeline
+#   bash scripts/gpu_session.sh early   # early PDL triggers (DSQ_CUDA_PDL_EARLY):
+#                                       # tests, bench triples, a timeline
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -221,7 +223,7 @@ gtest() {
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -427,6 +429,42 @@ pieces)
     DSQ_CUDA_GRAPH_PIECES=4 timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_512_s.json" --batch 1 --context 512 \
         --sample >"$OUT/b1_512_s.log" 2>&1
     echo "== kernel_profile b1 512 sampled rc=$? ($(el))"
+    grep -E "^wall|^host time" "$OUT/b1_512_s.log"
+    sed -n '/^timeline/,$p' "$OUT/b1_512_s.log" | head -14
+    ;;
+early)
+    # stop 31: early PDL triggers (DSQ_CUDA_PDL_EARLY; pdl.cuh): the decode
+    # merge kernel ("merge") and the GEMVs ("gemv") let their dependent
+    # launch before their own wait, so the o_proj GEMV streams its weights
+    # while batch-1 decode attention leaves the memory idle.  Tests with
+    # "all", bench triples (default / merge / all, alternating), a sampled
+    # timeline with "merge".  Prebuilt only.
+    prebuilt_stage early
+    DEADLINE=${DEADLINE:-540}
+    for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops test_cuda_quant_e2e; do
+        LOGSUFFIX=_all gtest $t DSQ_CUDA_PDL_EARLY=all
+    done
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    tri() { # name prompt batch args...: default, merge, all
+        local name=$1
+        shift
+        bench_row ${name}_d "$@"
+        DSQ_CUDA_PDL_EARLY=merge bench_row ${name}_m "$@"
+        DSQ_CUDA_PDL_EARLY=all bench_row ${name}_a "$@"
+    }
+    tri b1_512_r1 512 1 --kv f16
+    tri b1_512_r2 512 1 --kv f16
+    tri b1_512_none 512 1 --kv f16 --sampling none
+    tri b8_512 512 8 --kv f16
+    tri b1_8192 8192 1 --kv f16
+    tri b64_1024 1024 64 --kv f16
+    tri b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    tri b1_512_r3 512 1 --kv f16
+    export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
+    DSQ_CUDA_PDL_EARLY=merge timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_512_s.json" \
+        --batch 1 --context 512 --sample >"$OUT/b1_512_s.log" 2>&1
+    echo "== kernel_profile b1 512 sampled, merge early rc=$? ($(el))"
     grep -E "^wall|^host time" "$OUT/b1_512_s.log"
     sed -n '/^timeline/,$p' "$OUT/b1_512_s.log" | head -14
     ;;
