@@ -27,7 +27,7 @@
 #include "gemv_norm.cuh"
 
 #define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (a runtime choice) */
-#define GEMV_UNROLL 4 /* the most pieces per row a thread loads at once (U) */
+#define GEMV_UNROLL 4
 
 namespace {
 
@@ -44,27 +44,24 @@ struct GemvArgs {
     int early; /* trigger the dependent launch before the wait (pdl.cuh) */
 };
 
-/* W pieces v + u*NT (u < U) of the R rows of group g; pieces past the row
- * are zero.  U: 4, or the 2-3 pieces a short row needs (K = 1,536 is 3
- * pieces per thread at 64 threads, 2 at 128), so that the registers held
- * for in-flight weights -- U x R x 4 -- are not a third idle (gate/up at
- * 1 row: 170 registers with U = 4, 5 blocks per SM). */
-template <int R, int U>
-__device__ __forceinline__ void load_w(uint4 (&wv)[U][R], const GemvArgs &a, int g, int v, int K8)
+/* W pieces v + u*NT (u < GEMV_UNROLL) of the R rows of group g; pieces
+ * past the row are zero. */
+template <int R>
+__device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], const GemvArgs &a, int g, int v, int K8)
 {
     const int NT = blockDim.x;
 #pragma unroll
     for (int r = 0; r < R; r++) { /* rows past N repeat the last one; never stored */
         const uint4 *wr = reinterpret_cast<const uint4 *>(a.w + (size_t)min(g * R + r, a.N - 1) * a.K);
 #pragma unroll
-        for (int u = 0; u < U; u++)
+        for (int u = 0; u < GEMV_UNROLL; u++)
             wv[u][r] = v + u * NT < K8 ? __ldcs(wr + v + u * NT) : make_uint4(0, 0, 0, 0);
     }
 }
 
 /* 16-byte path: K % 8 == 0, x and W 16-byte aligned.  Block b computes row
  * groups b, b + gridDim.x, ... */
-template <int T, int R, int EPI, bool NORM, int U>
+template <int T, int R, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
 {
     __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
@@ -73,10 +70,10 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
     const int ngroups = (a.N + R - 1) / R;
     int g = blockIdx.x;
 
-    uint4 wv[U][R];
+    uint4 wv[GEMV_UNROLL][R];
     if (a.early)
         dsq_pdl_trigger();
-    load_w<R, U>(wv, a, g, threadIdx.x, K8); /* before the wait: weights are constant */
+    load_w<R>(wv, a, g, threadIdx.x, K8); /* before the wait: weights are constant */
     dsq_pdl_wait();
     if (!a.early)
         dsq_pdl_trigger();
@@ -93,7 +90,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                 acc[t][r] = 0.0f;
         for (int v = threadIdx.x;;) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
+            for (int u = 0; u < GEMV_UNROLL; u++) {
                 if (v + u * NT < K8) {
 #pragma unroll
                     for (int t = 0; t < T; t++) {
@@ -111,16 +108,16 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                     }
                 }
             }
-            v += U * NT;
+            v += GEMV_UNROLL * NT;
             if (v >= K8)
                 break;
-            load_w<R, U>(wv, a, g, v, K8);
+            load_w<R>(wv, a, g, v, K8);
         }
         /* the next group's first weights go out before this group's
          * epilogue, so its reductions overlap the loads */
         const int next = g + gridDim.x;
         if (next < ngroups)
-            load_w<R, U>(wv, a, next, threadIdx.x, K8);
+            load_w<R>(wv, a, next, threadIdx.x, K8);
         gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, nullptr, a.bias, a.y);
         g = next;
         if (g >= ngroups)
@@ -184,13 +181,13 @@ static bool balance_enabled(void)
  * slower (gate/up 494 vs 485 us per step).  The occupancy is cached per
  * kernel instance and block size (it does not depend on the device's SM
  * count, which is read per call). */
-template <int T, int R, int EPI, bool NORM, int U>
+template <int T, int R, int EPI, bool NORM>
 static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
     if (!NORM && !balance_enabled())
         return groups;
     static int64_t per_sm[3]; /* nt 64, 128, 256 */
-    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM, U>, nt, smem,
+    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM>, nt, smem,
                                                 &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : 2]);
     if (groups <= cap)
         return groups;
@@ -200,52 +197,20 @@ static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
     return (groups + rounds - 1) / rounds;
 }
 
-template <int T, int R, int EPI, int U>
-static cudaError_t launch_vec(bool norm, int nt, const GemvArgs &a, cudaStream_t s)
+template <int T, int R, int EPI>
+static cudaError_t launch_rows(bool vec, bool norm, int nt, const GemvArgs &a, cudaStream_t s)
 {
     const unsigned groups = (unsigned)((a.N + R - 1) / R);
     if constexpr (T <= DSQ_GEMV_NORM_MAX_TOKENS) {
         if (norm) {
             const size_t smem = (size_t)T * a.K * 2;
-            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true, U>,
-                                  dim3(gemv_grid<T, R, EPI, true, U>(nt, smem, groups)), dim3(nt), smem, s, a);
+            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true>, dim3(gemv_grid<T, R, EPI, true>(nt, smem, groups)),
+                                  dim3(nt), smem, s, a);
         }
     }
-    return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false, U>, dim3(gemv_grid<T, R, EPI, false, U>(nt, 0, groups)),
-                          dim3(nt), 0, s, a);
-}
-
-/* DSQ_CUDA_GEMV_U=4: every vec launch loads 4 pieces per row at once
- * (the kernel before stop 31) instead of the 2-3 a short row needs; a
- * measurement knob, read once. */
-static bool short_u_enabled(void)
-{
-    static int on = -1; /* -1 not yet read */
-    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("DSQ_CUDA_GEMV_U");
-        v = !(e && e[0] == '4' && e[1] == 0);
-        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
-    }
-    return v != 0;
-}
-
-template <int T, int R, int EPI>
-static cudaError_t launch_rows(bool vec, bool norm, int nt, const GemvArgs &a, cudaStream_t s)
-{
-    const unsigned groups = (unsigned)((a.N + R - 1) / R);
-    if (vec || norm) { /* (run() admits a norm only where vec holds) */
-        /* pieces per row per thread: instances with U = 2, 3 only where the
-         * norm can be fused (1..4 rows; more go to gemv_mma.cu by default) */
-        const int need = (a.K / 8 + nt - 1) / nt;
-        if constexpr (T <= DSQ_GEMV_NORM_MAX_TOKENS) {
-            if (short_u_enabled() && need <= 2)
-                return launch_vec<T, R, EPI, 2>(norm, nt, a, s);
-            if (short_u_enabled() && need == 3)
-                return launch_vec<T, R, EPI, 3>(norm, nt, a, s);
-        }
-        return launch_vec<T, R, EPI, GEMV_UNROLL>(norm, nt, a, s);
-    }
+    if (vec)
+        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false>, dim3(gemv_grid<T, R, EPI, false>(nt, 0, groups)),
+                              dim3(nt), 0, s, a);
     gemv_scalar_kernel<T, R, EPI><<<groups, GEMV_MAX_THREADS, 0, s>>>(a.x, a.w, a.bias, a.N, a.K, a.y);
     return cudaGetLastError();
 }

@@ -441,19 +441,15 @@ early)
     # timeline with "merge".  Prebuilt only.
     prebuilt_stage early
     DEADLINE=${DEADLINE:-540}
-    # and the GEMV's 2-3 pieces per row for short rows (default) against
-    # the earlier 4 (DSQ_CUDA_GEMV_U=4)
-    gtest test_cuda_kernels
     for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops test_cuda_quant_e2e; do
         LOGSUFFIX=_all gtest $t DSQ_CUDA_PDL_EARLY=all
     done
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
-    tri() { # name prompt batch args...: default, U=4, merge, all
+    tri() { # name prompt batch args...: default, merge, all
         local name=$1
         shift
         bench_row ${name}_d "$@"
-        DSQ_CUDA_GEMV_U=4 bench_row ${name}_u4 "$@"
         DSQ_CUDA_PDL_EARLY=merge bench_row ${name}_m "$@"
         DSQ_CUDA_PDL_EARLY=all bench_row ${name}_a "$@"
     }
