@@ -838,7 +838,9 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     if (e != cudaSuccess)
         return dsq_cu_status(e, rope ? "decode attention + RoPE kernel" : "decode attention kernel");
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
-    const int early = (dsq_pdl_early() & DSQ_PDL_EARLY_MERGE) != 0;
+    const int em = dsq_pdl_early();
+    const int early = (em & DSQ_PDL_EARLY_MERGE) ||
+                      ((em & DSQ_PDL_EARLY_MERGE_LONG) && max_splits >= DSQ_PDL_EARLY_MERGE_SPLITS);
     if (D == 128)
         e = dsq_launch_pdl(decode_merge_kernel<128>, mgrid, dim3(128), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
                            max_splits, (__nv_bfloat16 *)out, o_stride, early);

@@ -57,9 +57,10 @@ extern "C" int dsq_pdl_enabled(void)
 }
 
 /* DSQ_CUDA_PDL_EARLY (pdl.cuh, "Early triggers"): which kernels let their
- * dependent launch before their own wait.  Bit 1: the decode merge kernel;
- * bit 2: the GEMV (gemv.cu).  "0" none, "merge", "gemv", "all", or the
- * mask as a digit.  Read once per process. */
+ * dependent launch before their own wait, a mask of DSQ_PDL_EARLY_*: "0"
+ * none, "merge" (every merge launch), "gemv", "all" (both), "long" (merge
+ * launches of many splits: the default), or the mask as a digit.  Read once
+ * per process. */
 extern "C" int dsq_pdl_early(void)
 {
     static int mask = -1; /* -1 not yet read */
@@ -74,7 +75,9 @@ extern "C" int dsq_pdl_early(void)
                 v = DSQ_PDL_EARLY_GEMV;
             else if (!strcmp(e, "all"))
                 v = DSQ_PDL_EARLY_MERGE | DSQ_PDL_EARLY_GEMV;
-            else if (e[0] >= '0' && e[0] <= '3' && e[1] == 0)
+            else if (!strcmp(e, "long"))
+                v = DSQ_PDL_EARLY_MERGE_LONG;
+            else if (e[0] >= '0' && e[0] <= '7' && e[1] == 0)
                 v = e[0] - '0';
         }
         __atomic_store_n(&mask, v, __ATOMIC_RELAXED);

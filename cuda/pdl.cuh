@@ -63,7 +63,12 @@ extern "C" int dsq_pdl_enabled(void);
  * kernels do it (a mask of DSQ_PDL_EARLY_*; env DSQ_CUDA_PDL_EARLY). */
 #define DSQ_PDL_EARLY_MERGE 1
 #define DSQ_PDL_EARLY_GEMV 2
-#define DSQ_PDL_EARLY_DEFAULT 0
+/* the merge kernel triggers early only in launches of at least
+ * DSQ_PDL_EARLY_MERGE_SPLITS key splits (long contexts: measured faster at
+ * 8,192 keys, slower at 512; docs/performance.md, stop 31) */
+#define DSQ_PDL_EARLY_MERGE_LONG 4
+#define DSQ_PDL_EARLY_MERGE_SPLITS 64
+#define DSQ_PDL_EARLY_DEFAULT DSQ_PDL_EARLY_MERGE_LONG
 extern "C" int dsq_pdl_early(void);
 
 /* kern<<<grid, block, smem, s>>>(args...) with the programmatic-serialization

@@ -436,37 +436,32 @@ early)
     # stop 31: early PDL triggers (DSQ_CUDA_PDL_EARLY; pdl.cuh): the decode
     # merge kernel ("merge") and the GEMVs ("gemv") let their dependent
     # launch before their own wait, so the o_proj GEMV streams its weights
-    # while batch-1 decode attention leaves the memory idle.  Tests with
-    # "all", bench triples (default / merge / all, alternating), a sampled
-    # timeline with "merge".  Prebuilt only.
+    # while batch-1 decode attention leaves the memory idle.  The default
+    # ("long") does it for merges of >= 64 splits.  Tests with "all", bench
+    # rows per setting over the context lengths.  Prebuilt only.
     prebuilt_stage early
     DEADLINE=${DEADLINE:-540}
-    for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops test_cuda_quant_e2e; do
+    for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops; do
         LOGSUFFIX=_all gtest $t DSQ_CUDA_PDL_EARLY=all
     done
+    gtest test_cuda_e2e
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
-    tri() { # name prompt batch args...: default, merge, all
+    sweep() { # name prompt batch args...: default (long), 0, merge, gemv, all
         local name=$1
         shift
         bench_row ${name}_d "$@"
-        DSQ_CUDA_PDL_EARLY=merge bench_row ${name}_m "$@"
-        DSQ_CUDA_PDL_EARLY=all bench_row ${name}_a "$@"
+        for v in 0 merge gemv all; do DSQ_CUDA_PDL_EARLY=$v bench_row ${name}_$v "$@"; done
     }
-    tri b1_512_r1 512 1 --kv f16
-    tri b1_512_r2 512 1 --kv f16
-    tri b1_512_none 512 1 --kv f16 --sampling none
-    tri b8_512 512 8 --kv f16
-    tri b1_8192 8192 1 --kv f16
-    tri b64_1024 1024 64 --kv f16
-    tri b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
-    tri b1_512_r3 512 1 --kv f16
-    export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
-    DSQ_CUDA_PDL_EARLY=merge timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_512_s.json" \
-        --batch 1 --context 512 --sample >"$OUT/b1_512_s.log" 2>&1
-    echo "== kernel_profile b1 512 sampled, merge early rc=$? ($(el))"
-    grep -E "^wall|^host time" "$OUT/b1_512_s.log"
-    sed -n '/^timeline/,$p' "$OUT/b1_512_s.log" | head -14
+    sweep b1_512 512 1 --kv f16
+    sweep b1_2048 2048 1 --kv f16
+    sweep b1_4096 4096 1 --kv f16
+    sweep b1_8192 8192 1 --kv f16
+    sweep b1_512n 512 1 --kv f16 --sampling none
+    sweep b1_32768p 32768 1 --kv f16 --kv-layout paged
+    sweep b8_2048 2048 8 --kv f16
+    sweep b1_512_r2 512 1 --kv f16
+    sweep b1_8192_r2 8192 1 --kv f16
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
