@@ -59,7 +59,8 @@ extern "C" int dsq_pdl_enabled(void)
 /* DSQ_CUDA_PDL_EARLY (pdl.cuh, "Early triggers"): which kernels let their
  * dependent launch before their own wait, a mask of DSQ_PDL_EARLY_*: "0"
  * none, "merge" (every merge launch), "gemv", "all" (both), "long" (merge
- * launches of many splits: the default), or the mask as a digit.  Read once
+ * launches of many splits), "default" (GEMVs and "long"), or the mask as a
+ * digit.  Read once
  * per process. */
 extern "C" int dsq_pdl_early(void)
 {
@@ -77,6 +78,8 @@ extern "C" int dsq_pdl_early(void)
                 v = DSQ_PDL_EARLY_MERGE | DSQ_PDL_EARLY_GEMV;
             else if (!strcmp(e, "long"))
                 v = DSQ_PDL_EARLY_MERGE_LONG;
+            else if (!strcmp(e, "default"))
+                v = DSQ_PDL_EARLY_DEFAULT;
             else if (e[0] >= '0' && e[0] <= '7' && e[1] == 0)
                 v = e[0] - '0';
         }

@@ -436,9 +436,10 @@ early)
     # stop 31: early PDL triggers (DSQ_CUDA_PDL_EARLY; pdl.cuh): the decode
     # merge kernel ("merge") and the GEMVs ("gemv") let their dependent
     # launch before their own wait, so the o_proj GEMV streams its weights
-    # while batch-1 decode attention leaves the memory idle.  The default
-    # ("long") does it for merges of >= 64 splits.  Tests with "all", bench
-    # rows per setting over the context lengths.  Prebuilt only.
+    # while batch-1 decode attention leaves the memory idle.  The default:
+    # GEMVs, and merges of >= 128 splits.  Tests with "all", bench pairs
+    # (default / none); EARLY_SWEEP=1 first sweeps every setting over the
+    # context lengths.  Prebuilt only.
     prebuilt_stage early
     DEADLINE=${DEADLINE:-540}
     for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops; do
@@ -453,15 +454,29 @@ early)
         bench_row ${name}_d "$@"
         for v in 0 merge gemv all; do DSQ_CUDA_PDL_EARLY=$v bench_row ${name}_$v "$@"; done
     }
-    sweep b1_512 512 1 --kv f16
-    sweep b1_2048 2048 1 --kv f16
-    sweep b1_4096 4096 1 --kv f16
-    sweep b1_8192 8192 1 --kv f16
-    sweep b1_512n 512 1 --kv f16 --sampling none
-    sweep b1_32768p 32768 1 --kv f16 --kv-layout paged
-    sweep b8_2048 2048 8 --kv f16
-    sweep b1_512_r2 512 1 --kv f16
-    sweep b1_8192_r2 8192 1 --kv f16
+    if [ "${EARLY_SWEEP:-0}" = 1 ]; then
+        sweep b1_512 512 1 --kv f16
+        sweep b1_2048 2048 1 --kv f16
+        sweep b1_4096 4096 1 --kv f16
+        sweep b1_8192 8192 1 --kv f16
+        sweep b1_512n 512 1 --kv f16 --sampling none
+        sweep b1_32768p 32768 1 --kv f16 --kv-layout paged
+        sweep b8_2048 2048 8 --kv f16
+    fi
+    # the default (GEMVs early, merges from 128 splits) against none, in pairs
+    pair() { bench_row ${1}_d "${@:2}"; DSQ_CUDA_PDL_EARLY=0 bench_row ${1}_0 "${@:2}"; }
+    for rep in 1 2; do
+        pair b1_512_r$rep 512 1 --kv f16
+        pair b1_8192_r$rep 8192 1 --kv f16
+    done
+    pair b1_512n 512 1 --kv f16 --sampling none
+    pair b1_4096 4096 1 --kv f16
+    pair b1_32768p 32768 1 --kv f16 --kv-layout paged
+    pair b8_512 512 8 --kv f16
+    pair b64_1024 1024 64 --kv f16
+    pair b256_1024_int8 1024 256 --kv int8
+    pair b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    pair b1_512_q4 512 1 --kv f16 --quantize q4
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
