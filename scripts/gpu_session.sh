@@ -477,6 +477,13 @@ early)
     pair b256_1024_int8 1024 256 --kv int8
     pair b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     pair b1_512_q4 512 1 --kv f16 --quantize q4
+    # where a long-context batch-1 step goes (attention's share at 8,192 keys)
+    export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
+    timeout 120 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_8192_s.json" \
+        --batch 1 --context 8192 --sample >"$OUT/b1_8192_s.log" 2>&1
+    echo "== kernel_profile b1 8192 sampled rc=$? ($(el))"
+    grep -E "^wall" "$OUT/b1_8192_s.log"
+    sed -n '/^timeline/,$p' "$OUT/b1_8192_s.log" | head -16
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
