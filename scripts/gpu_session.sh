@@ -477,6 +477,9 @@ early)
     pair b256_1024_int8 1024 256 --kv int8
     pair b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     pair b1_512_q4 512 1 --kv f16 --quantize q4
+    # fewer, longer splits at 8,192 keys (default: 129 splits of one tile)
+    DSQ_CUDA_DECODE_SPLITS_MAX=64 bench_row b1_8192_s64 8192 1 --kv f16
+    DSQ_CUDA_DECODE_SPLITS_MAX=32 bench_row b1_8192_s32 8192 1 --kv f16
     # where a long-context batch-1 step goes (attention's share at 8,192 keys)
     export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
     timeout 120 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_8192_s.json" \
