@@ -446,6 +446,11 @@ early)
         LOGSUFFIX=_all gtest $t DSQ_CUDA_PDL_EARLY=all
     done
     gtest test_cuda_e2e
+    # the INT8 GEMV on gemv.cu's kernel (fused norm, PDL; DSQ_CUDA_Q8_GEMV=0: the old one)
+    gtest test_cuda_quant
+    grep -E "q8\+norm|q8: worst" "$OUT/test_cuda_quant.log"
+    gtest test_cuda_quant_e2e
+    LOGSUFFIX=_old gtest test_cuda_quant_e2e DSQ_CUDA_Q8_GEMV=0
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     sweep() { # name prompt batch args...: default (long), 0, merge, gemv, all
@@ -475,7 +480,12 @@ early)
     pair b8_512 512 8 --kv f16
     pair b64_1024 1024 64 --kv f16
     pair b256_1024_int8 1024 256 --kv int8
-    pair b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    for rep in 1 2; do
+        bench_row b1_512_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+        DSQ_CUDA_Q8_GEMV=0 bench_row b1_512_q8h_old_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+    done
+    bench_row b2_512_q8h 512 2 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_Q8_GEMV=0 bench_row b2_512_q8h_old 512 2 --kv f16 --quantize int8 --quantize-head
     pair b1_512_q4 512 1 --kv f16 --quantize q4
     # fewer, longer splits at 8,192 keys (default: 129 splits of one tile)
     DSQ_CUDA_DECODE_SPLITS_MAX=64 bench_row b1_8192_s64 8192 1 --kv f16
