@@ -447,7 +447,7 @@ early)
     done
     gtest test_cuda_e2e
     # the INT8 GEMV on gemv.cu's kernel (fused norm, PDL; DSQ_CUDA_Q8_GEMV=0: the old one)
-    gtest test_cuda_quant
+    GTEST_TIMEOUT=150 gtest test_cuda_quant
     grep -E "q8\+norm|q8: worst" "$OUT/test_cuda_quant.log"
     gtest test_cuda_quant_e2e
     LOGSUFFIX=_old gtest test_cuda_quant_e2e DSQ_CUDA_Q8_GEMV=0
@@ -470,6 +470,16 @@ early)
     fi
     # the default (GEMVs early, merges from 128 splits) against none, in pairs
     pair() { bench_row ${1}_d "${@:2}"; DSQ_CUDA_PDL_EARLY=0 bench_row ${1}_0 "${@:2}"; }
+    if [ "${EARLY_QUICK:-0}" = 1 ]; then # when device time is short: the deciding rows
+        for rep in 1 2; do
+            bench_row b1_512_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+            DSQ_CUDA_Q8_GEMV=0 bench_row b1_512_q8h_old_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+        done
+        pair b1_512 512 1 --kv f16
+        pair b1_8192 8192 1 --kv f16
+        pair b64_1024 1024 64 --kv f16
+        exit 0
+    fi
     for rep in 1 2; do
         pair b1_512_r$rep 512 1 --kv f16
         pair b1_8192_r$rep 8192 1 --kv f16
