@@ -313,29 +313,6 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
     }
 }
 
-/* Q8 block shapes: the 8-bit products spend ~2x the bf16 ALU work per
- * byte (code conversion), so they want more, smaller blocks than bf16's
- * 64 x 8 for the wide products.  gemv_quant.cu's measured best shapes
- * (one warp x 2 rows for gate/up and the head, 64 x 2 for qkv / o, 256 x
- * 2 for down at 1-2 rows), with 64 threads where it uses 32: stop 31's
- * first run with the bf16 shapes was slower than that kernel (batch 1
- * INT8 step 1.452 vs 1.296 ms on an H100). */
-static void default_cfg_q8(int T, int N, int pieces, int *nt, int *r)
-{
-    if (N >= 16384) {
-        *nt = 64;
-        *r = 2;
-        return;
-    }
-    if (pieces <= 160) {
-        *nt = 64;
-        *r = 2;
-    } else {
-        *nt = T <= 2 ? 256 : 128;
-        *r = T <= 2 ? 2 : 4;
-    }
-}
-
 static dsq_status run(const GemvArgs &a, int wf, bool norm, int32_t T, dsq_epilogue epi, int nt, int r,
                       cudaStream_t stream)
 {
@@ -358,10 +335,8 @@ static dsq_status run(const GemvArgs &a, int wf, bool norm, int32_t T, dsq_epilo
      * yet to read (the backend folds norms only into qkv and gate/up) */
     if (norm && epi == DSQ_EPI_ADD)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: the ADD epilogue is not supported");
-    if ((nt <= 0 || r <= 0) && wf == GEMV_W_Q8)
-        default_cfg_q8(T, N, K / 16, &nt, &r);
-    else if (nt <= 0 || r <= 0)
-        default_cfg(T, N, K, &nt, &r);
+    if (nt <= 0 || r <= 0)
+        default_cfg(T, N, wf == GEMV_W_Q8 ? K / 2 : K, &nt, &r); /* by 16-byte pieces per row */
     GemvArgs ea = a;
     ea.early = (dsq_pdl_early() & DSQ_PDL_EARLY_GEMV) != 0;
     if (nt != 64 && nt != 128 && nt != 256)
