@@ -21,24 +21,13 @@
  * bf16(nw * (x * rsqrt(mean(x^2) + eps))) into shared memory, exactly the
  * arithmetic of norm.cu but with the block's own summation order, and the
  * block then loops over row groups (grid = the blocks that fit at once), so
- * the norm is computed once per resident block, not once per row group.
- *
- * 8-bit weights (WF = GEMV_W_Q8, Q8_ROW: int8 codes [N][K], fp32 row
- * scales; lib/quant_cpu.h): the same kernel, with 16 codes per 16-byte
- * piece, each code a float by the 2^23 trick (quant_decode.cuh), and the
- * row scale applied to the row's sum in the epilogue -- the arithmetic of
- * gemv_quant.cu's gemv_q8_vec, which the INT8 GEMV launches of 1..4 rows
- * use instead since stop 31 (PDL, the fused norm, the looping blocks). */
+ * the norm is computed once per resident block, not once per row group. */
 #include "common.cuh"
 #include "gemv_epilogue.cuh"
 #include "gemv_norm.cuh"
-#include "gemv_quant.h"
-#include "quant_decode.cuh"
 
 #define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (a runtime choice) */
 #define GEMV_UNROLL 4
-#define GEMV_W_BF16 0
-#define GEMV_W_Q8 1
 
 namespace {
 
@@ -48,63 +37,43 @@ struct GemvArgs {
     const int32_t *rows; /* NORM: row of xr for token t, or NULL (t) */
     const float *nw;     /* NORM: fp32 norm weight [K] */
     float eps;
-    const void *w;          /* bf16 [N][K], or GEMV_W_Q8: int8 codes [N][K] */
-    const float *rowscale;  /* GEMV_W_Q8: fp32 [N] */
+    const uint16_t *w; /* bf16 [N][K] */
     const float *bias; /* fp32 [N] (BIAS) */
     int N, K;
     void *y;
     int early; /* trigger the dependent launch before the wait (pdl.cuh) */
 };
 
-/* W pieces v + u*NT (u < GEMV_UNROLL) of the R rows of group g (KP
- * 16-byte pieces per row); pieces past the row are zero. */
-template <int R, int WF>
-__device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], const GemvArgs &a, int g, int v, int KP)
+/* W pieces v + u*NT (u < GEMV_UNROLL) of the R rows of group g; pieces
+ * past the row are zero. */
+template <int R>
+__device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], const GemvArgs &a, int g, int v, int K8)
 {
     const int NT = blockDim.x;
 #pragma unroll
     for (int r = 0; r < R; r++) { /* rows past N repeat the last one; never stored */
-        const uint4 *wr = reinterpret_cast<const uint4 *>(a.w) + (size_t)min(g * R + r, a.N - 1) * KP;
+        const uint4 *wr = reinterpret_cast<const uint4 *>(a.w + (size_t)min(g * R + r, a.N - 1) * a.K);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
-            wv[u][r] = v + u * NT < KP ? __ldcs(wr + v + u * NT) : make_uint4(0, 0, 0, 0);
+            wv[u][r] = v + u * NT < K8 ? __ldcs(wr + v + u * NT) : make_uint4(0, 0, 0, 0);
     }
 }
 
-/* Weights e (8 of them) of piece w as floats: bf16 pieces hold 8 (half
- * h = 0 only), Q8 pieces 16 (half h = 0, 1: codes 8h .. 8h + 7). */
-template <int WF>
-__device__ __forceinline__ void piece_weights(const uint4 &w, int h, float (&wf)[8])
-{
-    if constexpr (WF == GEMV_W_Q8) {
-        const uint32_t lo = h ? w.z : w.x, hi = h ? w.w : w.y;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            wf[j] = dsq_qd_s8(lo, j);
-            wf[4 + j] = dsq_qd_s8(hi, j);
-        }
-    } else {
-        (void)h;
-        dsq_unpack8(w, wf);
-    }
-}
-
-/* 16-byte path: K % 8 == 0 (Q8: K % 16 == 0), x and W 16-byte aligned.
- * Block b computes row groups b, b + gridDim.x, ... */
-template <int T, int R, int EPI, bool NORM, int WF>
+/* 16-byte path: K % 8 == 0, x and W 16-byte aligned.  Block b computes row
+ * groups b, b + gridDim.x, ... */
+template <int T, int R, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
 {
-    constexpr int H = WF == GEMV_W_Q8 ? 2 : 1; /* x pieces (8 bf16) per W piece */
     __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
     extern __shared__ uint4 xs_dyn[]; /* NORM: bf16 [T][K] */
-    const int K8 = a.K / 8, KP = K8 / H, NT = blockDim.x;
+    const int K8 = a.K / 8, NT = blockDim.x;
     const int ngroups = (a.N + R - 1) / R;
     int g = blockIdx.x;
 
     uint4 wv[GEMV_UNROLL][R];
     if (a.early)
         dsq_pdl_trigger();
-    load_w<R, WF>(wv, a, g, threadIdx.x, KP); /* before the wait: weights are constant */
+    load_w<R>(wv, a, g, threadIdx.x, K8); /* before the wait: weights are constant */
     dsq_pdl_wait();
     if (!a.early)
         dsq_pdl_trigger();
@@ -122,37 +91,34 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
         for (int v = threadIdx.x;;) {
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
-                if (v + u * NT < KP) {
+                if (v + u * NT < K8) {
 #pragma unroll
-                    for (int h = 0; h < H; h++) {
-                        const size_t xp = (size_t)(v + u * NT) * H + h; /* x piece of this half */
+                    for (int t = 0; t < T; t++) {
+                        float xf[8];
+                        dsq_unpack8(NORM ? xv[(size_t)t * K8 + v + u * NT] : __ldg(xv + (size_t)t * K8 + v + u * NT),
+                                    xf);
 #pragma unroll
-                        for (int t = 0; t < T; t++) {
-                            float xf[8];
-                            dsq_unpack8(NORM ? xv[(size_t)t * K8 + xp] : __ldg(xv + (size_t)t * K8 + xp), xf);
+                        for (int r = 0; r < R; r++) {
+                            float wf[8];
+                            dsq_unpack8(wv[u][r], wf);
 #pragma unroll
-                            for (int r = 0; r < R; r++) {
-                                float wf[8];
-                                piece_weights<WF>(wv[u][r], h, wf);
-#pragma unroll
-                                for (int e = 0; e < 8; e++)
-                                    acc[t][r] = fmaf(xf[e], wf[e], acc[t][r]);
-                            }
+                            for (int e = 0; e < 8; e++)
+                                acc[t][r] = fmaf(xf[e], wf[e], acc[t][r]);
                         }
                     }
                 }
             }
             v += GEMV_UNROLL * NT;
-            if (v >= KP)
+            if (v >= K8)
                 break;
-            load_w<R, WF>(wv, a, g, v, KP);
+            load_w<R>(wv, a, g, v, K8);
         }
         /* the next group's first weights go out before this group's
          * epilogue, so its reductions overlap the loads */
         const int next = g + gridDim.x;
         if (next < ngroups)
-            load_w<R, WF>(wv, a, next, threadIdx.x, KP);
-        gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, WF == GEMV_W_Q8 ? a.rowscale : nullptr, a.bias, a.y);
+            load_w<R>(wv, a, next, threadIdx.x, K8);
+        gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, nullptr, a.bias, a.y);
         g = next;
         if (g >= ngroups)
             break;
@@ -215,13 +181,13 @@ static bool balance_enabled(void)
  * slower (gate/up 494 vs 485 us per step).  The occupancy is cached per
  * kernel instance and block size (it does not depend on the device's SM
  * count, which is read per call). */
-template <int T, int R, int EPI, bool NORM, int WF>
+template <int T, int R, int EPI, bool NORM>
 static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
     if (!NORM && !balance_enabled())
         return groups;
     static int64_t per_sm[3]; /* nt 64, 128, 256 */
-    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM, WF>, nt, smem,
+    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM>, nt, smem,
                                                 &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : 2]);
     if (groups <= cap)
         return groups;
@@ -231,57 +197,47 @@ static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
     return (groups + rounds - 1) / rounds;
 }
 
-template <int T, int R, int EPI, int WF>
+template <int T, int R, int EPI>
 static cudaError_t launch_rows(bool vec, bool norm, int nt, const GemvArgs &a, cudaStream_t s)
 {
     const unsigned groups = (unsigned)((a.N + R - 1) / R);
     if constexpr (T <= DSQ_GEMV_NORM_MAX_TOKENS) {
         if (norm) {
             const size_t smem = (size_t)T * a.K * 2;
-            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true, WF>,
-                                  dim3(gemv_grid<T, R, EPI, true, WF>(nt, smem, groups)), dim3(nt), smem, s, a);
+            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true>, dim3(gemv_grid<T, R, EPI, true>(nt, smem, groups)),
+                                  dim3(nt), smem, s, a);
         }
     }
-    if (vec || WF != GEMV_W_BF16) /* (run() admits Q8 only where vec holds) */
-        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false, WF>,
-                              dim3(gemv_grid<T, R, EPI, false, WF>(nt, 0, groups)), dim3(nt), 0, s, a);
-    gemv_scalar_kernel<T, R, EPI><<<groups, GEMV_MAX_THREADS, 0, s>>>(a.x, static_cast<const uint16_t *>(a.w), a.bias,
-                                                                       a.N, a.K, a.y);
+    if (vec)
+        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false>, dim3(gemv_grid<T, R, EPI, false>(nt, 0, groups)),
+                              dim3(nt), 0, s, a);
+    gemv_scalar_kernel<T, R, EPI><<<groups, GEMV_MAX_THREADS, 0, s>>>(a.x, a.w, a.bias, a.N, a.K, a.y);
     return cudaGetLastError();
 }
 
-template <int T, int EPI, int WF>
+template <int T, int EPI>
 static cudaError_t launch_gemv(bool vec, bool norm, int nt, int r, const GemvArgs &a, cudaStream_t s)
 {
     /* rows per block: 8 only for 1-2 tokens (registers), 2 or 4 otherwise */
     if (r >= 8 && T <= 2)
-        return launch_rows<T, (T <= 2 ? 8 : 4), EPI, WF>(vec, norm, nt, a, s);
+        return launch_rows<T, (T <= 2 ? 8 : 4), EPI>(vec, norm, nt, a, s);
     if (r >= 4)
-        return launch_rows<T, 4, EPI, WF>(vec, norm, nt, a, s);
-    return launch_rows<T, 2, EPI, WF>(vec, norm, nt, a, s);
+        return launch_rows<T, 4, EPI>(vec, norm, nt, a, s);
+    return launch_rows<T, 2, EPI>(vec, norm, nt, a, s);
 }
 
 template <int EPI>
-static cudaError_t dispatch_tokens(int T, int wf, bool vec, bool norm, int nt, int r, const GemvArgs &a,
-                                   cudaStream_t s)
+static cudaError_t dispatch_tokens(int T, bool vec, bool norm, int nt, int r, const GemvArgs &a, cudaStream_t s)
 {
-    if (wf == GEMV_W_Q8) { /* 1..DSQ_GEMV_Q8_MAX_TOKENS rows (run() checks) */
-        switch (T) {
-        case 1: return launch_gemv<1, EPI, GEMV_W_Q8>(vec, norm, nt, r, a, s);
-        case 2: return launch_gemv<2, EPI, GEMV_W_Q8>(vec, norm, nt, r, a, s);
-        case 3: return launch_gemv<3, EPI, GEMV_W_Q8>(vec, norm, nt, r, a, s);
-        default: return launch_gemv<4, EPI, GEMV_W_Q8>(vec, norm, nt, r, a, s);
-        }
-    }
     switch (T) {
-    case 1: return launch_gemv<1, EPI, GEMV_W_BF16>(vec, norm, nt, r, a, s);
-    case 2: return launch_gemv<2, EPI, GEMV_W_BF16>(vec, norm, nt, r, a, s);
-    case 3: return launch_gemv<3, EPI, GEMV_W_BF16>(vec, norm, nt, r, a, s);
-    case 4: return launch_gemv<4, EPI, GEMV_W_BF16>(vec, norm, nt, r, a, s);
-    case 5: return launch_gemv<5, EPI, GEMV_W_BF16>(vec, false, nt, r, a, s);
-    case 6: return launch_gemv<6, EPI, GEMV_W_BF16>(vec, false, nt, r, a, s);
-    case 7: return launch_gemv<7, EPI, GEMV_W_BF16>(vec, false, nt, r, a, s);
-    default: return launch_gemv<8, EPI, GEMV_W_BF16>(vec, false, nt, r, a, s);
+    case 1: return launch_gemv<1, EPI>(vec, norm, nt, r, a, s);
+    case 2: return launch_gemv<2, EPI>(vec, norm, nt, r, a, s);
+    case 3: return launch_gemv<3, EPI>(vec, norm, nt, r, a, s);
+    case 4: return launch_gemv<4, EPI>(vec, norm, nt, r, a, s);
+    case 5: return launch_gemv<5, EPI>(vec, false, nt, r, a, s);
+    case 6: return launch_gemv<6, EPI>(vec, false, nt, r, a, s);
+    case 7: return launch_gemv<7, EPI>(vec, false, nt, r, a, s);
+    default: return launch_gemv<8, EPI>(vec, false, nt, r, a, s);
     }
 }
 
@@ -313,17 +269,11 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
     }
 }
 
-static dsq_status run(const GemvArgs &a, int wf, bool norm, int32_t T, dsq_epilogue epi, int nt, int r,
-                      cudaStream_t stream)
+static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi, int nt, int r, cudaStream_t stream)
 {
     const int N = a.N, K = a.K;
-    const int tmax = wf == GEMV_W_Q8 ? DSQ_GEMV_Q8_MAX_TOKENS : DSQ_GEMV_MAX_TOKENS;
-    if (T < 1 || T > tmax)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: %d rows; the kernel takes 1..%d", T, tmax);
-    if (wf == GEMV_W_Q8 && !(a.rowscale && K % 16 == 0 && ((uintptr_t)a.w & 15) == 0 &&
-                             (norm || ((uintptr_t)a.x & 15) == 0)))
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv q8: needs row scales, K %% 16 == 0 (got %d) and 16-byte aligned "
-                        "x and codes", K);
+    if (T < 1 || T > DSQ_GEMV_MAX_TOKENS)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: %d rows; the kernel takes 1..%d", T, DSQ_GEMV_MAX_TOKENS);
     if (N < 1 || K < 1)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: empty matrix %d x %d", N, K);
     if (epi == DSQ_EPI_SILU_MUL && N % 2 != 0)
@@ -336,7 +286,7 @@ static dsq_status run(const GemvArgs &a, int wf, bool norm, int32_t T, dsq_epilo
     if (norm && epi == DSQ_EPI_ADD)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: the ADD epilogue is not supported");
     if (nt <= 0 || r <= 0)
-        default_cfg(T, N, wf == GEMV_W_Q8 ? K / 2 : K, &nt, &r); /* by 16-byte pieces per row */
+        default_cfg(T, N, K, &nt, &r);
     GemvArgs ea = a;
     ea.early = (dsq_pdl_early() & DSQ_PDL_EARLY_GEMV) != 0;
     if (nt != 64 && nt != 128 && nt != 256)
@@ -349,10 +299,10 @@ static dsq_status run(const GemvArgs &a, int wf, bool norm, int32_t T, dsq_epilo
                         "T <= %d, T*K*2 <= %d)", T, K, DSQ_GEMV_NORM_MAX_TOKENS, DSQ_GEMV_NORM_MAX_SMEM);
     cudaError_t e = cudaSuccess;
     switch (epi) {
-    case DSQ_EPI_STORE: e = dispatch_tokens<DSQ_EPI_STORE>(T, wf, vec, norm, nt, r, ea, stream); break;
-    case DSQ_EPI_BIAS: e = dispatch_tokens<DSQ_EPI_BIAS>(T, wf, vec, norm, nt, r, ea, stream); break;
-    case DSQ_EPI_ADD: e = dispatch_tokens<DSQ_EPI_ADD>(T, wf, vec, norm, nt, r, ea, stream); break;
-    case DSQ_EPI_SILU_MUL: e = dispatch_tokens<DSQ_EPI_SILU_MUL>(T, wf, vec, norm, nt, r, ea, stream); break;
+    case DSQ_EPI_STORE: e = dispatch_tokens<DSQ_EPI_STORE>(T, vec, norm, nt, r, ea, stream); break;
+    case DSQ_EPI_BIAS: e = dispatch_tokens<DSQ_EPI_BIAS>(T, vec, norm, nt, r, ea, stream); break;
+    case DSQ_EPI_ADD: e = dispatch_tokens<DSQ_EPI_ADD>(T, vec, norm, nt, r, ea, stream); break;
+    case DSQ_EPI_SILU_MUL: e = dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, norm, nt, r, ea, stream); break;
     default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
     }
     return dsq_cu_status(e, norm ? "gemv+norm kernel" : "gemv kernel");
@@ -377,7 +327,7 @@ extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, cons
     a.N = N;
     a.K = K;
     a.y = y;
-    return run(a, GEMV_W_BF16, false, T, epi, nt, r, stream);
+    return run(a, false, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
@@ -400,51 +350,5 @@ extern "C" dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows,
     a.N = N;
     a.K = K;
     a.y = y;
-    return run(a, GEMV_W_BF16, true, T, epi, nt, r, stream);
-}
-
-/* DSQ_CUDA_Q8_GEMV=0: INT8 GEMVs of 1..4 rows run gemv_quant.cu's
- * gemv_q8_vec (no PDL, no fused norm) as before stop 31; a measurement
- * knob, read once. */
-extern "C" int dsq_cu_gemv_q8s_enabled(void)
-{
-    static int on = -1; /* -1 not yet read */
-    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("DSQ_CUDA_Q8_GEMV");
-        v = !(e && e[0] == '0' && e[1] == 0);
-        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-
-extern "C" int dsq_cu_gemv_q8s_ok(int32_t T, int32_t K, const void *x, const void *xr, const float *nw,
-                                  const int8_t *q, int nt)
-{
-    if (!(T >= 1 && T <= DSQ_GEMV_Q8_MAX_TOKENS && K % 16 == 0 && ((uintptr_t)q & 15) == 0 &&
-          (nt == 0 || nt == 64 || nt == 128 || nt == 256)))
-        return 0;
-    if (xr)
-        return dsq_cu_gemv_norm_ok(T, K, xr, nw, (const dsq_bf16 *)q);
-    return ((uintptr_t)x & 15) == 0;
-}
-
-extern "C" dsq_status dsq_cu_gemv_q8s_cfg(const dsq_bf16 *x, const float *xr, const int32_t *rows, const float *nw,
-                                          float eps, const int8_t *q, const float *scales, const float *bias,
-                                          int32_t T, int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
-                                          cudaStream_t stream)
-{
-    GemvArgs a = {};
-    a.x = x;
-    a.xr = xr;
-    a.rows = rows;
-    a.nw = nw;
-    a.eps = eps;
-    a.w = q;
-    a.rowscale = scales;
-    a.bias = bias;
-    a.N = N;
-    a.K = K;
-    a.y = y;
-    return run(a, GEMV_W_Q8, xr != NULL, T, epi, nt, r, stream);
+    return run(a, true, T, epi, nt, r, stream);
 }

@@ -14,10 +14,9 @@
  * and then adds scale * sum; Q8 multiplies the whole row's sum by its scale
  * in the epilogue.
  *
- * Since stop 31 the Q8 products of 1..4 rows of aligned data go to the
- * bf16 GEMV's kernel instead (gemv.cu, GEMV_W_Q8: PDL, looping blocks, the
- * fused norm); this file keeps Q8 for 5..8 rows and odd sizes, and Q4.
- * tests/test_cuda_quant.cu checks both against the CPU products. */
+ * Compiled but not yet run on a GPU (written in a session without one):
+ * tests/test_cuda_quant.cu checks it against the CPU products, and block
+ * shapes are first guesses to be tuned against measurements. */
 #include <cuda_fp16.h>
 
 #include "common.cuh"
@@ -370,9 +369,6 @@ extern "C" dsq_status dsq_cu_gemv_q8_cfg(const dsq_bf16 *x, const int8_t *q, con
                                          const float *bias, int32_t T, int32_t N, int32_t K,
                                          dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
 {
-    /* 1..4 rows of aligned data: the bf16 GEMV's kernel (gemv.cu) */
-    if (x && q && scales && y && dsq_cu_gemv_q8s_enabled() && dsq_cu_gemv_q8s_ok(T, K, x, NULL, NULL, q, nt))
-        return dsq_cu_gemv_q8s_cfg(x, NULL, NULL, NULL, 0.f, q, scales, bias, T, N, K, epi, y, nt, r, stream);
     q_args a = {x, q, scales, nullptr, bias, N, K, y};
     return run("gemv_q8", false, a, T, epi, nt, r, stream);
 }

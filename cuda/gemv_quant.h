@@ -48,22 +48,6 @@ dsq_status dsq_cu_gemv_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *s
                           const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
                           int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream);
 
-/* The INT8 GEMV of 1..DSQ_GEMV_Q8_MAX_TOKENS rows on the bf16 GEMV's
- * kernel (cuda/gemv.cu: PDL, blocks looping over row groups, and the
- * RMSNorm folded in when xr is not NULL: x = bf16(nw * rmsnorm(xr[rows[t]]))
- * as dsq_cu_gemv_norm_cfg, x then unused).  dsq_cu_gemv_q8 and _cfg use it
- * for 1..4 rows of 16-byte-aligned data (nt 0, 64, 128 or 256) unless
- * DSQ_CUDA_Q8_GEMV=0 (dsq_cu_gemv_q8s_enabled).  _ok: whether the kernel
- * takes these arguments (x for the plain product, xr/nw for the fused
- * norm; nt 0 = default).  No ADD epilogue with the norm. */
-#define DSQ_GEMV_Q8_MAX_TOKENS 4
-int dsq_cu_gemv_q8s_enabled(void);
-int dsq_cu_gemv_q8s_ok(int32_t T, int32_t K, const void *x, const void *xr, const float *nw, const int8_t *q,
-                       int nt);
-dsq_status dsq_cu_gemv_q8s_cfg(const dsq_bf16 *x, const float *xr, const int32_t *rows, const float *nw, float eps,
-                               const int8_t *q, const float *scales, const float *bias, int32_t T, int32_t N,
-                               int32_t K, dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);
-
 /* Explicit block shape, for tuning and tests: nt threads per block (32, 64,
  * 128 or 256), r rows per block (2, 4, or 8 for T <= 2) on the 16-byte path
  * (the scalar path always takes 2); 0, 0 = default. */

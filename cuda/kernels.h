@@ -265,8 +265,7 @@ typedef struct dsq_cu_linear_env {
      * given).  With norm_w, x (bf16 [T][cols], written here) becomes
      * dsq_cu_rmsnorm(norm_x, norm_rows, T, cols, norm_w, norm_eps), or the
      * norm is folded into the GEMV (dsq_cu_gemv_norm_cfg: bf16 weights,
-     * T <= gemv_max, dsq_cu_gemv_norm_ok; or INT8 weights of 1..4 rows below
-     * the tensor-core rows, dsq_cu_gemv_q8s_ok) and x is not written. */
+     * T <= gemv_max, dsq_cu_gemv_norm_ok) and x is not written. */
     const float *norm_x;     /* fp32 residual rows [*][cols] */
     const int32_t *norm_rows; /* device int32 [T] or NULL */
     const float *norm_w;     /* fp32 [cols] */

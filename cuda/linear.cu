@@ -175,15 +175,6 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
                                             (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
             }
         }
-        /* INT8 weights where the GEMV would take them (below the
-         * tensor-core rows of linear_quant): the same fold (gemv.cu, Q8) */
-        if (W->format == DSQ_WF_Q8_ROW && env->norm_fuse && epi != DSQ_EPI_ADD && dsq_cu_gemv_q8s_enabled() &&
-            !(T <= env->qrows_max && T >= env->qrows_q8_min && dsq_cu_gemm_rows_q_ok(T, K, x, W->data)) &&
-            dsq_cu_gemv_q8s_ok(T, K, NULL, env->norm_x, env->norm_w, (const int8_t *)W->data, 0)) {
-            return dsq_cu_gemv_q8s_cfg(NULL, env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
-                                       (const int8_t *)W->data, (const float *)W->scales, bias, T,
-                                       (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
-        }
         dsq_status st = dsq_cu_rmsnorm(env->norm_x, env->norm_rows, T, K, env->norm_w, env->norm_eps,
                                        (dsq_bf16 *)x, env->stream);
         if (st != DSQ_OK)

@@ -446,11 +446,7 @@ early)
         LOGSUFFIX=_all gtest $t DSQ_CUDA_PDL_EARLY=all
     done
     gtest test_cuda_e2e
-    # the INT8 GEMV on gemv.cu's kernel (fused norm, PDL; DSQ_CUDA_Q8_GEMV=0: the old one)
-    GTEST_TIMEOUT=150 gtest test_cuda_quant
-    grep -E "q8\+norm|q8: worst" "$OUT/test_cuda_quant.log"
     gtest test_cuda_quant_e2e
-    LOGSUFFIX=_old gtest test_cuda_quant_e2e DSQ_CUDA_Q8_GEMV=0
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     sweep() { # name prompt batch args...: default (long), 0, merge, gemv, all
@@ -471,10 +467,7 @@ early)
     # the default (GEMVs early, merges from 128 splits) against none, in pairs
     pair() { bench_row ${1}_d "${@:2}"; DSQ_CUDA_PDL_EARLY=0 bench_row ${1}_0 "${@:2}"; }
     if [ "${EARLY_QUICK:-0}" = 1 ]; then # when device time is short: the deciding rows
-        for rep in 1 2; do
-            bench_row b1_512_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
-            DSQ_CUDA_Q8_GEMV=0 bench_row b1_512_q8h_old_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
-        done
+        pair b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
         pair b1_512 512 1 --kv f16
         pair b1_8192 8192 1 --kv f16
         pair b64_1024 1024 64 --kv f16
@@ -490,12 +483,7 @@ early)
     pair b8_512 512 8 --kv f16
     pair b64_1024 1024 64 --kv f16
     pair b256_1024_int8 1024 256 --kv int8
-    for rep in 1 2; do
-        bench_row b1_512_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
-        DSQ_CUDA_Q8_GEMV=0 bench_row b1_512_q8h_old_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
-    done
-    bench_row b2_512_q8h 512 2 --kv f16 --quantize int8 --quantize-head
-    DSQ_CUDA_Q8_GEMV=0 bench_row b2_512_q8h_old 512 2 --kv f16 --quantize int8 --quantize-head
+    pair b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     pair b1_512_q4 512 1 --kv f16 --quantize q4
     # fewer, longer splits at 8,192 keys (default: 129 splits of one tile)
     DSQ_CUDA_DECODE_SPLITS_MAX=64 bench_row b1_8192_s64 8192 1 --kv f16
