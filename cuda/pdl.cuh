@@ -49,9 +49,11 @@ __device__ __forceinline__ void dsq_pdl_trigger()
 /* Whether launches on the current device get the PDL attribute (cuda/device_once.cu). */
 extern "C" int dsq_pdl_enabled(void);
 
-/* Early triggers.  A kernel whose own dependent only loads constants
- * before its wait may trigger *before* its wait, so that dependent launches
- * one kernel sooner: after the decode merge kernel comes the o_proj GEMV,
+/* Early triggers.  A kernel may trigger *before* its wait when every kernel
+ * that can follow it reads, before its own wait, only constants or data
+ * older than the kernel before it (the rule above for prologues: weights;
+ * decode attention's pass metadata and earlier steps' K/V); that dependent
+ * then launches one kernel sooner: after the decode merge kernel comes the o_proj GEMV,
  * which can then stream its weights into registers while decode attention
  * (a few blocks at batch 1, the memory otherwise idle) still runs, instead
  * of after it.  Ordering still holds by induction: a grid completes only
