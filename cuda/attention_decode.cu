@@ -595,7 +595,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 __global__ void __launch_bounds__(D)
     decode_merge_kernel(const float *ws_acc, const float *ws_ml, const int32_t *seq_lens,
-                        int n_heads, int max_splits, __nv_bfloat16 *out, int64_t o_stride, int early)
+                        int n_heads, int max_splits, __nv_bfloat16 *out, int64_t o_stride, int early_from)
 {
     __shared__ float wsp[kMaxSplits];
     __shared__ float red[D / 32];
@@ -604,13 +604,17 @@ __global__ void __launch_bounds__(D)
     /* seq_lens is the pass's metadata, never written by the decode kernel
      * before this one: read it (one global round trip) before the wait */
     const int len = seq_lens[b];
-    if (early) /* the o_proj GEMV streams its weights during attention (pdl.cuh) */
+    int chunk, used;
+    split_plan(len, max_splits, chunk, used);
+    /* early trigger (pdl.cuh) from `early_from` splits of this sequence
+     * (0: never): decided by the splits the sequence uses, not the
+     * launch's max_splits, which follows the context's capacity */
+    const bool early = early_from > 0 && used >= early_from;
+    if (early) /* the o_proj GEMV streams its weights during attention */
         dsq_pdl_trigger();
     dsq_pdl_wait(); /* the partials of the decode kernel before it */
     if (!early)
         dsq_pdl_trigger();
-    int chunk, used;
-    split_plan(len, max_splits, chunk, used);
     const int64_t slot0 = ((int64_t)b * n_heads + h) * max_splits;
 
     float M = -INFINITY;
@@ -839,8 +843,7 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
         return dsq_cu_status(e, rope ? "decode attention + RoPE kernel" : "decode attention kernel");
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
     const int em = dsq_pdl_early();
-    const int early = (em & DSQ_PDL_EARLY_MERGE) ||
-                      ((em & DSQ_PDL_EARLY_MERGE_LONG) && max_splits >= DSQ_PDL_EARLY_MERGE_SPLITS);
+    const int early = (em & DSQ_PDL_EARLY_MERGE) ? 1 : (em & DSQ_PDL_EARLY_MERGE_LONG) ? DSQ_PDL_EARLY_MERGE_SPLITS : 0;
     if (D == 128)
         e = dsq_launch_pdl(decode_merge_kernel<128>, mgrid, dim3(128), 0, stream, ws_acc, ws_ml, seq_lens, n_heads,
                            max_splits, (__nv_bfloat16 *)out, o_stride, early);

@@ -58,31 +58,27 @@ extern "C" int dsq_pdl_enabled(void)
 
 /* DSQ_CUDA_PDL_EARLY (pdl.cuh, "Early triggers"): which kernels let their
  * dependent launch before their own wait, a mask of DSQ_PDL_EARLY_*: "0"
- * none, "merge" (every merge launch), "gemv", "all" (both), "long" (merge
- * launches of many splits), "default" (GEMVs and "long"), or the mask as a
- * digit.  Read once
- * per process. */
+ * none, "merge" (every merge), "long" (merges of many splits), "gemv",
+ * "all" (GEMVs and every merge); unset or anything else: the default
+ * (GEMVs and "long").  Read once per process. */
 extern "C" int dsq_pdl_early(void)
 {
     static int mask = -1; /* -1 not yet read */
     int v = __atomic_load_n(&mask, __ATOMIC_RELAXED);
     if (v < 0) {
+        static const struct {
+            const char *name;
+            int mask;
+        } names[] = {{"0", 0},
+                     {"merge", DSQ_PDL_EARLY_MERGE},
+                     {"long", DSQ_PDL_EARLY_MERGE_LONG},
+                     {"gemv", DSQ_PDL_EARLY_GEMV},
+                     {"all", DSQ_PDL_EARLY_MERGE | DSQ_PDL_EARLY_GEMV}};
         const char *e = getenv("DSQ_CUDA_PDL_EARLY");
         v = DSQ_PDL_EARLY_DEFAULT;
-        if (e && *e) {
-            if (!strcmp(e, "merge"))
-                v = DSQ_PDL_EARLY_MERGE;
-            else if (!strcmp(e, "gemv"))
-                v = DSQ_PDL_EARLY_GEMV;
-            else if (!strcmp(e, "all"))
-                v = DSQ_PDL_EARLY_MERGE | DSQ_PDL_EARLY_GEMV;
-            else if (!strcmp(e, "long"))
-                v = DSQ_PDL_EARLY_MERGE_LONG;
-            else if (!strcmp(e, "default"))
-                v = DSQ_PDL_EARLY_DEFAULT;
-            else if (e[0] >= '0' && e[0] <= '7' && e[1] == 0)
-                v = e[0] - '0';
-        }
+        for (size_t i = 0; e && i < sizeof names / sizeof names[0]; i++)
+            if (!strcmp(e, names[i].name))
+                v = names[i].mask;
         __atomic_store_n(&mask, v, __ATOMIC_RELAXED);
     }
     return v;

@@ -65,13 +65,18 @@ extern "C" int dsq_pdl_enabled(void);
  * kernels do it (a mask of DSQ_PDL_EARLY_*; env DSQ_CUDA_PDL_EARLY). */
 #define DSQ_PDL_EARLY_MERGE 1
 #define DSQ_PDL_EARLY_GEMV 2
-/* the merge kernel triggers early only in launches of at least
- * DSQ_PDL_EARLY_MERGE_SPLITS key splits.  Measured on an H100 (batch 1,
+/* the merge kernel triggers early only for sequences that use at least
+ * DSQ_PDL_EARLY_MERGE_SPLITS key splits (decided in the kernel from the
+ * sequence's length: the launch's split count follows the context's
+ * capacity, so a 32k-token context at 512 keys would otherwise take the
+ * slow case below).  Measured on an H100 (batch 1,
  * ms/step, none / gemv / merge / both; docs/performance.md, stop 31):
  * 512 keys 1.63 / 1.61 / 1.76 / 1.73, 4,096 (65 splits) 1.73 / 1.73 /
  * 1.80 / 1.77, 8,192 (129 splits) 1.94 / 1.97 / 1.91 / 1.85, 32,768
- * 2.25 / 2.28 / 2.22 / 2.16.  So the default: GEMVs always, merges from
- * 128 splits (batch 1 with 8,192+ keys on 132 SMs). */
+ * 2.25 / 2.28 / 2.22 / 2.16 (bench contexts sized to the prompt, so the
+ * launch's and the sequence's split counts were equal).  So the default:
+ * GEMVs always, merges from 128 splits (batch 1 with 8,192+ keys on 132
+ * SMs). */
 #define DSQ_PDL_EARLY_MERGE_LONG 4
 #define DSQ_PDL_EARLY_MERGE_SPLITS 128
 #define DSQ_PDL_EARLY_DEFAULT (DSQ_PDL_EARLY_GEMV | DSQ_PDL_EARLY_MERGE_LONG)
