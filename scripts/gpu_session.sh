@@ -27,7 +27,8 @@
 #                                       # (DSQ_CUDA_GRAPH_PIECES): tests, bench
 #                                       # pairs, a sampled-step timeline
 #   bash scripts/gpu_session.sh early   # early PDL triggers (DSQ_CUDA_PDL_EARLY):
-#                                       # tests, bench triples, a timeline
+#                                       # tests, default/none pairs, split
+#                                       # caps and a timeline at 8,192 keys
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -467,12 +468,10 @@ early)
     # the default (GEMVs early, merges from 128 splits) against none, in pairs
     pair() { bench_row ${1}_d "${@:2}"; DSQ_CUDA_PDL_EARLY=0 bench_row ${1}_0 "${@:2}"; }
     if [ "${EARLY_QUICK:-0}" = 1 ]; then # when device time is short: the deciding rows
-        pair b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
         pair b1_512 512 1 --kv f16
         pair b1_8192 8192 1 --kv f16
         pair b64_1024 1024 64 --kv f16
-        exit 0
-    fi
+    else
     for rep in 1 2; do
         pair b1_512_r$rep 512 1 --kv f16
         pair b1_8192_r$rep 8192 1 --kv f16
@@ -495,6 +494,7 @@ early)
     echo "== kernel_profile b1 8192 sampled rc=$? ($(el))"
     grep -E "^wall" "$OUT/b1_8192_s.log"
     sed -n '/^timeline/,$p' "$OUT/b1_8192_s.log" | head -16
+    fi
     ;;
 sanitize)
     build test_cuda_e2e test_cuda_attention test_cuda_seq_ops
