@@ -467,6 +467,10 @@ early)
     fi
     # the default (GEMVs early, merges from 128 splits) against none, in pairs
     pair() { bench_row ${1}_d "${@:2}"; DSQ_CUDA_PDL_EARLY=0 bench_row ${1}_0 "${@:2}"; }
+    # a 32,768-token context at 512 keys: the early merge is decided per
+    # sequence (used splits), so the default must match none here, not "all"
+    pair b1_512_ctx32k 512 1 --kv f16 --ctx 32768
+    DSQ_CUDA_PDL_EARLY=all bench_row b1_512_ctx32k_all 512 1 --kv f16 --ctx 32768
     if [ "${EARLY_QUICK:-0}" = 1 ]; then # when device time is short: the deciding rows
         pair b1_512 512 1 --kv f16
         pair b1_8192 8192 1 --kv f16
