@@ -1078,15 +1078,17 @@ static void dec_fn(void *a, int i, cudaStream_t st)
 
 struct PreBench {
     dsq_attn_kv kv;
-    void *q, *out;
+    void *q, *out, *ws;
+    size_t ws_bytes;
     int32_t *cu, *pos0;
-    int n;
+    int n, kv_len;
 };
 static void pre_fn(void *a, int i, cudaStream_t st)
 {
     (void)i;
     PreBench *p = (PreBench *)a;
-    AK(dsq_attn_prefill(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, 12, st));
+    AK(dsq_attn_prefill_ws(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, p->kv_len, 12, 0,
+                           p->ws, p->ws_bytes, st));
 }
 
 static void test_timing(void **state)
@@ -1184,11 +1186,38 @@ static void test_timing(void **state)
         CK(cudaMalloc(&p.pos0, 4));
         CK(cudaMemcpy(p.cu, cu, 8, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(p.pos0, &z, 4, cudaMemcpyHostToDevice));
+        p.ws = NULL;
+        p.ws_bytes = 0;
+        p.kv_len = ctx;
         CK(cudaDeviceSynchronize()); /* fills ran on the legacy stream */
         float ms = time_ms(st, e0, e1, 10, pre_fn, &p);
         double flops = 4.0 * D * H * ((double)ctx * (ctx + 1) / 2);
         printf("    %-4s prefill 1 x %d tokens: %8.2f us  %6.1f TFLOP/s (causal)\n",
                dt ? "int8" : "f16", ctx, ms * 1e3, flops / (ms * 1e-3) / 1e12);
+        /* short prompts and chunks (the backend's split plan: a workspace of
+         * 16 splits of 512 rows, as backend_memory.cu sizes it), one layer */
+        p.ws_bytes = dsq_attn_prefill_workspace_bytes(512, H, D, 16);
+        CK(cudaMalloc(&p.ws, p.ws_bytes));
+        const int shorts[][2] = {{512, 0}, {128, 0}, {512, 1536}, {512, 3584}};
+        for (int si = 0; si < 4; si++) {
+            const int n = shorts[si][0], at = shorts[si][1];
+            int32_t cus[2] = {0, n};
+            CK(cudaMemcpy(p.cu, cus, 8, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(p.pos0, &at, 4, cudaMemcpyHostToDevice));
+            p.n = n;
+            p.kv_len = at + n;
+            double fl = 4.0 * D * H * ((double)n * at + (double)n * (n + 1) / 2);
+            for (int sp = 1; sp >= 0; sp--) {
+                void *w = p.ws;
+                if (!sp)
+                    p.ws = NULL;
+                float t = time_ms(st, e0, e1, 20, pre_fn, &p);
+                p.ws = w;
+                printf("    %-4s prefill %4d rows at %4d%s: %8.2f us  %6.1f TFLOP/s\n", dt ? "int8" : "f16", n, at,
+                       sp ? " (split plan)" : " (no split)  ", t * 1e3, fl / (t * 1e-3) / 1e12);
+            }
+        }
+        cudaFree(p.ws);
         cudaFree(qbig);
         cudaFree(obig);
         cudaFree(p.cu);
