@@ -132,7 +132,12 @@ dsq_status dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int64
  *               held before); token i of b is at pos0+i and attends to cache
  *               positions 0 .. pos0+i
  *   max_q_len : host; >= every cu_seqlens[b+1]-cu_seqlens[b] (sizes the grid)
- * Scale 1/sqrt(head_dim), softmax in fp32, fp16 tensor-core products. */
+ * Scale 1/sqrt(head_dim), softmax in fp32, fp16 tensor-core products.
+ * Ordering (PDL, as for dsq_attn_decode_rope): the kernel reads cu_seqlens,
+ * seq_pos0, the block table and the cached keys before each b's seq_pos0
+ * before it waits for the kernel before it, so none of them may come from
+ * that kernel (the backend uploads or copies them ahead of the pass's first
+ * kernel); q and this call's own K/V rows may. */
 dsq_status dsq_attn_prefill(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
                              void *out, int64_t o_stride, const int32_t *cu_seqlens,
                              const int32_t *seq_pos0, int32_t n_seqs, int32_t max_q_len,

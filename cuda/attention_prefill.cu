@@ -59,23 +59,27 @@ template <int D> constexpr int prefill_smem_bytes()
 
 /* Screen one diagonal tile's V (see the top): zero non-finite V values
  * (fp16: exponent all ones) or INT8 V scales in place, and set bad[k] for
- * every key k of the tile that had one.  All threads; the caller syncs. */
+ * every key k of the tile that had one.  All threads; returns whether this
+ * thread found one (the caller syncs with __syncthreads_or, so the common
+ * all-finite tile skips the per-key flag scan). */
 template <int D, bool INT8>
-__device__ __forceinline__ void screen_v(__half *sv, float *svs, int *bad)
+__device__ __forceinline__ bool screen_v(__half *sv, float *svs, int *bad)
 {
     const int t = threadIdx.x;
     if (INT8) { /* int8 values are finite; a NaN scale marks a bad vector */
+        bool b = false;
         if (t < kTileKeys) {
             const float s = svs[t];
-            const bool b = !isfinite(s);
+            b = !isfinite(s);
             if (b)
                 svs[t] = 0.f;
             bad[t] = b;
         }
-        return;
+        return b;
     }
     constexpr int CPR = D / 8; /* 16-byte chunks per row: 16 or 8 lanes */
     const int lane = t & 31;
+    bool any = false;
 #pragma unroll
     for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
         const int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
@@ -95,7 +99,9 @@ __device__ __forceinline__ void screen_v(__half *sv, float *svs, int *bad)
         const unsigned grp = __ballot_sync(0xffffffffu, b) >> (lane & ~(CPR - 1));
         if ((lane & (CPR - 1)) == 0)
             bad[r] = (grp & ((1u << CPR) - 1)) != 0;
+        any = any || b;
     }
+    return any;
 }
 
 /* The splits of a query tile whose keys end at kv_end (exclusive): tiles
@@ -129,37 +135,53 @@ __global__ void __launch_bounds__(kThreads)
 
     const int b = blockIdx.z / n_split, split = blockIdx.z % n_split;
     const int h = blockIdx.y, m0 = blockIdx.x * kPrefillRows;
-    /* programmatic dependent launch (pdl.cuh): q and this pass's K/V rows
-     * come from the kernels before; every block waits, early exits too */
-    dsq_pdl_wait();
-    dsq_pdl_trigger();
-    const int tok0 = cu_seqlens[b];
-    const int n = cu_seqlens[b + 1] - tok0;
-    if (m0 >= n)
-        return;
-    const int pos0 = seq_pos0[b];
     const int kvh = h / group;
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
-
-    /* Q tile: 64 rows x D, bf16 -> fp16, rows past n zero */
-    for (int c = t; c < kPrefillRows * D / 8; c += kThreads) {
-        int r = c / (D / 8), cc = c % (D / 8);
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (m0 + r < n)
-            val = bf16x8_to_h8(
-                *(const uint4 *)(q + (int64_t)(tok0 + m0 + r) * q_stride + h * D + cc * 8));
-        *(uint4 *)(sq + r * RH + cc * 8) = val;
-    }
-
+    /* programmatic dependent launch (pdl.cuh): q and this pass's K/V rows
+     * come from the kernels before, so every block waits (early exits
+     * too); cu_seqlens, seq_pos0, the block table and the keys before
+     * seq_pos0 were written before the pass's first kernel (attention.h)
+     * and are read before the wait */
+    const int tok0 = cu_seqlens[b];
+    const int n = cu_seqlens[b + 1] - tok0;
+    const int pos0 = seq_pos0[b];
     /* keys 0 .. kv_end-1: everything up to this block's last query */
     const int kv_end = pos0 + min(n, m0 + kPrefillRows);
     const int n_tiles = (kv_end + kTileKeys - 1) / kTileKeys;
     const int used = prefill_splits_used(kv_end, n_split, split_tiles);
-    if (split >= used)
-        return;
+    const bool active = m0 < n && split < used;
     const int j0 = split * split_tiles, j1 = split == used - 1 ? n_tiles : j0 + split_tiles;
+    /* the first K/V tile, then the Q tile with all of its loads in flight at
+     * once: the prologue costs about two memory latencies, not one per
+     * 16-byte piece of Q (a short prompt's blocks are mostly prologue).  A
+     * first tile of keys cached before this pass (a chunk extending a
+     * sequence) is requested before the wait, like decode attention's */
     TileLoader<D, INT8> ld;
-    ld.issue(a, b, kvh, j0 * kTileKeys, kv_end, sk, sv, sks, svs);
+    const bool old_tile = active && (j0 + 1) * kTileKeys <= pos0;
+    if (old_tile)
+        ld.issue(a, b, kvh, j0 * kTileKeys, kv_end, sk, sv, sks, svs);
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
+    if (!active)
+        return;
+    if (!old_tile)
+        ld.issue(a, b, kvh, j0 * kTileKeys, kv_end, sk, sv, sks, svs);
+    {
+        /* Q tile: 64 rows x D, bf16 -> fp16, rows past n zero */
+        constexpr int QPT = kPrefillRows * D / 8 / kThreads; /* 16-byte pieces per thread */
+        uint4 qv[QPT];
+#pragma unroll
+        for (int i = 0; i < QPT; i++) {
+            const int c = t + i * kThreads, r = c / (D / 8), cc = c % (D / 8);
+            qv[i] = m0 + r < n ? *(const uint4 *)(q + (int64_t)(tok0 + m0 + r) * q_stride + h * D + cc * 8)
+                               : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < QPT; i++) {
+            const int c = t + i * kThreads, r = c / (D / 8), cc = c % (D / 8);
+            *(uint4 *)(sq + r * RH + cc * 8) = m0 + r < n ? bf16x8_to_h8(qv[i]) : make_uint4(0, 0, 0, 0);
+        }
+    }
     ld.commit(sk, sv, sks, svs);
     cp_async_wait_all();
     __syncthreads();
@@ -186,13 +208,12 @@ __global__ void __launch_bounds__(kThreads)
                      svs + (cur ^ 1) * kTileKeys);
         /* block-uniform: the tile holds a key after the block's first row */
         if (key0 + kTileKeys - 1 > pos0 + m0) {
-            screen_v<D, INT8>(sv + cur * kTileKeys * RH, svs + cur * kTileKeys, vbad);
-            __syncthreads();
-            for (int k = 0; k < kTileKeys; k++)
-                if (vbad[k]) {
-                    poison[0] = poison[0] || key0 + k <= qpos0;
-                    poison[1] = poison[1] || key0 + k <= qpos1;
-                }
+            if (__syncthreads_or(screen_v<D, INT8>(sv + cur * kTileKeys * RH, svs + cur * kTileKeys, vbad)))
+                for (int k = 0; k < kTileKeys; k++)
+                    if (vbad[k]) {
+                        poison[0] = poison[0] || key0 + k <= qpos0;
+                        poison[1] = poison[1] || key0 + k <= qpos1;
+                    }
         }
         /* a warp whose last row precedes the whole tile has nothing to do */
         if (key0 <= qpos_w + 15) {
@@ -301,26 +322,33 @@ __global__ void __launch_bounds__(128)
                          int n_split, int split_tiles, __nv_bfloat16 *__restrict__ out, int64_t o_stride)
 {
     constexpr int E = D / 32; /* values per lane: 4 or 2 */
-    dsq_pdl_wait();
-    dsq_pdl_trigger();
     const int b = blockIdx.z, lane = threadIdx.x & 31;
     const int idx = blockIdx.x * 4 + (threadIdx.x >> 5);
     const int row = idx / n_heads, h = idx % n_heads;
+    /* pass metadata before the wait (as in prefill_kernel); the partials
+     * after it; every block waits, early exits too (pdl.cuh) */
     const int tok0 = cu_seqlens[b], n = cu_seqlens[b + 1] - tok0;
+    const int pos0 = seq_pos0[b];
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
     if (row >= n)
         return;
     const int m0 = row / kPrefillRows * kPrefillRows;
-    const int used = prefill_splits_used(seq_pos0[b] + min(n, m0 + kPrefillRows), n_split, split_tiles);
+    const int used = prefill_splits_used(pos0 + min(n, m0 + kPrefillRows), n_split, split_tiles);
     if (used <= 1)
         return; /* written by the attention kernel */
     const int64_t slot0 = ((int64_t)(tok0 + row) * n_heads + h) * n_split;
+    /* unrolled so that a round's loads are in flight together (same
+     * summation order as one at a time) */
     float M = -INFINITY;
+#pragma unroll 8
     for (int s = 0; s < used; s++)
         M = fmaxf(M, ws_ml[(slot0 + s) * 2]);
     float L = 0.f, acc[E];
 #pragma unroll
     for (int k = 0; k < E; k++)
         acc[k] = 0.f;
+#pragma unroll 8
     for (int s = 0; s < used; s++) {
         const float2 ml = *(const float2 *)(ws_ml + (slot0 + s) * 2);
         const float f = exp2f(ml.x - M);

@@ -29,6 +29,8 @@
 #   bash scripts/gpu_session.sh early   # early PDL triggers (DSQ_CUDA_PDL_EARLY):
 #                                       # tests, default/none pairs, split
 #                                       # caps and a timeline at 8,192 keys
+#   bash scripts/gpu_session.sh prompt  # short prompts: prefill attention rows,
+#                                       # the prefill profile, TTFT bench rows
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -224,7 +226,7 @@ gtest() {
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early | prompt) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -432,6 +434,44 @@ pieces)
     echo "== kernel_profile b1 512 sampled rc=$? ($(el))"
     grep -E "^wall|^host time" "$OUT/b1_512_s.log"
     sed -n '/^timeline/,$p' "$OUT/b1_512_s.log" | head -14
+    ;;
+prompt)
+    # stop 32: short prompts (issue 8's prefill 512 / time to first token
+    # rows, issue 7's mixed step): prefill attention alone (test_cuda_
+    # attention's timing rows at 128 / 512 rows and 512-row chunks, split
+    # plan and none), the e2e tests, TTFT bench rows and the mixed step;
+    # with .gpu/base.tar.xz (an earlier tree's prebuilt archive) the same
+    # rows of that tree first, on the same card.  PROMPT_NCU=1: ncu of the
+    # fp16 prefill kernels of the timing rows.  Prebuilt only.
+    prebuilt_stage prompt
+    DEADLINE=${DEADLINE:-540}
+    prompt_rows() { # tag build_dir
+        local tag=$1 BB=$2
+        LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 200 "$BB/tests/test_cuda_attention" >"$OUT/attn_$tag.log" 2>&1
+        echo "== $tag: test_cuda_attention rc=$? ($(el)) $(grep -E "PASSED|FAILED" "$OUT/attn_$tag.log" | tail -1)"
+        grep -E "prefill .*(rows|tokens)" "$OUT/attn_$tag.log" | head -18
+        wait $MODEL_PID
+        for sp in 1 0; do
+            DSQ_CUDA_PREFILL_SPLIT=$sp LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH B=$BB bench_row ${tag}_b1_512_s$sp 512 1 --kv f16
+            DSQ_CUDA_PREFILL_SPLIT=$sp LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH B=$BB bench_row ${tag}_b1_128_s$sp 128 1 --kv f16
+        done
+        LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
+            >"$OUT/${tag}_mixed.log" 2>&1
+        echo "== $tag: mixed step rc=$? $(grep -E "RESULT" "$OUT/${tag}_mixed.log")"
+    }
+    if [ -f .gpu/base.tar.xz ]; then
+        mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+        prompt_rows base /tmp/gs_base
+    fi
+    prompt_rows new $B
+    for t in test_cuda_e2e test_cuda_seq_ops test_cuda_step_greedy; do gtest $t; done
+    if [ "${PROMPT_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+        DSQ_ATTN_PROFILE=1 timeout 150 ncu --clock-control none -k regex:prefill_kernel --launch-count 9 \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+            "$B/tests/test_cuda_attention" >"$OUT/ncu_prefill.log" 2>&1
+        echo "== ncu rc=$? ($(el))"
+        grep -E "prefill_kernel|Duration|Throughput|Achieved Occupancy|Stall|Warp Cycles Per Issued" "$OUT/ncu_prefill.log" | head -60
+    fi
     ;;
 early)
     # stop 31: early PDL triggers (DSQ_CUDA_PDL_EARLY; pdl.cuh): the decode
