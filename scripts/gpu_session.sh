@@ -226,7 +226,7 @@ gtest() {
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early | prompt) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early | prompt | prompt2) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -471,6 +471,46 @@ prompt)
             "$B/tests/test_cuda_attention" >"$OUT/ncu_prefill.log" 2>&1
         echo "== ncu rc=$? ($(el))"
         grep -E "prefill_kernel|Duration|Throughput|Achieved Occupancy|Stall|Warp Cycles Per Issued" "$OUT/ncu_prefill.log" | head -60
+    fi
+    ;;
+prompt2)
+    # stop 32, second call: the mixed step with its two attentions on two
+    # streams (DSQ_CUDA_MIXED_STREAMS), base tree (.gpu/base.tar.xz) against
+    # this one on the same card; the prefill profile of both; an nsys
+    # timeline of a 512-token prefill where nsys exists.  Prebuilt only.
+    prebuilt_stage prompt2
+    DEADLINE=${DEADLINE:-540}
+    for t in test_cuda_e2e test_cuda_seq_ops test_cuda_step_greedy; do gtest $t; done
+    [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+    wait $MODEL_PID
+    mixed() { # tag build_dir [env...]
+        local tag=$1 BB=$2
+        shift 2
+        env "$@" LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
+            >"$OUT/mixed_$tag.log" 2>&1
+        echo "== mixed $tag rc=$? $*"; grep -E "RESULT (plain|mixed|decode)" "$OUT/mixed_$tag.log"
+    }
+    mixed base /tmp/gs_base
+    mixed new $B
+    mixed new1 $B DSQ_CUDA_MIXED_STREAMS=0
+    mixed new2 $B
+    export PYTHONUNBUFFERED=1
+    for tag in base new; do
+        BB=$B; [ $tag = base ] && BB=/tmp/gs_base
+        DSQWEN_LIBRARY=$BB/libdsqwen.so timeout 90 python3 tests/bench/kernel_profile.py --model $M \
+            --json "$OUT/prof_$tag.json" --prefill 512 --steps 8 --warm 3 >"$OUT/prof_$tag.log" 2>&1
+        echo "== prefill 512 profile, $tag rc=$?"; sed -n 2,14p "$OUT/prof_$tag.log"
+    done
+    DSQWEN_LIBRARY=$B/libdsqwen.so timeout 90 python3 tests/bench/kernel_profile.py --model $M \
+        --json "$OUT/prof_mixed.json" --prefill 512 --batch 64 --context 1024 --steps 8 --warm 3 >"$OUT/prof_mixed.log" 2>&1
+    echo "== mixed profile rc=$?"; sed -n 2,14p "$OUT/prof_mixed.log"
+    if command -v nsys >/dev/null; then
+        timeout 120 nsys profile -o "$OUT/pre512" --force-overwrite true -t cuda \
+            "$B/examples/dsqwen" bench --model $M --prompt-len 512 --max-tokens 4 --batch 1 >"$OUT/nsys_run.log" 2>&1
+        timeout 60 nsys stats -r cuda_api_sum,cuda_gpu_kern_sum "$OUT/pre512.nsys-rep" >"$OUT/nsys_stats.log" 2>&1
+        echo "== nsys rc=$?"; head -40 "$OUT/nsys_stats.log"
+    else
+        echo "== no nsys"
     fi
     ;;
 early)
