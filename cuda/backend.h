@@ -145,12 +145,6 @@ void cu_model_free(dsq_model *m);
 typedef struct cu_ctx {
     int device;
     cudaStream_t stream;
-    /* mixed passes: the decode rows' attention runs on `side` beside the
-     * prompt chunks' on `stream` (forked after the RoPE / KV write with
-     * side_fork, joined before the o_proj product with side_join); NULL
-     * with DSQ_CUDA_MIXED_STREAMS=0 */
-    cudaStream_t side;
-    cudaEvent_t side_fork, side_join;
     dsq_gemm *gemm;
     /* products with <= this many rows use the GEMV kernel, else cuBLASLt
      * (crossovers measured on the H200 by test_cuda_kernels' timing table):

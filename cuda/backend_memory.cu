@@ -65,14 +65,6 @@ void cu_ctx_free(dsq_ctx *c)
     cudaFree(cc->scratch);
     cudaFree(cc->kv_arena);
     dsq_gemm_destroy(cc->gemm);
-    if (cc->side) {
-        cudaStreamSynchronize(cc->side);
-        cudaStreamDestroy(cc->side);
-    }
-    if (cc->side_fork)
-        cudaEventDestroy(cc->side_fork);
-    if (cc->side_join)
-        cudaEventDestroy(cc->side_join);
     if (cc->stream)
         cudaStreamDestroy(cc->stream);
     cudaGetLastError(); /* teardown errors are not reported */
@@ -138,16 +130,6 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
                         (long long)H, (long long)KV);
 
     CU_TRY(cudaStreamCreateWithFlags(&cc->stream, cudaStreamNonBlocking), "stream creation");
-    {
-        /* DSQ_CUDA_MIXED_STREAMS=0: a mixed pass's two attentions one after
-         * the other on the one stream (measurement knob) */
-        const char *ms = getenv("DSQ_CUDA_MIXED_STREAMS");
-        if (!(ms && ms[0] == '0')) {
-            CU_TRY(cudaStreamCreateWithFlags(&cc->side, cudaStreamNonBlocking), "stream creation");
-            CU_TRY(cudaEventCreateWithFlags(&cc->side_fork, cudaEventDisableTiming), "event creation");
-            CU_TRY(cudaEventCreateWithFlags(&cc->side_join, cudaEventDisableTiming), "event creation");
-        }
-    }
     DSQ_TRY(dsq_attn_init());
     DSQ_TRY(dsq_gemm_create((size_t)32 << 20, &cc->gemm));
     /* DSQ_CUDA_GEMM_TUNE=1: the cuBLASLt products of each decode graph

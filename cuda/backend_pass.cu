@@ -100,36 +100,15 @@ static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int
      * the context), prompt chunks through the prefill kernel; the products
      * ran once over all rows */
     const int32_t nd = p->nd;
+    if (nd > 0)
+        DSQ_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, nd, H, p->splits, cc->dec_ws,
+                                cc->dec_ws_bytes, s));
     dsq_attn_kv kc = kv;
     kc.block_table = p->bt + (size_t)nd * p->bt_stride;
-    /* Both kinds of rows: the decode rows' attention (latency-bound: a few
-     * long key chains per sequence) on the side stream beside the chunks'
-     * (mixed step at 63 x 1,024 keys + a 512-token chunk: ~20-40 us per
-     * layer each on an H100); they read the cache and q, and write
-     * disjoint rows of cc->attn and their own workspaces.  Mixed passes
-     * are never captured into a graph (only decode steps are). */
-    cudaStream_t ds = s;
-    if (nd > 0 && nd < p->S && cc->side) {
-        CU_TRY(cudaEventRecord(cc->side_fork, s), "mixed pass: stream fork");
-        CU_TRY(cudaStreamWaitEvent(cc->side, cc->side_fork, 0), "mixed pass: stream fork");
-        ds = cc->side;
-    }
-    dsq_status st = DSQ_OK;
-    if (nd > 0)
-        st = dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, nd, H, p->splits, cc->dec_ws,
-                             cc->dec_ws_bytes, ds);
-    if (st == DSQ_OK)
-        st = dsq_attn_prefill_ws(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,
-                                 p->cu_pre, p->pos0 + nd, p->S - nd, p->max_q, p->max_kv, H, 0, cc->pre_ws,
-                                 cc->pre_ws_bytes, s);
-    if (ds != s) { /* joined on every path: nothing may still run on the side stream */
-        cudaError_t e = cudaEventRecord(cc->side_join, ds);
-        if (e == cudaSuccess)
-            e = cudaStreamWaitEvent(s, cc->side_join, 0);
-        if (e != cudaSuccess && st == DSQ_OK)
-            st = dsq_cu_status(e, "mixed pass: stream join");
-    }
-    return st;
+    DSQ_TRY(dsq_attn_prefill_ws(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,
+                                p->cu_pre, p->pos0 + nd, p->S - nd, p->max_q, p->max_kv, H, 0, cc->pre_ws,
+                                cc->pre_ws_bytes, s));
+    return DSQ_OK;
 }
 
 /* One recipe op of layer l over the pass's T rows.  norm (NULL: none): the
