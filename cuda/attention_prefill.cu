@@ -51,6 +51,12 @@
 namespace dsq_attn {
 
 constexpr int kPrefillRows = 64; /* query rows per block */
+/* Split over keys only where the longest query tile walks at least this
+ * many key tiles: a split saves (tiles - tiles per split) tile steps of
+ * ~1-1.5 us and costs the merge launch, ~2-3 us (H100, test_cuda_attention
+ * timing, stop 32: 128 rows, 2 tiles, 9.98 us split vs 8.63 not; 512 rows,
+ * 8 tiles, 16.18 vs 19.05) */
+constexpr int kPrefillSplitMinTiles = 4;
 
 template <int D> constexpr int prefill_smem_bytes()
 {
@@ -441,7 +447,7 @@ extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, 
             return dsq_fail(DSQ_ERR_INTERNAL, "prefill attention: %lld splits of %lld rows need %zu workspace bytes "
                             "(%zu given) and at most 65,535 grid rows", (long long)n_split, (long long)rows,
                             prefill_ws_bytes(rows, n_heads, D, n_split), workspace_bytes);
-    } else if (workspace && split_enabled()) {
+    } else if (workspace && split_enabled() && kv_tiles >= kPrefillSplitMinTiles) {
         /* about four blocks per SM (two rounds at the two that fit): the
          * longest chain is what a part-empty GPU waits for */
         int sms = 0;

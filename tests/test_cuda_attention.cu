@@ -1198,8 +1198,8 @@ static void test_timing(void **state)
          * 16 splits of 512 rows, as backend_memory.cu sizes it), one layer */
         p.ws_bytes = dsq_attn_prefill_workspace_bytes(512, H, D, 16);
         CK(cudaMalloc(&p.ws, p.ws_bytes));
-        const int shorts[][2] = {{512, 0}, {128, 0}, {512, 1536}, {512, 3584}};
-        for (int si = 0; si < 4; si++) {
+        const int shorts[][2] = {{512, 0}, {256, 0}, {128, 0}, {512, 1536}, {512, 3584}};
+        for (int si = 0; si < 5; si++) {
             const int n = shorts[si][0], at = shorts[si][1];
             int32_t cus[2] = {0, n};
             CK(cudaMemcpy(p.cu, cus, 8, cudaMemcpyHostToDevice));
