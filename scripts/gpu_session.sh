@@ -226,7 +226,7 @@ gtest() {
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early | prompt | prompt2 | prompt3) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early | prompt | prompt2 | prompt3 | prompt4) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -540,6 +540,28 @@ prompt3)
     echo "== kernel_profile b1 8192 sampled rc=$? ($(el))"
     grep -E "^wall" "$OUT/b1_8192_s.log"
     sed -n '/^timeline/,$p' "$OUT/b1_8192_s.log" | head -16
+    ;;
+prompt4)
+    # stop 32, fourth call: the decode merge's rounds of 32 / 8 / 1 against
+    # the base tree (.gpu/base.tar.xz) at 512 and 8,192 keys, alternating;
+    # attention and e2e tests.  Prebuilt only.
+    prebuilt_stage prompt4
+    DEADLINE=${DEADLINE:-500}
+    GTEST_TIMEOUT=200 gtest test_cuda_attention
+    for t in test_cuda_e2e test_cuda_seq_ops; do gtest $t; done
+    [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        for ctx in 512 8192; do
+            LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_${ctx}_r$rep $ctx 1 --kv f16
+            bench_row new_b1_${ctx}_r$rep $ctx 1 --kv f16
+        done
+    done
+    LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b64_1024 1024 64 --kv f16
+    bench_row new_b64_1024 1024 64 --kv f16
+    LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_32768p 32768 1 --kv f16 --kv-layout paged
+    bench_row new_b1_32768p 32768 1 --kv f16 --kv-layout paged
     ;;
 early)
     # stop 31: early PDL triggers (DSQ_CUDA_PDL_EARLY; pdl.cuh): the decode
