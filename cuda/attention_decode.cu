@@ -648,24 +648,10 @@ __global__ void __launch_bounds__(D)
     for (int w = 0; w < D / 32; w++)
         L += red[w];
 
-    /* In rounds of 32, then 8, then 1 partials, each round's loads in
-     * flight together: batch 1 at 8,192 keys merges 129 splits (5 rounds
-     * of L2 latency instead of 17 with rounds of 8: -1.3% step time on an
-     * H100), at 512 keys 9 (2 rounds, as before: a plain `unroll 32` left
-     * them all to its one-at-a-time remainder loop, +3% step time).  The
-     * sum runs in split order either way, so its bits do not change. */
     float acc = 0.f;
     const float *src = ws_acc + slot0 * D + d;
-    int s = 0;
-    for (; s + 32 <= used; s += 32)
-#pragma unroll
-        for (int k = 0; k < 32; k++)
-            acc += wsp[s + k] * src[(int64_t)(s + k) * D];
-    for (; s + 8 <= used; s += 8)
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            acc += wsp[s + k] * src[(int64_t)(s + k) * D];
-    for (; s < used; s++)
+#pragma unroll 8
+    for (int s = 0; s < used; s++)
         acc += wsp[s] * src[(int64_t)s * D];
     /* L = NaN (a NaN score or V) or 0 (every score -inf) must give NaN, as
      * the CPU's softmax does, not a finite 0; only an empty sequence (no
