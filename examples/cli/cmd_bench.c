@@ -8,11 +8,17 @@
  *   --sampling gpu (default): dsq_step samples each sequence in the library
  *     (on the GPU with CUDA) with the session's sampler settings (the
  *     model's generation_config.json, else temperature 0.6 / top-p 0.95,
- *     changed by --temperature etc.); only the ids come back;
- *   --sampling host: dsq_decode_step copies every logits row to the host and
- *     the argmax is taken there (what an application had to do before);
- *   --sampling none: no logits at all, the same token is fed again (the
- *     step alone).
+ *     changed by --temperature etc.); only the ids come back.  The prompt's
+ *     last pass (up to max_batch_tokens tokens) goes through dsq_step too
+ *     and samples the first token, so prefill_ms is the time from the call
+ *     to the first sampled token (with one sequence: time to first token);
+ *   --sampling host: dsq_prefill of the whole prompt with the last row's
+ *     logits; dsq_decode_step copies every logits row to the host and the
+ *     argmax is taken there (what an application had to do before);
+ *   --sampling none: dsq_prefill of all but the last prompt token (whose
+ *     logits it copies, to wait for the GPU); no logits at all in the steps,
+ *     the last prompt token is fed, then the same token again (the step
+ *     alone).
  * Each batch size gets an untimed warm-up round first, and the first decode
  * step of the timed round is still reported apart.  floor% is the step's
  * memory floor -- bytes it must read (weights without the embedding table,
@@ -47,6 +53,11 @@ static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, in
     const int mode = o->bench_sampling;
     const dsq_sample_params sp = cli_sample_params(s);
     dsq_status st;
+    dsq_ctx_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
+    dsq_ctx_get_info(s->ctx, &ci);
+    const int32_t mbt = ci.max_batch_tokens > 0 ? ci.max_batch_tokens : 1;
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(B + 1);
     double t0 = cli_now();
     for (int32_t b = 0; b < B; b++) {
@@ -55,7 +66,23 @@ static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, in
             prompt[i] = (int32_t)((rng >> 33) % (uint64_t)s->n_vocab_valid);
         }
         seqs[b] = b;
-        /* gpu / none: the last prompt token is fed by the first step */
+        if (mode == CLI_BENCH_STEP) {
+            /* gpu: the prompt's last pass through dsq_step with sampling in
+             * the library (what a server does), so the prefill time is the
+             * time to the first sampled token; tokens before that pass are
+             * queued by dsq_prefill without logits */
+            const int32_t c = P < mbt ? P : mbt;
+            st = P > c ? dsq_prefill(s->ctx, b, prompt, P - c, DSQ_LOGITS_LAST, NULL) : DSQ_OK;
+            if (st == DSQ_OK) {
+                ent[0] = (dsq_step_seq){ b, c, prompt + (P - c), &sp, 0, 0 };
+                st = dsq_step(s->ctx, ent, 1, NULL, outs);
+            }
+            if (st != DSQ_OK)
+                return cli_report(st, "prefill");
+            toks[b] = outs[0].token >= 0 ? outs[0].token : 0;
+            continue;
+        }
+        /* none: the last prompt token is fed by the first step */
         if (mode == CLI_BENCH_HOST)
             st = dsq_prefill(s->ctx, b, prompt, P, DSQ_LOGITS_LAST, s->logits + (size_t)b * V);
         else if (P > 1)
@@ -108,10 +135,6 @@ static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, in
     double t_dec = G > 1 ? t_rest : t_step0;
     /* the memory floor of an average step: weights read once (not the
      * embedding table, of which only B rows are read) + every sequence's KV */
-    dsq_ctx_info ci;
-    memset(&ci, 0, sizeof ci);
-    ci.struct_size = sizeof ci;
-    dsq_ctx_get_info(s->ctx, &ci);
     double wbytes = (double)(s->info.device_bytes > 0 ? s->info.device_bytes : s->info.weight_bytes);
     if (!s->info.tie_embeddings)
         wbytes -= (double)s->info.n_vocab * s->info.n_embd * 2.0; /* bf16 table */
