@@ -451,10 +451,15 @@ prompt)
         echo "== $tag: test_cuda_attention rc=$? ($(el)) $(grep -E "PASSED|FAILED" "$OUT/attn_$tag.log" | tail -1)"
         grep -E "prefill .*(rows|tokens)" "$OUT/attn_$tag.log" | head -18
         wait $MODEL_PID
-        for sp in 1 0; do
-            DSQ_CUDA_PREFILL_SPLIT=$sp LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH B=$BB bench_row ${tag}_b1_512_s$sp 512 1 --kv f16
-            DSQ_CUDA_PREFILL_SPLIT=$sp LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH B=$BB bench_row ${tag}_b1_128_s$sp 128 1 --kv f16
+        # --sampling none: prefill of P - 1 tokens with the last row's
+        # logits in both trees (the default's prefill_ms changed meaning at
+        # stop 32: call to first sampled token)
+        for rep in 1 2; do
+            for pl in 512 128; do
+                LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH B=$BB bench_row ${tag}_b1_${pl}n_r$rep $pl 1 --kv f16 --sampling none
+            done
         done
+        LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH B=$BB bench_row ${tag}_b1_512 512 1 --kv f16
         LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
             >"$OUT/${tag}_mixed.log" 2>&1
         echo "== $tag: mixed step rc=$? $(grep -E "RESULT" "$OUT/${tag}_mixed.log")"

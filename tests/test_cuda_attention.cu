@@ -1081,14 +1081,14 @@ struct PreBench {
     void *q, *out, *ws;
     size_t ws_bytes;
     int32_t *cu, *pos0;
-    int n, kv_len;
+    int n, kv_len, split_tiles;
 };
 static void pre_fn(void *a, int i, cudaStream_t st)
 {
     (void)i;
     PreBench *p = (PreBench *)a;
-    AK(dsq_attn_prefill_ws(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, p->kv_len, 12, 0,
-                           p->ws, p->ws_bytes, st));
+    AK(dsq_attn_prefill_ws(&p->kv, p->q, 12 * 128, p->out, 12 * 128, p->cu, p->pos0, 1, p->n, p->kv_len, 12,
+                           p->split_tiles, p->ws, p->ws_bytes, st));
 }
 
 static void test_timing(void **state)
@@ -1189,6 +1189,7 @@ static void test_timing(void **state)
         p.ws = NULL;
         p.ws_bytes = 0;
         p.kv_len = ctx;
+        p.split_tiles = 0;
         CK(cudaDeviceSynchronize()); /* fills ran on the legacy stream */
         float ms = time_ms(st, e0, e1, 10, pre_fn, &p);
         double flops = 4.0 * D * H * ((double)ctx * (ctx + 1) / 2);
@@ -1215,6 +1216,16 @@ static void test_timing(void **state)
                 p.ws = w;
                 printf("    %-4s prefill %4d rows at %4d%s: %8.2f us  %6.1f TFLOP/s\n", dt ? "int8" : "f16", n, at,
                        sp ? " (split plan)" : " (no split)  ", t * 1e3, fl / (t * 1e-3) / 1e12);
+            }
+            /* other split sizes than the plan's (512 rows at 0: 2 tiles) */
+            for (int ft = 1; si == 0 && ft <= 4; ft++) {
+                if (ft == 2)
+                    continue;
+                p.split_tiles = ft;
+                float t = time_ms(st, e0, e1, 20, pre_fn, &p);
+                p.split_tiles = 0;
+                printf("    %-4s prefill %4d rows at %4d (%d-tile splits): %8.2f us  %6.1f TFLOP/s\n",
+                       dt ? "int8" : "f16", n, at, ft, t * 1e3, fl / (t * 1e-3) / 1e12);
             }
         }
         cudaFree(p.ws);
