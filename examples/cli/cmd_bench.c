@@ -59,6 +59,10 @@ static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, in
     dsq_ctx_get_info(s->ctx, &ci);
     const int32_t mbt = ci.max_batch_tokens > 0 ? ci.max_batch_tokens : 1;
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(B + 1);
+    /* --sampling none queues its steps without waiting for them: the
+     * previous round's last steps must not be timed as this prefill */
+    if ((st = dsq_ctx_synchronize(s->ctx)) != DSQ_OK)
+        return cli_report(st, "synchronizing");
     double t0 = cli_now();
     for (int32_t b = 0; b < B; b++) {
         for (int32_t i = 0; i < P; i++) {
@@ -125,6 +129,10 @@ static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, in
             if ((st = dsq_decode_step(s->ctx, B, seqs, toks, NULL)) != DSQ_OK)
                 return cli_report(st, "decode step");
         }
+        /* none: the steps were only queued; the last one's time includes
+         * waiting for all of them */
+        if (mode == CLI_BENCH_NONE && g == G - 1 && (st = dsq_ctx_synchronize(s->ctx)) != DSQ_OK)
+            return cli_report(st, "synchronizing");
         t = cli_now() - t;
         if (g == 0)
             t_step0 = t;
