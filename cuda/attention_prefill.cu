@@ -57,17 +57,10 @@ constexpr int kPrefillRows = 64; /* query rows per block */
  * timing, stop 32: 128 rows, 2 tiles, 9.98 us split vs 8.63 not; 512 rows,
  * 8 tiles, 16.18 vs 19.05) */
 constexpr int kPrefillSplitMinTiles = 4;
-/* Resident blocks per SM the kernel is built for: registers <= 65,536 /
- * (128 x this), shared memory 69 KB per block (D = 128).  fp16: 3 (168
- * registers, 20 bytes spilled at D = 128); INT8 keeps its next tile's
- * codes in registers (288 bytes would spill at 3): 2. */
-template <bool INT8> constexpr int prefill_blocks_per_sm() { return INT8 ? 2 : 3; }
 
 template <int D> constexpr int prefill_smem_bytes()
 {
-    /* the Q tile is staged in K's second ring stage (kPrefillRows ==
-     * kTileKeys), free until the loop's first prefetch */
-    return (2 * 2 * kTileKeys * (D + 8)) * 2 + 2 * 2 * kTileKeys * 4;
+    return (kPrefillRows * (D + 8) + 2 * 2 * kTileKeys * (D + 8)) * 2 + 2 * 2 * kTileKeys * 4;
 }
 
 /* Screen one diagonal tile's V (see the top): zero non-finite V values
@@ -132,16 +125,15 @@ __device__ __forceinline__ int prefill_splits_used(int kv_end, int n_split, int 
  *                              units, l; l NaN: the row saw a non-finite V)
  * rows: the pass's token rows (cu_seqlens). */
 template <int D, bool INT8>
-__global__ void __launch_bounds__(kThreads, prefill_blocks_per_sm<INT8>())
+__global__ void __launch_bounds__(kThreads)
     prefill_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, __nv_bfloat16 *out,
                    int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
                    int group, float scale_log2, int n_split, int split_tiles, float *ws_acc, float *ws_ml)
 {
     constexpr int RH = D + 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    static_assert(kPrefillRows == kTileKeys, "Q is staged in a K ring stage");
-    __half *sk = (__half *)smem;                  /* [2][64][RH]     */
-    __half *sq = sk + kTileKeys * RH;             /* [64][RH]: sk's stage 1 until the first prefetch */
+    __half *sq = (__half *)smem;                  /* [64][RH]        */
+    __half *sk = sq + kPrefillRows * RH;          /* [2][64][RH]     */
     __half *sv = sk + 2 * kTileKeys * RH;         /* [2][64][RH]     */
     float *sks = (float *)(sv + 2 * kTileKeys * RH); /* [2][64]      */
     float *svs = sks + 2 * kTileKeys;             /* [2][64]         */
@@ -202,7 +194,6 @@ __global__ void __launch_bounds__(kThreads, prefill_blocks_per_sm<INT8>())
 
     uint32_t qf[D / 16][4];
     load_q_frags<D>(qf, sq + warp * 16 * RH);
-    __syncthreads(); /* every warp has its Q: the loop may prefetch into sq's stage */
 
     /* this thread's two rows: r0 = lane/4, r1 = r0 + 8 (of the warp's 16) */
     const int qpos_w = pos0 + m0 + warp * 16; /* position of warp row 0 */

@@ -454,7 +454,7 @@ prompt)
         # --sampling none: prefill of P - 1 tokens with the last row's
         # logits in both trees (the default's prefill_ms changed meaning at
         # stop 32: call to first sampled token)
-        for rep in $(seq 1 ${PROMPT_REPS:-2}); do
+        for rep in 1 2; do
             for pl in 512 128; do
                 LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH B=$BB bench_row ${tag}_b1_${pl}n_r$rep $pl 1 --kv f16 --sampling none
             done
