@@ -30,7 +30,10 @@
 #                                       # tests, default/none pairs, split
 #                                       # caps and a timeline at 8,192 keys
 #   bash scripts/gpu_session.sh prompt  # short prompts: prefill attention rows,
-#                                       # the prefill profile, TTFT bench rows
+#                                       # TTFT bench rows, the mixed step
+#                                       # (against .gpu/base.tar.xz if present)
+#   bash scripts/gpu_session.sh prompt2 # the mixed step and the prefill profile
+#                                       # against .gpu/base.tar.xz
 #   bash scripts/gpu_session.sh bench   # dsqwen bench: the issue-7/8 table
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
@@ -226,7 +229,7 @@ gtest() {
 }
 
 case "$stage" in
-check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early | prompt | prompt2 | prompt3 | prompt4) fuzz_bg_start ;;
+check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | tile | tune | pieces | early | prompt | prompt2) fuzz_bg_start ;;
 esac
 
 case "$stage" in
@@ -516,57 +519,6 @@ prompt2)
     else
         echo "== no nsys"
     fi
-    ;;
-prompt3)
-    # stop 32, third call: prefill attention's split rule (timing rows at
-    # 128 / 256 / 512 rows), the decode merge unrolled by 32 at 8,192 keys
-    # (base tree .gpu/base.tar.xz against this one), split caps there, and
-    # the sampled 8,192-key timeline.  Prebuilt only.
-    prebuilt_stage prompt3
-    DEADLINE=${DEADLINE:-500}
-    GTEST_TIMEOUT=200 gtest test_cuda_attention
-    grep -E "prefill .*rows" "$OUT/test_cuda_attention.log" | head -20
-    for t in test_cuda_e2e test_cuda_seq_ops test_cuda_step_greedy; do gtest $t; done
-    [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
-    for rep in 1 2; do
-        LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_8192_r$rep 8192 1 --kv f16
-        bench_row new_b1_8192_r$rep 8192 1 --kv f16
-    done
-    DSQ_CUDA_DECODE_SPLITS_MAX=64 bench_row new_b1_8192_s64 8192 1 --kv f16
-    DSQ_CUDA_DECODE_SPLITS_MAX=32 bench_row new_b1_8192_s32 8192 1 --kv f16
-    LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_512 512 1 --kv f16
-    bench_row new_b1_512 512 1 --kv f16
-    bench_row new_b1_256 256 1 --kv f16
-    export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
-    timeout 100 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_8192_s.json" \
-        --batch 1 --context 8192 --sample >"$OUT/b1_8192_s.log" 2>&1
-    echo "== kernel_profile b1 8192 sampled rc=$? ($(el))"
-    grep -E "^wall" "$OUT/b1_8192_s.log"
-    sed -n '/^timeline/,$p' "$OUT/b1_8192_s.log" | head -16
-    ;;
-prompt4)
-    # stop 32, fourth call: the decode merge's rounds of 32 / 8 / 1 against
-    # the base tree (.gpu/base.tar.xz) at 512 and 8,192 keys, alternating;
-    # attention and e2e tests.  Prebuilt only.
-    prebuilt_stage prompt4
-    DEADLINE=${DEADLINE:-500}
-    GTEST_TIMEOUT=200 gtest test_cuda_attention
-    for t in test_cuda_e2e test_cuda_seq_ops; do gtest $t; done
-    [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
-    for rep in 1 2; do
-        for ctx in 512 8192; do
-            LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_${ctx}_r$rep $ctx 1 --kv f16
-            bench_row new_b1_${ctx}_r$rep $ctx 1 --kv f16
-        done
-    done
-    LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b64_1024 1024 64 --kv f16
-    bench_row new_b64_1024 1024 64 --kv f16
-    LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_32768p 32768 1 --kv f16 --kv-layout paged
-    bench_row new_b1_32768p 32768 1 --kv f16 --kv-layout paged
     ;;
 early)
     # stop 31: early PDL triggers (DSQ_CUDA_PDL_EARLY; pdl.cuh): the decode
