@@ -64,6 +64,21 @@ def test_bench_batch_names_bad_value():
     expect(["bench", "--model", TINY, "--batch", "1,0"], 2, err_has="'0'")
 
 
+def test_bench_rows():
+    # every sampling mode prints one row per batch size; a prompt longer than
+    # --batch-tokens goes partly through dsq_prefill, its last pass through
+    # dsq_step (gpu mode), and every sequence gets --max-tokens steps
+    for mode in ("gpu", "host", "none"):
+        out, err = expect(["bench", "--model", TINY, "--backend", "cpu", "--prompt-len", "40",
+                           "--batch-tokens", "16", "--max-tokens", "5", "--batch", "1,3",
+                           "--sampling", mode], 0)
+        rows = [l.split() for l in out.splitlines() if re.match(r"\s*\d+\s+40\s", l)]
+        check([r[0] for r in rows] == ["1", "3"], f"bench --sampling {mode}: rows for batches 1, 3", out, err)
+        for r in rows:
+            check(len(r) == 10 and r[4] == "5" and all(float(x) > 0 for x in r[2:4] + r[5:7]),
+                  f"bench --sampling {mode}: a row without positive timings", out)
+
+
 def test_seed():
     expect(["generate", "--model", TINY, "--tokens", "1,2", "--seed", "-5"], 2, err_has="--seed")
     expect(["generate", "--model", TINY, "--tokens", "1,2", "--seed", "x"], 2, err_has="--seed")
