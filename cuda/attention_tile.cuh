@@ -347,19 +347,12 @@ __device__ __forceinline__ void online_rescale(float m_r[2], float l_r[2], float
         m_r[r] = mn;
         l_r[r] *= alpha[r];
     }
-    /* alpha == 1 exactly (the row's max did not move, as for most tiles
-     * of a long row) leaves o as it is: skip the D/2 multiplies when no
-     * lane of the warp needs them -- the same bits (x * 1 == x, NaN and
-     * Inf included; a NaN alpha compares unequal and multiplies).  The
-     * callers hold the whole warp here (quad_max above shuffles it). */
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            o[i][0] *= alpha[0];
-            o[i][1] *= alpha[0];
-            o[i][2] *= alpha[1];
-            o[i][3] *= alpha[1];
-        }
+    for (int i = 0; i < D / 8; i++) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
     }
 }
 
