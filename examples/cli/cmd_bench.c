@@ -201,8 +201,9 @@ int cli_bench(const cli_opts *o)
             ci.kv_dtype == DSQ_KV_INT8 ? "int8" : ci.kv_dtype == DSQ_KV_F32 ? "f32" : "f16",
             (int)s.info.n_layers, (int)s.info.n_vocab, (int)s.max_context,
             o->bench_sampling == CLI_BENCH_HOST ? "host argmax of copied logits"
-            : o->bench_sampling == CLI_BENCH_NONE ? "none (no logits)"
-                                                  : "in the library (dsq_step)");
+            : o->bench_sampling == CLI_BENCH_NONE
+                ? "none (no logits)"
+                : "in the library (dsq_step); prefill_ms: call to first sampled token");
     printf("%6s %7s %12s %10s %8s %12s %12s %12s %8s %10s\n", "batch", "prompt", "prefill_t/s",
            "prefill_ms", "steps", "ms/step", "decode_t/s", "step0_ms", "floor%", "e2e_t/s");
     for (int32_t i = 0; i < n_batches; i++) {
