@@ -86,7 +86,8 @@ static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, in
             toks[b] = outs[0].token >= 0 ? outs[0].token : 0;
             continue;
         }
-        /* none: the last prompt token is fed by the first step */
+        /* host: the whole prompt, its last logits row argmaxed below;
+         * none: all but the last prompt token, which the first step feeds */
         if (mode == CLI_BENCH_HOST)
             st = dsq_prefill(s->ctx, b, prompt, P, DSQ_LOGITS_LAST, s->logits + (size_t)b * V);
         else if (P > 1)
