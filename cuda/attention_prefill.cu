@@ -50,9 +50,7 @@
 
 namespace dsq_attn {
 
-/* Query rows per block: 64 * MT (MT = m-tiles of 16 rows per warp, 1 or 2;
- * the launcher picks, see prefill_mt) */
-constexpr int kPrefillRows = 64;
+constexpr int kPrefillRows = 64; /* query rows per block */
 /* Split over keys only where the longest query tile walks at least this
  * many key tiles: a split saves (tiles - tiles per split) tile steps of
  * ~1-1.5 us and costs the merge launch, ~2-3 us (H100, test_cuda_attention
@@ -60,9 +58,9 @@ constexpr int kPrefillRows = 64;
  * 8 tiles, 16.18 vs 19.05) */
 constexpr int kPrefillSplitMinTiles = 4;
 
-template <int D, int MT> constexpr int prefill_smem_bytes()
+template <int D> constexpr int prefill_smem_bytes()
 {
-    return (MT * kPrefillRows * (D + 8) + 2 * 2 * kTileKeys * (D + 8)) * 2 + 2 * 2 * kTileKeys * 4;
+    return (kPrefillRows * (D + 8) + 2 * 2 * kTileKeys * (D + 8)) * 2 + 2 * 2 * kTileKeys * 4;
 }
 
 /* Screen one diagonal tile's V (see the top): zero non-finite V values
@@ -126,25 +124,23 @@ __device__ __forceinline__ int prefill_splits_used(int kv_end, int n_split, int 
  *                          ml  [rows][n_heads][n_split][2] f32 (m in log2
  *                              units, l; l NaN: the row saw a non-finite V)
  * rows: the pass's token rows (cu_seqlens). */
-template <int D, bool INT8, int MT>
+template <int D, bool INT8>
 __global__ void __launch_bounds__(kThreads)
     prefill_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, __nv_bfloat16 *out,
                    int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
                    int group, float scale_log2, int n_split, int split_tiles, float *ws_acc, float *ws_ml)
 {
     constexpr int RH = D + 8;
-    constexpr int ROWS = MT * kPrefillRows; /* query rows per block       */
-    constexpr int WR = MT * 16;             /* query rows per warp        */
     extern __shared__ __align__(16) unsigned char smem[];
-    __half *sq = (__half *)smem;                  /* [ROWS][RH]      */
-    __half *sk = sq + ROWS * RH;                  /* [2][64][RH]     */
+    __half *sq = (__half *)smem;                  /* [64][RH]        */
+    __half *sk = sq + kPrefillRows * RH;          /* [2][64][RH]     */
     __half *sv = sk + 2 * kTileKeys * RH;         /* [2][64][RH]     */
     float *sks = (float *)(sv + 2 * kTileKeys * RH); /* [2][64]      */
     float *svs = sks + 2 * kTileKeys;             /* [2][64]         */
     __shared__ int vbad[kTileKeys]; /* diagonal tile: key's V was non-finite */
 
     const int b = blockIdx.z / n_split, split = blockIdx.z % n_split;
-    const int h = blockIdx.y, m0 = blockIdx.x * ROWS;
+    const int h = blockIdx.y, m0 = blockIdx.x * kPrefillRows;
     const int kvh = h / group;
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
     /* programmatic dependent launch (pdl.cuh): q and this pass's K/V rows
@@ -156,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
     const int n = cu_seqlens[b + 1] - tok0;
     const int pos0 = seq_pos0[b];
     /* keys 0 .. kv_end-1: everything up to this block's last query */
-    const int kv_end = pos0 + min(n, m0 + ROWS);
+    const int kv_end = pos0 + min(n, m0 + kPrefillRows);
     const int n_tiles = (kv_end + kTileKeys - 1) / kTileKeys;
     const int used = prefill_splits_used(kv_end, n_split, split_tiles);
     const bool active = m0 < n && split < used;
@@ -177,8 +173,8 @@ __global__ void __launch_bounds__(kThreads)
     if (!old_tile)
         ld.issue(a, b, kvh, j0 * kTileKeys, kv_end, sk, sv, sks, svs);
     {
-        /* Q tile: ROWS x D, bf16 -> fp16, rows past n zero */
-        constexpr int QPT = ROWS * D / 8 / kThreads; /* 16-byte pieces per thread */
+        /* Q tile: 64 rows x D, bf16 -> fp16, rows past n zero */
+        constexpr int QPT = kPrefillRows * D / 8 / kThreads; /* 16-byte pieces per thread */
         uint4 qv[QPT];
 #pragma unroll
         for (int i = 0; i < QPT; i++) {
@@ -196,30 +192,18 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait_all();
     __syncthreads();
 
-    /* this warp's rows: m-tile mt holds rows warp * WR + mt * 16 + 0..15.
-     * One m-tile keeps its Q fragments in registers; two read them from
-     * shared memory per tile (the registers hold two m-tiles' o and s) */
-    const __half *sq_w = sq + warp * WR * RH;
-    uint32_t qf[MT == 1 ? D / 16 : 1][4];
-    if constexpr (MT == 1)
-        load_q_frags<D>(qf, sq_w);
+    uint32_t qf[D / 16][4];
+    load_q_frags<D>(qf, sq + warp * 16 * RH);
 
-    /* this thread's rows of m-tile mt: qpos_w + mt * 16 + lane/4 (+ 8) */
-    const int qpos_w = pos0 + m0 + warp * WR; /* position of warp row 0 */
-    float o[MT][D / 8][4];
+    /* this thread's two rows: r0 = lane/4, r1 = r0 + 8 (of the warp's 16) */
+    const int qpos_w = pos0 + m0 + warp * 16; /* position of warp row 0 */
+    const int qpos0 = qpos_w + (lane >> 2), qpos1 = qpos0 + 8;
+    float o[D / 8][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int i = 0; i < D / 8; i++)
-            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-    float m_r[MT][2], l_r[MT][2];
-    bool poison[MT][2]; /* the row attends to a non-finite V */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        m_r[mt][0] = m_r[mt][1] = -INFINITY;
-        l_r[mt][0] = l_r[mt][1] = 0.f;
-        poison[mt][0] = poison[mt][1] = false;
-    }
+    for (int i = 0; i < D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+    bool poison[2] = {false, false}; /* the row attends to a non-finite V */
 
     for (int j = j0; j < j1; j++) {
         const int cur = (j - j0) & 1;
@@ -233,77 +217,55 @@ __global__ void __launch_bounds__(kThreads)
             if (__syncthreads_or(screen_v<D, INT8>(sv + cur * kTileKeys * RH, svs + cur * kTileKeys, vbad)))
                 for (int k = 0; k < kTileKeys; k++)
                     if (vbad[k]) {
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++) {
-                            const int qp = qpos_w + mt * 16 + (lane >> 2);
-                            poison[mt][0] = poison[mt][0] || key0 + k <= qp;
-                            poison[mt][1] = poison[mt][1] || key0 + k <= qp + 8;
-                        }
+                        poison[0] = poison[0] || key0 + k <= qpos0;
+                        poison[1] = poison[1] || key0 + k <= qpos1;
                     }
         }
         /* a warp whose last row precedes the whole tile has nothing to do */
-        if (key0 <= qpos_w + WR - 1) {
+        if (key0 <= qpos_w + 15) {
             const __half *tk = sk + cur * kTileKeys * RH, *tv = sv + cur * kTileKeys * RH;
             const float *tks = sks + cur * kTileKeys, *tvs = svs + cur * kTileKeys;
-            float s[MT][8][4];
+            float s[8][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
+            for (int i = 0; i < 8; i++)
+                s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
 #pragma unroll
-                for (int i = 0; i < 8; i++)
-                    s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
-            if constexpr (MT == 1) {
-#pragma unroll
-                for (int np = 0; np < 4; np++)
-                    qk_16keys<D>(&s[0][2 * np], qf, tk + np * 16 * RH);
-            } else {
-                qk_64keys_mt<D, MT>(s, sq_w, tk);
-            }
+            for (int np = 0; np < 4; np++)
+                qk_16keys<D>(&s[2 * np], qf, tk + np * 16 * RH);
             const bool need_mask = key0 + kTileKeys - 1 > qpos_w;
-            float mu[MT][2];
+            float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                const int qpos0 = qpos_w + mt * 16 + (lane >> 2), qpos1 = qpos0 + 8;
-                float mx[2] = {-INFINITY, -INFINITY};
+            for (int nb = 0; nb < 8; nb++) {
 #pragma unroll
-                for (int nb = 0; nb < 8; nb++) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int kl = nb * 8 + 2 * (lane & 3) + (e & 1);
-                        float x = s[mt][nb][e] * scale_log2;
-                        if (INT8)
-                            x *= tks[kl];
-                        if (need_mask && key0 + kl > (e < 2 ? qpos0 : qpos1))
-                            x = -INFINITY;
-                        s[mt][nb][e] = x;
-                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                    }
+                for (int e = 0; e < 4; e++) {
+                    int kl = nb * 8 + 2 * (lane & 3) + (e & 1);
+                    float x = s[nb][e] * scale_log2;
+                    if (INT8)
+                        x *= tks[kl];
+                    if (need_mask && key0 + kl > (e < 2 ? qpos0 : qpos1))
+                        x = -INFINITY;
+                    s[nb][e] = x;
+                    mt[e >> 1] = fmaxf(mt[e >> 1], x);
                 }
-                online_rescale<D>(m_r[mt], l_r[mt], o[mt], mx, mu[mt]);
             }
-            /* the weights 2^(s - mu) (times V's scale), 16 keys at a time,
-             * as the A fragments of P.V */
+            float mu[2];
+            online_rescale<D>(m_r, l_r, o, mt, mu);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                uint32_t pa[MT][4];
+                float p[2][4];
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    float p[2][4];
+                for (int hb = 0; hb < 2; hb++) {
 #pragma unroll
-                    for (int hb = 0; hb < 2; hb++) {
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            float pe = online_weight(s[mt][2 * kk + hb][e], mu[mt], l_r[mt], e >> 1);
-                            if (INT8)
-                                pe *= tvs[(2 * kk + hb) * 8 + 2 * (lane & 3) + (e & 1)];
-                            p[hb][e] = pe;
-                        }
+                    for (int e = 0; e < 4; e++) {
+                        float pe = online_weight(s[2 * kk + hb][e], mu, l_r, e >> 1);
+                        if (INT8)
+                            pe *= tvs[(2 * kk + hb) * 8 + 2 * (lane & 3) + (e & 1)];
+                        p[hb][e] = pe;
                     }
-                    pa[mt][0] = pack_half2(p[0][0], p[0][1]);
-                    pa[mt][1] = pack_half2(p[0][2], p[0][3]);
-                    pa[mt][2] = pack_half2(p[1][0], p[1][1]);
-                    pa[mt][3] = pack_half2(p[1][2], p[1][3]);
                 }
-                pv_16keys_mt<D, MT>(o, pa, tv + kk * 16 * RH);
+                uint32_t pa[4] = {pack_half2(p[0][0], p[0][1]), pack_half2(p[0][2], p[0][3]),
+                                  pack_half2(p[1][0], p[1][1]), pack_half2(p[1][2], p[1][3])};
+                pv_16keys<D>(o, pa, tv + kk * 16 * RH);
             }
         }
         if (j + 1 < j1)
@@ -317,43 +279,40 @@ __global__ void __launch_bounds__(kThreads)
      * has l >= 1 (its largest finite score contributes 2^0) unless every
      * score it saw was -inf (l = 0: 0 * inf = NaN, as the CPU's softmax
      * gives) or NaN (l = NaN); neither may become a finite 0. */
+    float inv[2], lsum[2];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        float inv[2], lsum[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            lsum[r] = quad_sum(l_r[mt][r]);
-            inv[r] = poison[mt][r] ? __int_as_float(0x7fffffff) : 1.f / lsum[r];
-        }
-        const int row0 = m0 + warp * WR + mt * 16 + (lane >> 2);
-        if (used > 1) { /* this split's partial, merged by prefill_merge_kernel */
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = row0 + r * 8;
-                if (row >= n)
-                    continue;
-                const int64_t slot = ((int64_t)(tok0 + row) * gridDim.y + h) * n_split + split;
-                float *acc = ws_acc + slot * D + 2 * (lane & 3);
-#pragma unroll
-                for (int i = 0; i < D / 8; i++)
-                    *(float2 *)(acc + i * 8) = make_float2(o[mt][i][2 * r], o[mt][i][2 * r + 1]);
-                if ((lane & 3) == 0)
-                    *(float2 *)(ws_ml + slot * 2) =
-                        make_float2(m_r[mt][r], poison[mt][r] ? __int_as_float(0x7fffffff) : lsum[r]);
-            }
-            continue;
-        }
+    for (int r = 0; r < 2; r++) {
+        lsum[r] = quad_sum(l_r[r]);
+        inv[r] = poison[r] ? __int_as_float(0x7fffffff) : 1.f / lsum[r];
+    }
+    const int row0 = m0 + warp * 16 + (lane >> 2);
+    if (used > 1) { /* this split's partial, merged by prefill_merge_kernel */
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int row = row0 + r * 8;
             if (row >= n)
                 continue;
-            __nv_bfloat16 *dst = out + (int64_t)(tok0 + row) * o_stride + h * D + 2 * (lane & 3);
+            const int64_t slot = ((int64_t)(tok0 + row) * gridDim.y + h) * n_split + split;
+            float *acc = ws_acc + slot * D + 2 * (lane & 3);
 #pragma unroll
             for (int i = 0; i < D / 8; i++)
-                *(__nv_bfloat162 *)(dst + i * 8) =
-                    __floats2bfloat162_rn(o[mt][i][2 * r] * inv[r], o[mt][i][2 * r + 1] * inv[r]);
+                *(float2 *)(acc + i * 8) = make_float2(o[i][2 * r], o[i][2 * r + 1]);
+            if ((lane & 3) == 0)
+                *(float2 *)(ws_ml + slot * 2) =
+                    make_float2(m_r[r], poison[r] ? __int_as_float(0x7fffffff) : lsum[r]);
         }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + r * 8;
+        if (row >= n)
+            continue;
+        __nv_bfloat16 *dst = out + (int64_t)(tok0 + row) * o_stride + h * D + 2 * (lane & 3);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++)
+            *(__nv_bfloat162 *)(dst + i * 8) =
+                __floats2bfloat162_rn(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
     }
 }
 
@@ -366,8 +325,7 @@ template <int D>
 __global__ void __launch_bounds__(128)
     prefill_merge_kernel(const float *__restrict__ ws_acc, const float *__restrict__ ws_ml,
                          const int32_t *__restrict__ cu_seqlens, const int32_t *__restrict__ seq_pos0, int n_heads,
-                         int n_split, int split_tiles, int block_rows, __nv_bfloat16 *__restrict__ out,
-                         int64_t o_stride)
+                         int n_split, int split_tiles, __nv_bfloat16 *__restrict__ out, int64_t o_stride)
 {
     constexpr int E = D / 32; /* values per lane: 4 or 2 */
     const int b = blockIdx.z, lane = threadIdx.x & 31;
@@ -381,8 +339,8 @@ __global__ void __launch_bounds__(128)
     dsq_pdl_trigger();
     if (row >= n)
         return;
-    const int m0 = row / block_rows * block_rows;
-    const int used = prefill_splits_used(pos0 + min(n, m0 + block_rows), n_split, split_tiles);
+    const int m0 = row / kPrefillRows * kPrefillRows;
+    const int used = prefill_splits_used(pos0 + min(n, m0 + kPrefillRows), n_split, split_tiles);
     if (used <= 1)
         return; /* written by the attention kernel */
     const int64_t slot0 = ((int64_t)(tok0 + row) * n_heads + h) * n_split;
@@ -412,25 +370,20 @@ __global__ void __launch_bounds__(128)
         *(__nv_bfloat162 *)(dst + k) = __floats2bfloat162_rn(acc[k] / L, acc[k + 1] / L);
 }
 
-template <int D, bool INT8, int MT> static cudaError_t set_prefill_attr()
+template <int D, bool INT8> static cudaError_t set_prefill_attr()
 {
-    return cudaFuncSetAttribute(prefill_kernel<D, INT8, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                prefill_smem_bytes<D, MT>());
-}
-
-template <int MT> static cudaError_t set_prefill_attrs()
-{
-    cudaError_t e;
-    if ((e = set_prefill_attr<128, false, MT>()) != cudaSuccess) return e;
-    if ((e = set_prefill_attr<128, true, MT>()) != cudaSuccess) return e;
-    if ((e = set_prefill_attr<64, false, MT>()) != cudaSuccess) return e;
-    return set_prefill_attr<64, true, MT>();
+    return cudaFuncSetAttribute(prefill_kernel<D, INT8>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                prefill_smem_bytes<D>());
 }
 
 cudaError_t prefill_init()
 {
-    const cudaError_t e = set_prefill_attrs<1>();
-    return e != cudaSuccess ? e : set_prefill_attrs<2>();
+    cudaError_t e;
+    if ((e = set_prefill_attr<128, false>()) != cudaSuccess) return e;
+    if ((e = set_prefill_attr<128, true>()) != cudaSuccess) return e;
+    if ((e = set_prefill_attr<64, false>()) != cudaSuccess) return e;
+    return set_prefill_attr<64, true>();
 }
 
 } /* namespace dsq_attn */
@@ -458,18 +411,6 @@ static bool split_enabled(void)
     return !(e && e[0] == '0');
 }
 
-/* m-tiles per warp (query rows per block / 64).  DSQ_CUDA_PREFILL_ROWS=64
- * or 128 forces one (a measurement knob, read per call; the tests run
- * both); otherwise 2 where ... */
-static int prefill_mt(int32_t max_q_len, bool i8)
-{
-    const char *e = getenv("DSQ_CUDA_PREFILL_ROWS");
-    if (e && e[0])
-        return atoi(e) == 128 ? 2 : 1;
-    (void)i8;
-    return max_q_len > 64 ? 2 : 1;
-}
-
 extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, int64_t q_stride, void *out,
                                            int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
                                            int32_t n_seqs, int32_t max_q_len, int32_t max_kv_len, int32_t n_heads,
@@ -495,9 +436,7 @@ extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, 
     if (st != DSQ_OK)
         return st;
     /* the split plan: kv_tiles, the longest query tile's keys in tiles */
-    const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
-    const int mt = prefill_mt(max_q_len, i8), block_rows = mt * kPrefillRows;
-    const int64_t n_qt = (max_q_len + block_rows - 1) / block_rows;
+    const int64_t n_qt = (max_q_len + kPrefillRows - 1) / kPrefillRows;
     const int64_t kv_tiles = ((int64_t)(max_kv_len > max_q_len ? max_kv_len : max_q_len) + kTileKeys - 1) / kTileKeys;
     const int64_t rows = (int64_t)n_seqs * max_q_len; /* bounds the pass's rows */
     int64_t n_split = 1, tiles = kv_tiles;
@@ -535,32 +474,28 @@ extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, 
     dim3 grid((unsigned)n_qt, (unsigned)n_heads, (unsigned)(n_seqs * n_split));
     const __nv_bfloat16 *qb = (const __nv_bfloat16 *)q;
     __nv_bfloat16 *ob = (__nv_bfloat16 *)out;
+    const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
     float *ws_acc = n_split > 1 ? (float *)workspace : NULL;
     float *ws_ml = n_split > 1 ? ws_acc + (size_t)(rows * n_heads * n_split * D) : NULL;
     const int ns = (int)n_split, st_tiles = (int)(n_split > 1 ? tiles : kv_tiles + 1);
-#define DSQ_PREFILL_LAUNCH(DD, I8, MT)                                                                 \
-    dsq_launch_pdl(prefill_kernel<DD, I8, MT>, grid, dim3(kThreads), (size_t)prefill_smem_bytes<DD, MT>(), stream, \
-                   a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2, ns, st_tiles, ws_acc, ws_ml)
-    if (D == 128 && mt == 2)
-        e = i8 ? DSQ_PREFILL_LAUNCH(128, true, 2) : DSQ_PREFILL_LAUNCH(128, false, 2);
-    else if (D == 128)
-        e = i8 ? DSQ_PREFILL_LAUNCH(128, true, 1) : DSQ_PREFILL_LAUNCH(128, false, 1);
-    else if (mt == 2)
-        e = i8 ? DSQ_PREFILL_LAUNCH(64, true, 2) : DSQ_PREFILL_LAUNCH(64, false, 2);
+#define DSQ_PREFILL_LAUNCH(DD, I8)                                                           \
+    dsq_launch_pdl(prefill_kernel<DD, I8>, grid, dim3(kThreads), (size_t)prefill_smem_bytes<DD>(), \
+                   stream, a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2, ns, st_tiles, \
+                   ws_acc, ws_ml)
+    if (D == 128)
+        e = i8 ? DSQ_PREFILL_LAUNCH(128, true) : DSQ_PREFILL_LAUNCH(128, false);
     else
-        e = i8 ? DSQ_PREFILL_LAUNCH(64, true, 1) : DSQ_PREFILL_LAUNCH(64, false, 1);
+        e = i8 ? DSQ_PREFILL_LAUNCH(64, true) : DSQ_PREFILL_LAUNCH(64, false);
 #undef DSQ_PREFILL_LAUNCH
     if (e != cudaSuccess || n_split <= 1)
         return dsq_cu_status(e, "prefill attention kernel");
     const dim3 mgrid((unsigned)((max_q_len * (int64_t)n_heads + 3) / 4), 1, (unsigned)n_seqs);
     if (D == 128)
         e = dsq_launch_pdl(prefill_merge_kernel<128>, mgrid, dim3(128), 0, stream, (const float *)ws_acc,
-                           (const float *)ws_ml, cu_seqlens, seq_pos0, (int)n_heads, ns, st_tiles, block_rows, ob,
-                           o_stride);
+                           (const float *)ws_ml, cu_seqlens, seq_pos0, (int)n_heads, ns, st_tiles, ob, o_stride);
     else
         e = dsq_launch_pdl(prefill_merge_kernel<64>, mgrid, dim3(128), 0, stream, (const float *)ws_acc,
-                           (const float *)ws_ml, cu_seqlens, seq_pos0, (int)n_heads, ns, st_tiles, block_rows, ob,
-                           o_stride);
+                           (const float *)ws_ml, cu_seqlens, seq_pos0, (int)n_heads, ns, st_tiles, ob, o_stride);
     return dsq_cu_status(e, "prefill attention merge kernel");
 }
 

@@ -278,39 +278,11 @@ __device__ __forceinline__ void qk_16keys(float s[2][4], const uint32_t (*qf)[4]
     }
 }
 
-/* Scores of MT m-tiles of 16 query rows (Q in shared memory at sq_rows,
- * [MT * 16][D + 8]) against a tile of 64 keys: s[MT][8][4] += Q . K^T.
- * Each K fragment feeds all MT m-tiles; each s accumulates over D in the
- * order qk_16keys uses. */
-template <int D, int MT>
-__device__ __forceinline__ void qk_64keys_mt(float (*s)[8][4], const __half *sq_rows, const __half *sk_rows)
-{
-    const int lane = threadIdx.x & 31;
-    const __half *qb = sq_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D + 8) + (lane >> 4) * 8;
-    const __half *kb = sk_rows + ((lane & 7) + (lane >> 4) * 8) * (D + 8) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        uint32_t af[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-            ldsm_x4(af[mt], qb + mt * 16 * (D + 8) + kk * 16);
-#pragma unroll
-        for (int np = 0; np < 4; np++) {
-            uint32_t bf[4];
-            ldsm_x4(bf, kb + np * 16 * (D + 8) + kk * 16);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                mma16816(s[mt][2 * np], af[mt], bf[0], bf[1]);
-                mma16816(s[mt][2 * np + 1], af[mt], bf[2], bf[3]);
-            }
-        }
-    }
-}
-
-/* o[MT][D/8][4] += P (per m-tile one A fragment: 16 rows x 16 keys) . V
- * (16 keys from sv_rows, all D dims); each V fragment feeds all MT. */
-template <int D, int MT>
-__device__ __forceinline__ void pv_16keys_mt(float (*o)[D / 8][4], const uint32_t (*pa)[4], const __half *sv_rows)
+/* o[D/8][4] += P (one A fragment: 16 rows x 16 keys) . V (16 keys from
+ * sv_rows, all D dims). */
+template <int D>
+__device__ __forceinline__ void pv_16keys(float (*o)[4], const uint32_t pa[4],
+                                          const __half *sv_rows)
 {
     const int lane = threadIdx.x & 31;
     const __half *base =
@@ -319,22 +291,9 @@ __device__ __forceinline__ void pv_16keys_mt(float (*o)[D / 8][4], const uint32_
     for (int dp = 0; dp < D / 16; dp++) {
         uint32_t b[4];
         ldsm_x4_t(b, base + dp * 16);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            mma16816(o[mt][2 * dp], pa[mt], b[0], b[1]);
-            mma16816(o[mt][2 * dp + 1], pa[mt], b[2], b[3]);
-        }
+        mma16816(o[2 * dp], pa, b[0], b[1]);
+        mma16816(o[2 * dp + 1], pa, b[2], b[3]);
     }
-}
-
-/* o[D/8][4] += P (one A fragment: 16 rows x 16 keys) . V (16 keys from
- * sv_rows, all D dims). */
-template <int D>
-__device__ __forceinline__ void pv_16keys(float (*o)[4], const uint32_t pa[4],
-                                          const __half *sv_rows)
-{
-    pv_16keys_mt<D, 1>(reinterpret_cast<float (*)[D / 8][4]>(o), reinterpret_cast<const uint32_t (*)[4]>(pa),
-                       sv_rows);
 }
 
 /* Load 16 rows x D of Q (bf16 -> fp16) as A fragments, through shared

@@ -481,41 +481,6 @@ prompt)
         grep -E "prefill_kernel|Duration|Throughput|Achieved Occupancy|Stall|Warp Cycles Per Issued" "$OUT/ncu_prefill.log" | head -60
     fi
     ;;
-rows)
-    # stop 33: prefill attention with 128 query rows per block (two m-tiles
-    # per warp) against 64: test_cuda_attention (every case both ways, the
-    # timing rows both ways), the mixed step and prefill bench rows of the
-    # base tree (.gpu/base.tar.xz), the default and DSQ_CUDA_PREFILL_ROWS=64,
-    # the e2e tests.  Prebuilt only.
-    prebuilt_stage rows
-    DEADLINE=${DEADLINE:-540}
-    timeout 240 "$B/tests/test_cuda_attention" >"$OUT/attn.log" 2>&1
-    echo "== test_cuda_attention rc=$? ($(el)) $(grep -E "PASSED|FAILED" "$OUT/attn.log" | tail -1)"
-    grep -E "FAIL|worst rel" "$OUT/attn.log" | head -8
-    grep -E "f16 +r.*prefill .*(rows|tokens)" "$OUT/attn.log" | head -30
-    grep -E "int8 +r.*prefill 1 x" "$OUT/attn.log"
-    [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
-    wait $MODEL_PID
-    for t in test_cuda_e2e test_cuda_step_greedy; do gtest $t; done
-    rmixed() { # tag build_dir [env...]
-        local tag=$1 BB=$2
-        shift 2
-        env "$@" LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
-            >"$OUT/mixed_$tag.log" 2>&1
-        echo "== mixed $tag rc=$? $*"; grep -E "RESULT (plain|mixed)" "$OUT/mixed_$tag.log"
-    }
-    rmixed base /tmp/gs_base
-    rmixed new $B
-    rmixed new_r64 $B DSQ_CUDA_PREFILL_ROWS=64
-    for rep in 1 2; do
-        LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_512n_r$rep 512 1 --kv f16 --sampling none
-        bench_row new_b1_512n_r$rep 512 1 --kv f16 --sampling none
-    done
-    LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_4096n 4096 1 --kv f16 --sampling none --batch-tokens 4096
-    bench_row new_b1_4096n 4096 1 --kv f16 --sampling none --batch-tokens 4096
-    DSQ_CUDA_PREFILL_ROWS=64 bench_row new_r64_b1_4096n 4096 1 --kv f16 --sampling none --batch-tokens 4096
-    bench_row new_b1_512 512 1 --kv f16
-    ;;
 prompt2)
     # stop 32: the mixed step and the prefill profile of a base tree
     # (.gpu/base.tar.xz, an earlier prebuilt archive) against this one on

@@ -473,22 +473,10 @@ static void report(const Scenario &sc, const char *what, int s, const Err &e)
     }
 }
 
-/* The prefill kernel's query rows per block (64: one m-tile of 16 rows
- * per warp, 128: two), forced through the launcher's knob; 0 restores its
- * own choice. */
-static void set_prefill_rows(int rows)
-{
-    if (rows)
-        setenv("DSQ_CUDA_PREFILL_ROWS", rows == 128 ? "128" : "64", 1);
-    else
-        unsetenv("DSQ_CUDA_PREFILL_ROWS");
-}
-
 /* Prefill three ways, each against the CPU reference: one block per query
  * tile (dsq_attn_prefill), split over keys every few tiles (forced: 1 tile
- * for short sequences, else ~4 splits), and the launcher's own plan; each
- * with blocks of 64 and of 128 query rows; the outputs and the split
- * workspace are poisoned first. */
+ * for short sequences, else ~4 splits), and the launcher's own plan; the
+ * outputs and the split workspace are poisoned first. */
 static void run_prefill(const Scenario &sc)
 {
     Built b;
@@ -507,23 +495,20 @@ static void run_prefill(const Scenario &sc)
     CK(cudaMalloc(&dout, out_bytes));
     CK(cudaMalloc(&ws, ws_bytes));
     bool ok = true;
-    for (int mode = 0; mode < 6; mode++) {
-        set_prefill_rows(mode % 2 ? 128 : 64);
+    for (int mode = 0; mode < 3; mode++) {
         CK(cudaMemset(dout, 0xff, out_bytes)); /* bf16 NaN */
         CK(cudaMemset(ws, 0xff, ws_bytes));
-        if (mode / 2 == 0)
+        if (mode == 0)
             AK(dsq_attn_prefill(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0, b.n_seqs, b.max_n,
                                 sc.H, 0));
         else
             AK(dsq_attn_prefill_ws(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dcu, b.dpos0, b.n_seqs,
-                                   b.max_n, max_kv, sc.H, mode / 2 == 1 ? forced : 0, ws, ws_bytes, 0));
+                                   b.max_n, max_kv, sc.H, mode == 1 ? forced : 0, ws, ws_bytes, 0));
         CK(cudaDeviceSynchronize());
-        set_prefill_rows(0);
         std::vector<uint16_t> out((size_t)b.n_new * b.o_stride);
         CK(cudaMemcpy(out.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
         char what[32];
-        snprintf(what, sizeof what, mode / 2 == 0 ? "prefill/r%d" : mode / 2 == 1 ? "pre/k%d/r%d" : "pre/auto/r%d",
-                 mode / 2 == 1 ? forced : mode % 2 ? 128 : 64, mode % 2 ? 128 : 64);
+        snprintf(what, sizeof what, mode == 0 ? "prefill" : mode == 1 ? "pre/k%d" : "pre/auto", forced);
         for (int s = 0; s < b.n_seqs; s++) {
             Err e = check_seq(sc, b, out, s, false);
             report(sc, what, s, e);
@@ -919,13 +904,9 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
                 }
             }
         }
-    const char *rows_env = getenv("DSQ_CUDA_PREFILL_ROWS");
-    char what[24];
-    snprintf(what, sizeof what, "%s%s%s", decode ? "decode" : splits ? "pre/k1" : "prefill",
-             decode || !rows_env ? "" : "/r", decode || !rows_env ? "" : rows_env);
-    printf("  %-12s %-11s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
+    printf("  %-12s %-7s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
            "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
-           sc.name, what, sc.inj_side ? "V" : "K", sc.inj_head,
+           sc.name, decode ? "decode" : splits ? "pre/k1" : "prefill", sc.inj_side ? "V" : "K", sc.inj_head,
            (double)sc.inj_val, sc.inj_seq, sc.inj_pos, want_bad, got_bad, wrong, e.rel());
     cudaFree(dout);
     cudaFree(ws);
@@ -949,22 +930,18 @@ static void test_nonfinite_kv(void **state)
                 p.inj_head = 1;
                 p.inj_side = side;
                 p.inj_val = vals[vi];
-                /* each prefill case unsplit, then split every tile of keys,
-                 * with blocks of 64 and of 128 query rows (37 and 66 then
-                 * share a block but not a warp) */
-                for (int sp = 0; sp < 4; sp++) {
-                    set_prefill_rows(sp / 2 ? 128 : 64);
+                /* each prefill case unsplit, then split every tile of keys */
+                for (int sp = 0; sp < 2; sp++) {
                     p.inj_seq = 0;
                     p.inj_pos = 37;
-                    ok = run_nonfinite(p, false, sp % 2) && ok;
+                    ok = run_nonfinite(p, false, sp) && ok;
                     p.inj_seq = 1;
                     p.inj_pos = 3; /* cached part: every new row attends to it */
-                    ok = run_nonfinite(p, false, sp % 2) && ok;
+                    ok = run_nonfinite(p, false, sp) && ok;
                     p.inj_seq = 0;
                     p.inj_pos = 66; /* second tile, second block of query rows */
-                    ok = run_nonfinite(p, false, sp % 2) && ok;
+                    ok = run_nonfinite(p, false, sp) && ok;
                 }
-                set_prefill_rows(0);
                 /* decode: a cached token, then the current one; splits merge */
                 Scenario d = mk(nm(dt, dt), dt, dt, {99, 36, 0}, {1, 1, 1});
                 d.inj_seq = 0;
@@ -1214,57 +1191,43 @@ static void test_timing(void **state)
         p.kv_len = ctx;
         p.split_tiles = 0;
         CK(cudaDeviceSynchronize()); /* fills ran on the legacy stream */
+        float ms = time_ms(st, e0, e1, 10, pre_fn, &p);
+        double flops = 4.0 * D * H * ((double)ctx * (ctx + 1) / 2);
+        printf("    %-4s prefill 1 x %d tokens: %8.2f us  %6.1f TFLOP/s (causal)\n",
+               dt ? "int8" : "f16", ctx, ms * 1e3, flops / (ms * 1e-3) / 1e12);
         /* short prompts and chunks (the backend's split plan: a workspace of
-         * 16 splits of 512 rows, as backend_memory.cu sizes it), one layer;
-         * every row with blocks of 64 and of 128 query rows */
-        const size_t ws_bytes = dsq_attn_prefill_workspace_bytes(512, H, D, 16);
-        void *ws512;
-        CK(cudaMalloc(&ws512, ws_bytes));
-        for (int rows = 64; rows <= 128; rows *= 2) {
-            set_prefill_rows(rows);
-            p.n = ctx;
-            p.kv_len = ctx;
-            p.ws = NULL;
-            p.ws_bytes = 0;
-            int32_t cu4k[2] = {0, ctx};
-            CK(cudaMemcpy(p.cu, cu4k, 8, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(p.pos0, &z, 4, cudaMemcpyHostToDevice));
-            float ms = time_ms(st, e0, e1, 10, pre_fn, &p);
-            double flops = 4.0 * D * H * ((double)ctx * (ctx + 1) / 2);
-            printf("    %-4s r%-3d prefill 1 x %d tokens: %8.2f us  %6.1f TFLOP/s (causal)\n", dt ? "int8" : "f16",
-                   rows, ctx, ms * 1e3, flops / (ms * 1e-3) / 1e12);
-            p.ws = ws512;
-            p.ws_bytes = ws_bytes;
-            const int shorts[][2] = {{512, 0}, {256, 0}, {128, 0}, {512, 1536}, {512, 3584}};
-            for (int si = 0; si < 5; si++) {
-                const int n = shorts[si][0], at = shorts[si][1];
-                int32_t cus[2] = {0, n};
-                CK(cudaMemcpy(p.cu, cus, 8, cudaMemcpyHostToDevice));
-                CK(cudaMemcpy(p.pos0, &at, 4, cudaMemcpyHostToDevice));
-                p.n = n;
-                p.kv_len = at + n;
-                double fl = 4.0 * D * H * ((double)n * at + (double)n * (n + 1) / 2);
-                for (int sp = 1; sp >= 0; sp--) {
-                    void *w = p.ws;
-                    if (!sp)
-                        p.ws = NULL;
-                    float t = time_ms(st, e0, e1, 20, pre_fn, &p);
-                    p.ws = w;
-                    printf("    %-4s r%-3d prefill %4d rows at %4d%s: %8.2f us  %6.1f TFLOP/s\n", dt ? "int8" : "f16",
-                           rows, n, at, sp ? " (split plan)" : " (no split)  ", t * 1e3, fl / (t * 1e-3) / 1e12);
-                }
-                /* other split sizes than the plan's (512 rows at 0) */
-                for (int ft = 1; si == 0 && ft <= 4; ft++) {
-                    p.split_tiles = ft;
-                    float t = time_ms(st, e0, e1, 20, pre_fn, &p);
-                    p.split_tiles = 0;
-                    printf("    %-4s r%-3d prefill %4d rows at %4d (%d-tile splits): %8.2f us  %6.1f TFLOP/s\n",
-                           dt ? "int8" : "f16", rows, n, at, ft, t * 1e3, fl / (t * 1e-3) / 1e12);
-                }
+         * 16 splits of 512 rows, as backend_memory.cu sizes it), one layer */
+        p.ws_bytes = dsq_attn_prefill_workspace_bytes(512, H, D, 16);
+        CK(cudaMalloc(&p.ws, p.ws_bytes));
+        const int shorts[][2] = {{512, 0}, {256, 0}, {128, 0}, {512, 1536}, {512, 3584}};
+        for (int si = 0; si < 5; si++) {
+            const int n = shorts[si][0], at = shorts[si][1];
+            int32_t cus[2] = {0, n};
+            CK(cudaMemcpy(p.cu, cus, 8, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(p.pos0, &at, 4, cudaMemcpyHostToDevice));
+            p.n = n;
+            p.kv_len = at + n;
+            double fl = 4.0 * D * H * ((double)n * at + (double)n * (n + 1) / 2);
+            for (int sp = 1; sp >= 0; sp--) {
+                void *w = p.ws;
+                if (!sp)
+                    p.ws = NULL;
+                float t = time_ms(st, e0, e1, 20, pre_fn, &p);
+                p.ws = w;
+                printf("    %-4s prefill %4d rows at %4d%s: %8.2f us  %6.1f TFLOP/s\n", dt ? "int8" : "f16", n, at,
+                       sp ? " (split plan)" : " (no split)  ", t * 1e3, fl / (t * 1e-3) / 1e12);
+            }
+            /* other split sizes than the plan's (512 rows at 0: 2 tiles) */
+            for (int ft = 1; si == 0 && ft <= 4; ft++) {
+                if (ft == 2)
+                    continue;
+                p.split_tiles = ft;
+                float t = time_ms(st, e0, e1, 20, pre_fn, &p);
+                p.split_tiles = 0;
+                printf("    %-4s prefill %4d rows at %4d (%d-tile splits): %8.2f us  %6.1f TFLOP/s\n",
+                       dt ? "int8" : "f16", n, at, ft, t * 1e3, fl / (t * 1e-3) / 1e12);
             }
         }
-        set_prefill_rows(0);
-        p.ws = ws512;
         cudaFree(p.ws);
         cudaFree(qbig);
         cudaFree(obig);
