@@ -132,7 +132,8 @@ dsq_status dsq_attn_rope_kv_write(const dsq_attn_kv *kv, const float *qkv, int64
  *               held before); token i of b is at pos0+i and attends to cache
  *               positions 0 .. pos0+i
  *   max_q_len : host; >= every cu_seqlens[b+1]-cu_seqlens[b] (sizes the grid)
- * Scale 1/sqrt(head_dim), softmax in fp32, fp16 tensor-core products.
+ * Scale 1/sqrt(head_dim), softmax in fp32, fp16 tensor-core products
+ * (wgmma on sm_90a builds running on sm_90, else mma.sync).
  * Ordering (PDL, as for dsq_attn_decode_rope): the kernel reads cu_seqlens,
  * seq_pos0, the block table and the cached keys before each b's seq_pos0
  * before it waits for the kernel before it, so none of them may come from
@@ -164,6 +165,13 @@ dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, int64_t q_s
                                 int32_t split_tiles, void *workspace, size_t workspace_bytes,
                                 cudaStream_t stream);
 size_t dsq_attn_prefill_workspace_bytes(int32_t max_rows, int32_t n_heads, int32_t head_dim, int32_t n_split);
+
+/* Which prefill kernel the current device runs: 1 the Hopper one (wgmma:
+ * the build has sm_90a code and the device is sm_90, see wgmma.cuh), 0 the
+ * mma.sync one (other devices and builds, or DSQ_CUDA_PREFILL_WGMMA=0, a
+ * measurement knob read per call), -1 on a setup error.  Both give the same
+ * results up to fp32 summation order. */
+int dsq_attn_prefill_kernel_wgmma(void);
 
 /* Decode attention (flash-decoding): one query token per batch sequence.
  *   q        : [n_seqs][q_stride] bf16; head h at q + b*q_stride + h*head_dim

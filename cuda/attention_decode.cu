@@ -753,7 +753,7 @@ extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
 
 static cudaError_t attn_init_device(int dev)
 {
-    cudaError_t e = prefill_init();
+    cudaError_t e = prefill_init(dev);
     return e == cudaSuccess ? decode_init(dev) : e;
 }
 

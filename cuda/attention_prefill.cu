@@ -47,6 +47,7 @@
 #include "attention.h"
 #include "attention_tile.cuh"
 #include "kernels.h" /* dsq_cu_status */
+#include "wgmma.cuh"
 
 namespace dsq_attn {
 
@@ -58,9 +59,13 @@ constexpr int kPrefillRows = 64; /* query rows per block */
  * 8 tiles, 16.18 vs 19.05) */
 constexpr int kPrefillSplitMinTiles = 4;
 
-template <int D> constexpr int prefill_smem_bytes()
+/* Dynamic shared memory: Q [64][D + 8] and two stages of K and V tiles
+ * (attention_tile.cuh's layouts: padded for mma.sync, swizzled for wgmma,
+ * which also needs up to 1 KB to align them), fp16; INT8 scales. */
+template <int D, bool WG> constexpr int prefill_smem_bytes()
 {
-    return (kPrefillRows * (D + 8) + 2 * 2 * kTileKeys * (D + 8)) * 2 + 2 * 2 * kTileKeys * 4;
+    return kPrefillRows * (D + 8) * 2 + 2 * 2 * kTileKeys * (WG ? D : D + 8) * 2 + 2 * 2 * kTileKeys * 4 +
+           (WG ? 1024 : 0);
 }
 
 /* Screen one diagonal tile's V (see the top): zero non-finite V values
@@ -68,7 +73,7 @@ template <int D> constexpr int prefill_smem_bytes()
  * every key k of the tile that had one.  All threads; returns whether this
  * thread found one (the caller syncs with __syncthreads_or, so the common
  * all-finite tile skips the per-key flag scan). */
-template <int D, bool INT8>
+template <int D, bool INT8, bool SW>
 __device__ __forceinline__ bool screen_v(__half *sv, float *svs, int *bad)
 {
     const int t = threadIdx.x;
@@ -89,7 +94,7 @@ __device__ __forceinline__ bool screen_v(__half *sv, float *svs, int *bad)
 #pragma unroll
     for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
         const int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
-        uint4 *p = (uint4 *)(sv + r * (D + 8) + cc * 8);
+        uint4 *p = (uint4 *)(sv + tile_chunk<D, SW>(r, cc));
         uint4 w = *p;
         uint32_t wd[4] = {w.x, w.y, w.z, w.w};
         bool b = false;
@@ -124,18 +129,27 @@ __device__ __forceinline__ int prefill_splits_used(int kv_end, int n_split, int 
  *                          ml  [rows][n_heads][n_split][2] f32 (m in log2
  *                              units, l; l NaN: the row saw a non-finite V)
  * rows: the pass's token rows (cu_seqlens). */
-template <int D, bool INT8>
+template <int D, bool INT8, bool WG>
 __global__ void __launch_bounds__(kThreads)
     prefill_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, __nv_bfloat16 *out,
                    int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
                    int group, float scale_log2, int n_split, int split_tiles, float *ws_acc, float *ws_ml)
 {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (WG) { /* never launched here (dsq_wgmma_available) */
+        __trap();
+        return;
+    }
+#endif
     constexpr int RH = D + 8;
+    constexpr int TS = kTileKeys * (WG ? D : RH); /* halves per K (or V) tile */
     extern __shared__ __align__(16) unsigned char smem[];
-    __half *sq = (__half *)smem;                  /* [64][RH]        */
-    __half *sk = sq + kPrefillRows * RH;          /* [2][64][RH]     */
-    __half *sv = sk + 2 * kTileKeys * RH;         /* [2][64][RH]     */
-    float *sks = (float *)(sv + 2 * kTileKeys * RH); /* [2][64]      */
+    /* wgmma's swizzled tiles start 1024-byte aligned (shared addresses) */
+    unsigned char *base = smem + (WG ? (1024 - (smem_u32(smem) & 1023)) & 1023 : 0);
+    __half *sk = (__half *)base;                  /* [2][TS]         */
+    __half *sv = sk + 2 * TS;                     /* [2][TS]         */
+    __half *sq = sv + 2 * TS;                     /* [64][RH]        */
+    float *sks = (float *)(sq + kPrefillRows * RH); /* [2][64]       */
     float *svs = sks + 2 * kTileKeys;             /* [2][64]         */
     __shared__ int vbad[kTileKeys]; /* diagonal tile: key's V was non-finite */
 
@@ -162,7 +176,7 @@ __global__ void __launch_bounds__(kThreads)
      * 16-byte piece of Q (a short prompt's blocks are mostly prologue).  A
      * first tile of keys cached before this pass (a chunk extending a
      * sequence) is requested before the wait, like decode attention's */
-    TileLoader<D, INT8> ld;
+    TileLoader<D, INT8, WG> ld;
     const bool old_tile = active && (j0 + 1) * kTileKeys <= pos0;
     if (old_tile)
         ld.issue(a, b, kvh, j0 * kTileKeys, kv_end, sk, sv, sks, svs);
@@ -190,6 +204,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     ld.commit(sk, sv, sks, svs);
     cp_async_wait_all();
+    if constexpr (WG)
+        fence_proxy_async();
     __syncthreads();
 
     uint32_t qf[D / 16][4];
@@ -204,34 +220,54 @@ __global__ void __launch_bounds__(kThreads)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
     bool poison[2] = {false, false}; /* the row attends to a non-finite V */
+    float s[8][4]; /* a tile's scores (wgmma overwrites them: set once) */
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
 
     for (int j = j0; j < j1; j++) {
         const int cur = (j - j0) & 1;
         const int key0 = j * kTileKeys;
         if (j + 1 < j1)
-            ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * kTileKeys * RH,
-                     sv + (cur ^ 1) * kTileKeys * RH, sks + (cur ^ 1) * kTileKeys,
-                     svs + (cur ^ 1) * kTileKeys);
+            ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * TS, sv + (cur ^ 1) * TS,
+                     sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
         /* block-uniform: the tile holds a key after the block's first row */
         if (key0 + kTileKeys - 1 > pos0 + m0) {
-            if (__syncthreads_or(screen_v<D, INT8>(sv + cur * kTileKeys * RH, svs + cur * kTileKeys, vbad)))
+            const bool found = screen_v<D, INT8, WG>(sv + cur * TS, svs + cur * kTileKeys, vbad);
+            if constexpr (WG)
+                fence_proxy_async(); /* the zeroed V values, for wgmma */
+            if (__syncthreads_or(found))
                 for (int k = 0; k < kTileKeys; k++)
                     if (vbad[k]) {
                         poison[0] = poison[0] || key0 + k <= qpos0;
                         poison[1] = poison[1] || key0 + k <= qpos1;
                     }
         }
-        /* a warp whose last row precedes the whole tile has nothing to do */
-        if (key0 <= qpos_w + 15) {
-            const __half *tk = sk + cur * kTileKeys * RH, *tv = sv + cur * kTileKeys * RH;
+        /* a warp whose last row precedes the whole tile has nothing to do
+         * (with wgmma the warpgroup computes together: every warp) */
+        if (WG || key0 <= qpos_w + 15) {
+            const __half *tk = sk + cur * TS, *tv = sv + cur * TS;
             const float *tks = sks + cur * kTileKeys, *tvs = svs + cur * kTileKeys;
-            float s[8][4];
+            if constexpr (WG) {
+                /* S = Q K^T: K-major B, k-step kk at D block kk / 4 (8 KB
+                 * apart), 32 bytes per k-step inside its 128-byte rows */
+                const uint32_t ka = smem_u32(tk);
+                wgmma_fence();
 #pragma unroll
-            for (int i = 0; i < 8; i++)
-                s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+                for (int kk = 0; kk < D / 16; kk++)
+                    wgmma_m64n64k16_rs<0>(s, qf[kk],
+                                          wgmma_desc_sw128(ka + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
+                wgmma_commit();
+                wgmma_wait0();
+                wgmma_pin<8>(s);
+            } else {
 #pragma unroll
-            for (int np = 0; np < 4; np++)
-                qk_16keys<D>(&s[2 * np], qf, tk + np * 16 * RH);
+                for (int i = 0; i < 8; i++)
+                    s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+                for (int np = 0; np < 4; np++)
+                    qk_16keys<D>(&s[2 * np], qf, tk + np * 16 * RH);
+            }
             const bool need_mask = key0 + kTileKeys - 1 > qpos_w;
             float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -250,6 +286,7 @@ __global__ void __launch_bounds__(kThreads)
             }
             float mu[2];
             online_rescale<D>(m_r, l_r, o, mt, mu);
+            uint32_t pa[4][4]; /* P's A fragments, 16 keys each */
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 float p[2][4];
@@ -263,15 +300,37 @@ __global__ void __launch_bounds__(kThreads)
                         p[hb][e] = pe;
                     }
                 }
-                uint32_t pa[4] = {pack_half2(p[0][0], p[0][1]), pack_half2(p[0][2], p[0][3]),
-                                  pack_half2(p[1][0], p[1][1]), pack_half2(p[1][2], p[1][3])};
-                pv_16keys<D>(o, pa, tv + kk * 16 * RH);
+                pa[kk][0] = pack_half2(p[0][0], p[0][1]);
+                pa[kk][1] = pack_half2(p[0][2], p[0][3]);
+                pa[kk][2] = pack_half2(p[1][0], p[1][1]);
+                pa[kk][3] = pack_half2(p[1][2], p[1][3]);
+                if constexpr (!WG)
+                    pv_16keys<D>(o, pa[kk], tv + kk * 16 * RH);
+            }
+            if constexpr (WG) {
+                /* O += P V: V is N-major B, 16 keys (2 KB) per k-step, the
+                 * 64-column blocks of D 8 KB apart */
+                const uint32_t va = smem_u32(tv);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const uint64_t dv = wgmma_desc_sw128(va + kk * 2048, 8192, 1024);
+                    if constexpr (D == 128)
+                        wgmma_m64n128k16_rs<1>(o, pa[kk], dv, 1);
+                    else
+                        wgmma_m64n64k16_rs<1>(o, pa[kk], dv, 1);
+                }
+                wgmma_commit();
+                wgmma_wait0();
+                wgmma_pin<D / 8>(o);
             }
         }
         if (j + 1 < j1)
-            ld.commit(sk + (cur ^ 1) * kTileKeys * RH, sv + (cur ^ 1) * kTileKeys * RH,
-                      sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
+            ld.commit(sk + (cur ^ 1) * TS, sv + (cur ^ 1) * TS, sks + (cur ^ 1) * kTileKeys,
+                      svs + (cur ^ 1) * kTileKeys);
         cp_async_wait_all();
+        if constexpr (WG)
+            fence_proxy_async();
         __syncthreads();
     }
 
@@ -370,20 +429,61 @@ __global__ void __launch_bounds__(128)
         *(__nv_bfloat162 *)(dst + k) = __floats2bfloat162_rn(acc[k] / L, acc[k + 1] / L);
 }
 
-template <int D, bool INT8> static cudaError_t set_prefill_attr()
+template <int D, bool INT8, bool WG> static cudaError_t set_prefill_attr()
 {
-    return cudaFuncSetAttribute(prefill_kernel<D, INT8>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                prefill_smem_bytes<D>());
+    return cudaFuncSetAttribute(prefill_kernel<D, INT8, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                prefill_smem_bytes<D, WG>());
 }
 
-cudaError_t prefill_init()
+/* Whether the code this device runs has wgmma (built for sm_90a and the
+ * device is one): a one-thread probe kernel, as the host cannot tell which
+ * of the fat binary's images the driver picked. */
+__global__ void wgmma_probe_kernel(int *out)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+static int g_wgmma[DSQ_CU_MAX_DEVICES]; /* per device: 1 wgmma kernels usable */
+
+static cudaError_t wgmma_probe(int dev)
+{
+    int *d = NULL, h = 0;
+    cudaError_t e = cudaMalloc(&d, sizeof(int));
+    if (e != cudaSuccess)
+        return e;
+    wgmma_probe_kernel<<<1, 1>>>(d);
+    e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (e != cudaSuccess)
+        return e;
+    g_wgmma[dev] = h == 1; /* published by dsq_cu_once_per_device's release store */
+    return cudaSuccess;
+}
+
+template <bool WG> static cudaError_t set_prefill_attrs()
 {
     cudaError_t e;
-    if ((e = set_prefill_attr<128, false>()) != cudaSuccess) return e;
-    if ((e = set_prefill_attr<128, true>()) != cudaSuccess) return e;
-    if ((e = set_prefill_attr<64, false>()) != cudaSuccess) return e;
-    return set_prefill_attr<64, true>();
+    if ((e = set_prefill_attr<128, false, WG>()) != cudaSuccess) return e;
+    if ((e = set_prefill_attr<128, true, WG>()) != cudaSuccess) return e;
+    if ((e = set_prefill_attr<64, false, WG>()) != cudaSuccess) return e;
+    return set_prefill_attr<64, true, WG>();
+}
+
+/* The current device `dev`'s attributes (per device) and its wgmma probe. */
+cudaError_t prefill_init(int dev)
+{
+    cudaError_t e = set_prefill_attrs<false>();
+    if (e == cudaSuccess)
+        e = wgmma_probe(dev);
+    if (e == cudaSuccess && g_wgmma[dev])
+        e = set_prefill_attrs<true>();
+    return e;
 }
 
 } /* namespace dsq_attn */
@@ -404,11 +504,28 @@ extern "C" size_t dsq_attn_prefill_workspace_bytes(int32_t max_rows, int32_t n_h
     return prefill_ws_bytes(max_rows, n_heads, head_dim, n_split);
 }
 
+/* The wgmma kernel where the device has it; DSQ_CUDA_PREFILL_WGMMA=0 keeps
+ * the mma.sync kernel (a measurement knob, read per call; the tests run
+ * both). */
+static bool use_wgmma(int dev)
+{
+    const char *e = getenv("DSQ_CUDA_PREFILL_WGMMA");
+    return g_wgmma[dev] && !(e && e[0] == '0');
+}
+
 /* DSQ_CUDA_PREFILL_SPLIT=0: never split (a measurement knob, read per call) */
 static bool split_enabled(void)
 {
     const char *e = getenv("DSQ_CUDA_PREFILL_SPLIT");
     return !(e && e[0] == '0');
+}
+
+extern "C" int dsq_attn_prefill_kernel_wgmma(void)
+{
+    int dev = 0;
+    if (dsq_attn_init() != DSQ_OK || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DSQ_CU_MAX_DEVICES)
+        return -1;
+    return use_wgmma(dev) ? 1 : 0;
 }
 
 extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, int64_t q_stride, void *out,
@@ -435,6 +552,10 @@ extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, 
     dsq_status st = dsq_attn_init();
     if (st != DSQ_OK)
         return st;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess || dev < 0 || dev >= DSQ_CU_MAX_DEVICES)
+        return dsq_cu_status(e != cudaSuccess ? e : cudaErrorInvalidDevice, "prefill attention: device query");
+    const bool wg = use_wgmma(dev);
     /* the split plan: kv_tiles, the longest query tile's keys in tiles */
     const int64_t n_qt = (max_q_len + kPrefillRows - 1) / kPrefillRows;
     const int64_t kv_tiles = ((int64_t)(max_kv_len > max_q_len ? max_kv_len : max_q_len) + kTileKeys - 1) / kTileKeys;
@@ -451,9 +572,7 @@ extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, 
         /* about four blocks per SM (two rounds at the two that fit): the
          * longest chain is what a part-empty GPU waits for */
         int sms = 0;
-        cudaError_t ge = cudaGetDevice(&dev);
-        if (ge == cudaSuccess)
-            ge = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        const cudaError_t ge = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (ge != cudaSuccess)
             return dsq_cu_status(ge, "prefill attention: device query");
         const int64_t base = n_qt * n_heads * n_seqs;
@@ -467,7 +586,6 @@ extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, 
             n_split = (kv_tiles + tiles - 1) / tiles;
         }
     }
-    cudaError_t e;
     KvArgs a = kv_args(kv);
     const int group = n_heads / kv->n_kv_heads;
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
@@ -478,14 +596,17 @@ extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, 
     float *ws_acc = n_split > 1 ? (float *)workspace : NULL;
     float *ws_ml = n_split > 1 ? ws_acc + (size_t)(rows * n_heads * n_split * D) : NULL;
     const int ns = (int)n_split, st_tiles = (int)(n_split > 1 ? tiles : kv_tiles + 1);
-#define DSQ_PREFILL_LAUNCH(DD, I8)                                                           \
-    dsq_launch_pdl(prefill_kernel<DD, I8>, grid, dim3(kThreads), (size_t)prefill_smem_bytes<DD>(), \
-                   stream, a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2, ns, st_tiles, \
-                   ws_acc, ws_ml)
-    if (D == 128)
-        e = i8 ? DSQ_PREFILL_LAUNCH(128, true) : DSQ_PREFILL_LAUNCH(128, false);
+#define DSQ_PREFILL_LAUNCH(DD, I8, WG)                                                                            \
+    dsq_launch_pdl(prefill_kernel<DD, I8, WG>, grid, dim3(kThreads), (size_t)prefill_smem_bytes<DD, WG>(), stream, \
+                   a, qb, q_stride, ob, o_stride, cu_seqlens, seq_pos0, group, scale_log2, ns, st_tiles, ws_acc, ws_ml)
+    if (D == 128 && wg)
+        e = i8 ? DSQ_PREFILL_LAUNCH(128, true, true) : DSQ_PREFILL_LAUNCH(128, false, true);
+    else if (D == 128)
+        e = i8 ? DSQ_PREFILL_LAUNCH(128, true, false) : DSQ_PREFILL_LAUNCH(128, false, false);
+    else if (wg)
+        e = i8 ? DSQ_PREFILL_LAUNCH(64, true, true) : DSQ_PREFILL_LAUNCH(64, false, true);
     else
-        e = i8 ? DSQ_PREFILL_LAUNCH(64, true) : DSQ_PREFILL_LAUNCH(64, false);
+        e = i8 ? DSQ_PREFILL_LAUNCH(64, true, false) : DSQ_PREFILL_LAUNCH(64, false, false);
 #undef DSQ_PREFILL_LAUNCH
     if (e != cudaSuccess || n_split <= 1)
         return dsq_cu_status(e, "prefill attention kernel");

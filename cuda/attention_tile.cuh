@@ -161,17 +161,33 @@ __device__ __forceinline__ uint4 bf16x8_to_h8(uint4 in)
 }
 
 /* ---- K/V tile loaders ---------------------------------------------------------
- * An fp16 tile, as both kernels stage it: K and V of keys key0 ..
- * key0 + 63 of kv head kvh (keys >= key_end zero-filled) into sk, sv
- * [kTileKeys][D + 8] by cp.async, 16 bytes per copy; the caller commits
- * the group.  (INT8 tiles differ by kernel on purpose: prefill converts
- * them to fp16 for ldmatrix, TileLoader below; decode keeps the raw bytes
- * for its register fragments, attention_decode.cu's dec_issue.) */
-template <int D>
+ * Two shared layouts of a tile of kTileKeys rows (keys) x D fp16:
+ *  padded (SW false): [kTileKeys][D + 8], the layout ldmatrix reads (the
+ *    16-byte pad puts the 8 rows an ldmatrix reads in distinct bank groups);
+ *  swizzled (SW true): [D / 64][kTileKeys][64], each row of a 64-column
+ *    block 128 bytes whose 16-byte chunk c sits at c ^ (row % 8) -- the
+ *    128-byte swizzle wgmma reads (wgmma.cuh), as K-major B for K and
+ *    N-major B for V; the tile must start 1024-byte aligned.
+ * tile_chunk: offset in halves of chunk c (halves 8c .. 8c + 7) of row r. */
+template <int D, bool SW> __device__ __forceinline__ int tile_chunk(int r, int c)
+{
+    if constexpr (SW)
+        return (c >> 3) * (kTileKeys * 64) + r * 64 + ((c & 7) ^ (r & 7)) * 8;
+    else
+        return r * (D + 8) + c * 8;
+}
+
+/* An fp16 tile, as both kernels stage it: K and V of keys key0 ..
+ * key0 + 63 of kv head kvh (keys >= key_end zero-filled) into sk, sv (layout
+ * SW, above) by cp.async, 16 bytes per copy; the caller commits the group.
+ * (INT8 tiles differ by kernel on purpose: prefill converts them to fp16
+ * for the tensor cores, TileLoader below; decode keeps the raw bytes for its
+ * register fragments, attention_decode.cu's dec_issue.) */
+template <int D, bool SW = false>
 __device__ __forceinline__ void kv_issue_f16(const KvArgs &a, int b, int kvh, int key0, int key_end, __half *sk,
                                              __half *sv)
 {
-    constexpr int CPR = D / 8, RH = D + 8; /* 16-byte chunks per row, halves per smem row */
+    constexpr int CPR = D / 8; /* 16-byte chunks per row */
     static_assert(kTileKeys * CPR % kThreads == 0, "tile must split evenly");
     const int t = threadIdx.x;
     const int64_t run = kv_run_row(a, b, key0, kTileKeys);
@@ -181,21 +197,21 @@ __device__ __forceinline__ void kv_issue_f16(const KvArgs &a, int b, int kvh, in
         const bool ok = key0 + r < key_end;
         const int64_t off = ok ? kv_tile_row(a, b, kvh, key0, r, run) * D : 0;
         const __half *gk = (const __half *)a.k + off + cc * 8, *gv = (const __half *)a.v + off + cc * 8;
-        cp_async16(sk + r * RH + cc * 8, ok ? (const void *)gk : a.k, ok ? 16 : 0);
-        cp_async16(sv + r * RH + cc * 8, ok ? (const void *)gv : a.v, ok ? 16 : 0);
+        const int so = tile_chunk<D, SW>(r, cc);
+        cp_async16(sk + so, ok ? (const void *)gk : a.k, ok ? 16 : 0);
+        cp_async16(sv + so, ok ? (const void *)gv : a.v, ok ? 16 : 0);
     }
 }
 
-/* The prefill kernel's loader.  Shared layout per buffer: sk, sv [kTileKeys][D + 8] fp16 (the 16-byte pad
- * makes the 8 rows an ldmatrix reads fall in distinct bank groups), sks, svs
- * [kTileKeys] fp32 (INT8 scales; 0 for keys past the end).
+/* The prefill kernel's loader.  Shared layout per buffer: sk, sv fp16 tiles
+ * in layout SW (tile_chunk), sks, svs [kTileKeys] fp32 (INT8 scales; 0 for
+ * keys past the end).
  * issue(): start loading keys key0 .. key0+63 (keys >= key_end read as 0).
  *   fp16: cp.async straight into the buffer; INT8: 16-byte loads into
  *   registers (so they overlap the compute on the other buffer).
  * commit(): INT8 only: convert the staged registers to fp16 into the buffer.
  * The caller waits (cp_async_wait_all) and __syncthreads before reading. */
-template <int D, bool INT8> struct TileLoader {
-    static constexpr int kRowH = D + 8;                                /* halves per smem row */
+template <int D, bool INT8, bool SW = false> struct TileLoader {
     static constexpr int kChunks = INT8 ? kTileKeys * D / 16 : kTileKeys * D / 8;
     static constexpr int kPerThread = kChunks / kThreads;             /* per K (and per V)   */
     static constexpr int kChunksPerRow = INT8 ? D / 16 : D / 8;
@@ -209,7 +225,7 @@ template <int D, bool INT8> struct TileLoader {
                                           float *svs)
     {
         if constexpr (!INT8) {
-            kv_issue_f16<D>(a, b, kvh, key0, key_end, sk, sv);
+            kv_issue_f16<D, SW>(a, b, kvh, key0, key_end, sk, sv);
             cp_async_commit();
         } else {
             const int t = threadIdx.x;
@@ -246,14 +262,14 @@ template <int D, bool INT8> struct TileLoader {
             i8x4_to_h4(rk[i].y, o0.z, o0.w);
             i8x4_to_h4(rk[i].z, o1.x, o1.y);
             i8x4_to_h4(rk[i].w, o1.z, o1.w);
-            *(uint4 *)(sk + r * kRowH + cc * 16) = o0;
-            *(uint4 *)(sk + r * kRowH + cc * 16 + 8) = o1;
+            *(uint4 *)(sk + tile_chunk<D, SW>(r, 2 * cc)) = o0;
+            *(uint4 *)(sk + tile_chunk<D, SW>(r, 2 * cc + 1)) = o1;
             i8x4_to_h4(rv[i].x, o0.x, o0.y);
             i8x4_to_h4(rv[i].y, o0.z, o0.w);
             i8x4_to_h4(rv[i].z, o1.x, o1.y);
             i8x4_to_h4(rv[i].w, o1.z, o1.w);
-            *(uint4 *)(sv + r * kRowH + cc * 16) = o0;
-            *(uint4 *)(sv + r * kRowH + cc * 16 + 8) = o1;
+            *(uint4 *)(sv + tile_chunk<D, SW>(r, 2 * cc)) = o0;
+            *(uint4 *)(sv + tile_chunk<D, SW>(r, 2 * cc + 1)) = o1;
         }
         (t < kTileKeys ? sks : svs)[t & (kTileKeys - 1)] = rscale;
     }
@@ -382,7 +398,7 @@ static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; 
 
 /* Shared-memory attribute setters, one per kernel family, for the current
  * device `dev` (dsq_attn_init runs them once per device). */
-cudaError_t prefill_init();
+cudaError_t prefill_init(int dev);
 cudaError_t decode_init(int dev);
 
 } /* namespace dsq_attn */

@@ -481,6 +481,49 @@ prompt)
         grep -E "prefill_kernel|Duration|Throughput|Achieved Occupancy|Stall|Warp Cycles Per Issued" "$OUT/ncu_prefill.log" | head -60
     fi
     ;;
+wgmma)
+    # stop 33: prefill attention on wgmma (sm_90a) against the mma.sync
+    # kernel: test_cuda_attention (every prefill case with both kernels, the
+    # timing rows of both), the e2e tests, the mixed step and prefill bench
+    # rows of the base tree (.gpu/base.tar.xz), the default and
+    # DSQ_CUDA_PREFILL_WGMMA=0.  WG_SAN=1: compute-sanitizer memcheck and
+    # racecheck of test_cuda_attention (quick).  Prebuilt only.
+    prebuilt_stage wgmma
+    DEADLINE=${DEADLINE:-540}
+    timeout 240 "$B/tests/test_cuda_attention" >"$OUT/attn.log" 2>&1
+    echo "== test_cuda_attention rc=$? ($(el)) $(grep -E "PASSED|FAILED" "$OUT/attn.log" | tail -1)"
+    grep -E "prefill kernels tested|FAIL|worst rel|mismatched [1-9]" "$OUT/attn.log" | head -12
+    grep -E "f16 +(wgmma|mma) +prefill .*(rows|tokens)" "$OUT/attn.log" | head -30
+    grep -E "int8 +(wgmma|mma) +prefill (1 x|512 rows at 1536)" "$OUT/attn.log"
+    if [ "${WG_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck; do
+            DSQ_ATTN_QUICK=1 timeout 200 compute-sanitizer --tool $tool "$B/tests/test_cuda_attention" \
+                >"$OUT/san_$tool.log" 2>&1
+            echo "== $tool rc=$? $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/san_$tool.log" | tr '\n' ' ')"
+        done
+    fi
+    [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+    wait $MODEL_PID
+    for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops; do gtest $t; done
+    wmixed() { # tag build_dir [env...]
+        local tag=$1 BB=$2
+        shift 2
+        env "$@" LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
+            >"$OUT/mixed_$tag.log" 2>&1
+        echo "== mixed $tag rc=$? $*"; grep -E "RESULT (plain|mixed)" "$OUT/mixed_$tag.log"
+    }
+    wmixed base /tmp/gs_base
+    wmixed new $B
+    wmixed new_mma $B DSQ_CUDA_PREFILL_WGMMA=0
+    for rep in 1 2; do
+        bench_row new_b1_512n_r$rep 512 1 --kv f16 --sampling none
+        DSQ_CUDA_PREFILL_WGMMA=0 bench_row mma_b1_512n_r$rep 512 1 --kv f16 --sampling none
+    done
+    bench_row new_b1_4096n 4096 1 --kv f16 --sampling none --batch-tokens 4096
+    DSQ_CUDA_PREFILL_WGMMA=0 bench_row mma_b1_4096n 4096 1 --kv f16 --sampling none --batch-tokens 4096
+    bench_row new_b1_512 512 1 --kv f16
+    DSQ_CUDA_PREFILL_WGMMA=0 bench_row mma_b1_512 512 1 --kv f16
+    ;;
 prompt2)
     # stop 32: the mixed step and the prefill profile of a base tree
     # (.gpu/base.tar.xz, an earlier prebuilt archive) against this one on

@@ -473,10 +473,29 @@ static void report(const Scenario &sc, const char *what, int s, const Err &e)
     }
 }
 
+/* The prefill kernels: 1 the wgmma one where the device and build have it
+ * (the launcher's default there), 0 the mma.sync one (DSQ_CUDA_PREFILL_
+ * WGMMA=0).  g_pre_kernels: how many of them this device runs (2 on an
+ * sm_90a build on sm_90, else 1). */
+static int g_pre_kernels = 1;
+static void set_prefill_kernel(int wgmma)
+{
+    if (wgmma)
+        unsetenv("DSQ_CUDA_PREFILL_WGMMA");
+    else
+        setenv("DSQ_CUDA_PREFILL_WGMMA", "0", 1);
+}
+static const char *prefill_kernel_name(void)
+{
+    const int w = dsq_attn_prefill_kernel_wgmma();
+    return w == 1 ? "wgmma" : w == 0 ? "mma" : "error";
+}
+
 /* Prefill three ways, each against the CPU reference: one block per query
  * tile (dsq_attn_prefill), split over keys every few tiles (forced: 1 tile
- * for short sequences, else ~4 splits), and the launcher's own plan; the
- * outputs and the split workspace are poisoned first. */
+ * for short sequences, else ~4 splits), and the launcher's own plan; each
+ * with every prefill kernel the device runs; the outputs and the split
+ * workspace are poisoned first. */
 static void run_prefill(const Scenario &sc)
 {
     Built b;
@@ -495,7 +514,9 @@ static void run_prefill(const Scenario &sc)
     CK(cudaMalloc(&dout, out_bytes));
     CK(cudaMalloc(&ws, ws_bytes));
     bool ok = true;
-    for (int mode = 0; mode < 3; mode++) {
+    for (int run = 0; run < 3 * g_pre_kernels; run++) {
+        const int mode = run % 3;
+        set_prefill_kernel(run < 3 && g_pre_kernels == 2);
         CK(cudaMemset(dout, 0xff, out_bytes)); /* bf16 NaN */
         CK(cudaMemset(ws, 0xff, ws_bytes));
         if (mode == 0)
@@ -507,8 +528,12 @@ static void run_prefill(const Scenario &sc)
         CK(cudaDeviceSynchronize());
         std::vector<uint16_t> out((size_t)b.n_new * b.o_stride);
         CK(cudaMemcpy(out.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
-        char what[32];
-        snprintf(what, sizeof what, mode == 0 ? "prefill" : mode == 1 ? "pre/k%d" : "pre/auto", forced);
+        char what[40];
+        if (mode == 1)
+            snprintf(what, sizeof what, "pre/k%d/%s", forced, prefill_kernel_name());
+        else
+            snprintf(what, sizeof what, mode == 0 ? "prefill/%s" : "pre/auto/%s", prefill_kernel_name());
+        set_prefill_kernel(1);
         for (int s = 0; s < b.n_seqs; s++) {
             Err e = check_seq(sc, b, out, s, false);
             report(sc, what, s, e);
@@ -904,9 +929,12 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
                 }
             }
         }
-    printf("  %-12s %-7s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
+    char what[24];
+    snprintf(what, sizeof what, "%s%s%s", decode ? "decode" : splits ? "pre/k1" : "prefill", decode ? "" : "/",
+             decode ? "" : prefill_kernel_name());
+    printf("  %-12s %-13s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
            "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
-           sc.name, decode ? "decode" : splits ? "pre/k1" : "prefill", sc.inj_side ? "V" : "K", sc.inj_head,
+           sc.name, what, sc.inj_side ? "V" : "K", sc.inj_head,
            (double)sc.inj_val, sc.inj_seq, sc.inj_pos, want_bad, got_bad, wrong, e.rel());
     cudaFree(dout);
     cudaFree(ws);
@@ -930,18 +958,21 @@ static void test_nonfinite_kv(void **state)
                 p.inj_head = 1;
                 p.inj_side = side;
                 p.inj_val = vals[vi];
-                /* each prefill case unsplit, then split every tile of keys */
-                for (int sp = 0; sp < 2; sp++) {
+                /* each prefill case unsplit, then split every tile of keys,
+                 * with every prefill kernel */
+                for (int sp = 0; sp < 2 * g_pre_kernels; sp++) {
+                    set_prefill_kernel(sp < 2 && g_pre_kernels == 2);
                     p.inj_seq = 0;
                     p.inj_pos = 37;
-                    ok = run_nonfinite(p, false, sp) && ok;
+                    ok = run_nonfinite(p, false, sp % 2) && ok;
                     p.inj_seq = 1;
                     p.inj_pos = 3; /* cached part: every new row attends to it */
-                    ok = run_nonfinite(p, false, sp) && ok;
+                    ok = run_nonfinite(p, false, sp % 2) && ok;
                     p.inj_seq = 0;
                     p.inj_pos = 66; /* second tile, second block of query rows */
-                    ok = run_nonfinite(p, false, sp) && ok;
+                    ok = run_nonfinite(p, false, sp % 2) && ok;
                 }
+                set_prefill_kernel(1);
                 /* decode: a cached token, then the current one; splits merge */
                 Scenario d = mk(nm(dt, dt), dt, dt, {99, 36, 0}, {1, 1, 1});
                 d.inj_seq = 0;
@@ -1191,43 +1222,60 @@ static void test_timing(void **state)
         p.kv_len = ctx;
         p.split_tiles = 0;
         CK(cudaDeviceSynchronize()); /* fills ran on the legacy stream */
-        float ms = time_ms(st, e0, e1, 10, pre_fn, &p);
-        double flops = 4.0 * D * H * ((double)ctx * (ctx + 1) / 2);
-        printf("    %-4s prefill 1 x %d tokens: %8.2f us  %6.1f TFLOP/s (causal)\n",
-               dt ? "int8" : "f16", ctx, ms * 1e3, flops / (ms * 1e-3) / 1e12);
         /* short prompts and chunks (the backend's split plan: a workspace of
-         * 16 splits of 512 rows, as backend_memory.cu sizes it), one layer */
-        p.ws_bytes = dsq_attn_prefill_workspace_bytes(512, H, D, 16);
-        CK(cudaMalloc(&p.ws, p.ws_bytes));
-        const int shorts[][2] = {{512, 0}, {256, 0}, {128, 0}, {512, 1536}, {512, 3584}};
-        for (int si = 0; si < 5; si++) {
-            const int n = shorts[si][0], at = shorts[si][1];
-            int32_t cus[2] = {0, n};
-            CK(cudaMemcpy(p.cu, cus, 8, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(p.pos0, &at, 4, cudaMemcpyHostToDevice));
-            p.n = n;
-            p.kv_len = at + n;
-            double fl = 4.0 * D * H * ((double)n * at + (double)n * (n + 1) / 2);
-            for (int sp = 1; sp >= 0; sp--) {
-                void *w = p.ws;
-                if (!sp)
-                    p.ws = NULL;
-                float t = time_ms(st, e0, e1, 20, pre_fn, &p);
-                p.ws = w;
-                printf("    %-4s prefill %4d rows at %4d%s: %8.2f us  %6.1f TFLOP/s\n", dt ? "int8" : "f16", n, at,
-                       sp ? " (split plan)" : " (no split)  ", t * 1e3, fl / (t * 1e-3) / 1e12);
-            }
-            /* other split sizes than the plan's (512 rows at 0: 2 tiles) */
-            for (int ft = 1; si == 0 && ft <= 4; ft++) {
-                if (ft == 2)
-                    continue;
-                p.split_tiles = ft;
-                float t = time_ms(st, e0, e1, 20, pre_fn, &p);
-                p.split_tiles = 0;
-                printf("    %-4s prefill %4d rows at %4d (%d-tile splits): %8.2f us  %6.1f TFLOP/s\n",
-                       dt ? "int8" : "f16", n, at, ft, t * 1e3, fl / (t * 1e-3) / 1e12);
+         * 16 splits of 512 rows, as backend_memory.cu sizes it), one layer;
+         * every row with each prefill kernel the device runs */
+        const size_t ws_bytes = dsq_attn_prefill_workspace_bytes(512, H, D, 16);
+        void *ws512;
+        CK(cudaMalloc(&ws512, ws_bytes));
+        for (int kn = 0; kn < g_pre_kernels; kn++) {
+            set_prefill_kernel(kn == 0 && g_pre_kernels == 2);
+            const char *kname = prefill_kernel_name();
+            p.n = ctx;
+            p.kv_len = ctx;
+            p.ws = NULL;
+            p.ws_bytes = 0;
+            int32_t cu4k[2] = {0, ctx};
+            CK(cudaMemcpy(p.cu, cu4k, 8, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(p.pos0, &z, 4, cudaMemcpyHostToDevice));
+            float ms = time_ms(st, e0, e1, 10, pre_fn, &p);
+            double flops = 4.0 * D * H * ((double)ctx * (ctx + 1) / 2);
+            printf("    %-4s %-5s prefill 1 x %d tokens: %8.2f us  %6.1f TFLOP/s (causal)\n", dt ? "int8" : "f16",
+                   kname, ctx, ms * 1e3, flops / (ms * 1e-3) / 1e12);
+            p.ws = ws512;
+            p.ws_bytes = ws_bytes;
+            const int shorts[][2] = {{512, 0}, {256, 0}, {128, 0}, {512, 1536}, {512, 3584}};
+            for (int si = 0; si < 5; si++) {
+                const int n = shorts[si][0], at = shorts[si][1];
+                int32_t cus[2] = {0, n};
+                CK(cudaMemcpy(p.cu, cus, 8, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(p.pos0, &at, 4, cudaMemcpyHostToDevice));
+                p.n = n;
+                p.kv_len = at + n;
+                double fl = 4.0 * D * H * ((double)n * at + (double)n * (n + 1) / 2);
+                for (int sp = 1; sp >= 0; sp--) {
+                    void *w = p.ws;
+                    if (!sp)
+                        p.ws = NULL;
+                    float t = time_ms(st, e0, e1, 20, pre_fn, &p);
+                    p.ws = w;
+                    printf("    %-4s %-5s prefill %4d rows at %4d%s: %8.2f us  %6.1f TFLOP/s\n", dt ? "int8" : "f16",
+                           kname, n, at, sp ? " (split plan)" : " (no split)  ", t * 1e3, fl / (t * 1e-3) / 1e12);
+                }
+                /* other split sizes than the plan's (512 rows at 0: 2 tiles) */
+                for (int ft = 1; si == 0 && ft <= 4; ft++) {
+                    if (ft == 2)
+                        continue;
+                    p.split_tiles = ft;
+                    float t = time_ms(st, e0, e1, 20, pre_fn, &p);
+                    p.split_tiles = 0;
+                    printf("    %-4s %-5s prefill %4d rows at %4d (%d-tile splits): %8.2f us  %6.1f TFLOP/s\n",
+                           dt ? "int8" : "f16", kname, n, at, ft, t * 1e3, fl / (t * 1e-3) / 1e12);
+                }
             }
         }
+        set_prefill_kernel(1);
+        p.ws = ws512;
         cudaFree(p.ws);
         cudaFree(qbig);
         cudaFree(obig);
@@ -1276,6 +1324,11 @@ int main(void)
     g_profile = pf && *pf && *pf != '0';
     printf("device: %s, %d SMs%s\n", prop.name, prop.multiProcessorCount,
            g_quick ? " (quick mode)" : "");
+    const int wg = dsq_attn_prefill_kernel_wgmma();
+    g_pre_kernels = wg == 1 ? 2 : 1;
+    printf("prefill kernels tested: %s%s\n", wg == 1 ? "wgmma (default) and mma.sync" : "mma.sync",
+           wg != 1 && prop.major == 9 && prop.minor == 0 ? " -- NOTE: this build has no sm_90a code, so the "
+                                                           "wgmma kernel is not tested" : "");
     if (g_profile) {
         const struct CMUnitTest prof[] = {cmocka_unit_test(test_timing)};
         return cmocka_run_group_tests(prof, NULL, NULL);
