@@ -166,12 +166,13 @@ dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, int64_t q_s
                                 cudaStream_t stream);
 size_t dsq_attn_prefill_workspace_bytes(int32_t max_rows, int32_t n_heads, int32_t head_dim, int32_t n_split);
 
-/* Which prefill kernel the current device runs: 1 the Hopper one (wgmma:
- * the build has sm_90a code and the device is sm_90, see wgmma.cuh), 0 the
- * mma.sync one (other devices and builds, or DSQ_CUDA_PREFILL_WGMMA=0, a
- * measurement knob read per call), -1 on a setup error.  Both give the same
- * results up to fp32 summation order. */
-int dsq_attn_prefill_kernel_wgmma(void);
+/* Which prefill kernel the current device runs for a cache of kv_dtype: 1
+ * the Hopper one (wgmma: the build has sm_90a code and the device is sm_90,
+ * see wgmma.cuh; FP16 caches), 0 the mma.sync one (other devices, builds and
+ * INT8 caches; DSQ_CUDA_PREFILL_WGMMA=0 / =1, measurement knobs read per
+ * call, force mma.sync / wgmma where the device has it), -1 on a setup
+ * error.  Both give the same results up to fp32 summation order. */
+int dsq_attn_prefill_kernel_wgmma(int32_t kv_dtype);
 
 /* Decode attention (flash-decoding): one query token per batch sequence.
  *   q        : [n_seqs][q_stride] bf16; head h at q + b*q_stride + h*head_dim

@@ -59,13 +59,15 @@ constexpr int kPrefillRows = 64; /* query rows per block */
  * 8 tiles, 16.18 vs 19.05) */
 constexpr int kPrefillSplitMinTiles = 4;
 
-/* Dynamic shared memory: Q [64][D + 8] and two stages of K and V tiles
- * (attention_tile.cuh's layouts: padded for mma.sync, swizzled for wgmma,
- * which also needs up to 1 KB to align them), fp16; INT8 scales. */
+/* Dynamic shared memory: two stages of K and V tiles (attention_tile.cuh's
+ * layouts: padded for mma.sync, swizzled for wgmma, which also needs up to
+ * 1 KB to align them), fp16, and Q [64][D + 8] (wgmma: staged in the second
+ * stage, free until the loop's first load, so that three blocks fit an
+ * SM); INT8 scales. */
 template <int D, bool WG> constexpr int prefill_smem_bytes()
 {
-    return kPrefillRows * (D + 8) * 2 + 2 * 2 * kTileKeys * (WG ? D : D + 8) * 2 + 2 * 2 * kTileKeys * 4 +
-           (WG ? 1024 : 0);
+    return (WG ? 0 : kPrefillRows * (D + 8) * 2) + 2 * 2 * kTileKeys * (WG ? D : D + 8) * 2 +
+           2 * 2 * kTileKeys * 4 + (WG ? 1024 : 0);
 }
 
 /* Screen one diagonal tile's V (see the top): zero non-finite V values
@@ -130,7 +132,7 @@ __device__ __forceinline__ int prefill_splits_used(int kv_end, int n_split, int 
  *                              units, l; l NaN: the row saw a non-finite V)
  * rows: the pass's token rows (cu_seqlens). */
 template <int D, bool INT8, bool WG>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, WG && !INT8 ? 3 : 1)
     prefill_kernel(KvArgs a, const __nv_bfloat16 *q, int64_t q_stride, __nv_bfloat16 *out,
                    int64_t o_stride, const int32_t *cu_seqlens, const int32_t *seq_pos0,
                    int group, float scale_log2, int n_split, int split_tiles, float *ws_acc, float *ws_ml)
@@ -146,10 +148,13 @@ __global__ void __launch_bounds__(kThreads)
     extern __shared__ __align__(16) unsigned char smem[];
     /* wgmma's swizzled tiles start 1024-byte aligned (shared addresses) */
     unsigned char *base = smem + (WG ? (1024 - (smem_u32(smem) & 1023)) & 1023 : 0);
-    __half *sk = (__half *)base;                  /* [2][TS]         */
-    __half *sv = sk + 2 * TS;                     /* [2][TS]         */
-    __half *sq = sv + 2 * TS;                     /* [64][RH]        */
-    float *sks = (float *)(sq + kPrefillRows * RH); /* [2][64]       */
+    /* stage s of K at sk + s * SST, of V at sv + s * SST; mma.sync: all K
+     * then all V; wgmma: stage by stage, K then V */
+    constexpr int SST = WG ? 2 * TS : TS;
+    __half *sk = (__half *)base;
+    __half *sv = sk + (WG ? TS : 2 * TS);
+    __half *sq = WG ? sk + SST : sv + 2 * TS;      /* [64][RH]        */
+    float *sks = (float *)(sk + 4 * TS + (WG ? 0 : kPrefillRows * RH)); /* [2][64] */
     float *svs = sks + 2 * kTileKeys;             /* [2][64]         */
     __shared__ int vbad[kTileKeys]; /* diagonal tile: key's V was non-finite */
 
@@ -210,6 +215,8 @@ __global__ void __launch_bounds__(kThreads)
 
     uint32_t qf[D / 16][4];
     load_q_frags<D>(qf, sq + warp * 16 * RH);
+    if constexpr (WG)
+        __syncthreads(); /* Q's stage is the loop's first load target */
 
     /* this thread's two rows: r0 = lane/4, r1 = r0 + 8 (of the warp's 16) */
     const int qpos_w = pos0 + m0 + warp * 16; /* position of warp row 0 */
@@ -229,11 +236,11 @@ __global__ void __launch_bounds__(kThreads)
         const int cur = (j - j0) & 1;
         const int key0 = j * kTileKeys;
         if (j + 1 < j1)
-            ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * TS, sv + (cur ^ 1) * TS,
+            ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * SST, sv + (cur ^ 1) * SST,
                      sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
         /* block-uniform: the tile holds a key after the block's first row */
         if (key0 + kTileKeys - 1 > pos0 + m0) {
-            const bool found = screen_v<D, INT8, WG>(sv + cur * TS, svs + cur * kTileKeys, vbad);
+            const bool found = screen_v<D, INT8, WG>(sv + cur * SST, svs + cur * kTileKeys, vbad);
             if constexpr (WG)
                 fence_proxy_async(); /* the zeroed V values, for wgmma */
             if (__syncthreads_or(found))
@@ -246,7 +253,7 @@ __global__ void __launch_bounds__(kThreads)
         /* a warp whose last row precedes the whole tile has nothing to do
          * (with wgmma the warpgroup computes together: every warp) */
         if (WG || key0 <= qpos_w + 15) {
-            const __half *tk = sk + cur * TS, *tv = sv + cur * TS;
+            const __half *tk = sk + cur * SST, *tv = sv + cur * SST;
             const float *tks = sks + cur * kTileKeys, *tvs = svs + cur * kTileKeys;
             if constexpr (WG) {
                 /* S = Q K^T: K-major B, k-step kk at D block kk / 4 (8 KB
@@ -326,7 +333,7 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
         if (j + 1 < j1)
-            ld.commit(sk + (cur ^ 1) * TS, sv + (cur ^ 1) * TS, sks + (cur ^ 1) * kTileKeys,
+            ld.commit(sk + (cur ^ 1) * SST, sv + (cur ^ 1) * SST, sks + (cur ^ 1) * kTileKeys,
                       svs + (cur ^ 1) * kTileKeys);
         cp_async_wait_all();
         if constexpr (WG)
@@ -504,13 +511,15 @@ extern "C" size_t dsq_attn_prefill_workspace_bytes(int32_t max_rows, int32_t n_h
     return prefill_ws_bytes(max_rows, n_heads, head_dim, n_split);
 }
 
-/* The wgmma kernel where the device has it; DSQ_CUDA_PREFILL_WGMMA=0 keeps
- * the mma.sync kernel (a measurement knob, read per call; the tests run
- * both). */
-static bool use_wgmma(int dev)
+/* The wgmma kernel where the device has it, for FP16 caches (INT8's
+ * conversion-bound loader measured slower on it: H100, 4,096-token prompt
+ * 379 vs 359 us).  DSQ_CUDA_PREFILL_WGMMA=0: mma.sync only, =1: wgmma for
+ * both (measurement knobs, read per call; the tests run both kernels). */
+static bool use_wgmma(int dev, bool i8)
 {
     const char *e = getenv("DSQ_CUDA_PREFILL_WGMMA");
-    return g_wgmma[dev] && !(e && e[0] == '0');
+    const int v = e && e[0] ? e[0] - '0' : -1;
+    return g_wgmma[dev] && v != 0 && (!i8 || v == 1);
 }
 
 /* DSQ_CUDA_PREFILL_SPLIT=0: never split (a measurement knob, read per call) */
@@ -520,12 +529,12 @@ static bool split_enabled(void)
     return !(e && e[0] == '0');
 }
 
-extern "C" int dsq_attn_prefill_kernel_wgmma(void)
+extern "C" int dsq_attn_prefill_kernel_wgmma(int32_t kv_dtype)
 {
     int dev = 0;
     if (dsq_attn_init() != DSQ_OK || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DSQ_CU_MAX_DEVICES)
         return -1;
-    return use_wgmma(dev) ? 1 : 0;
+    return use_wgmma(dev, kv_dtype == DSQ_ATTN_KV_INT8) ? 1 : 0;
 }
 
 extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, int64_t q_stride, void *out,
@@ -555,7 +564,7 @@ extern "C" dsq_status dsq_attn_prefill_ws(const dsq_attn_kv *kv, const void *q, 
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess || dev < 0 || dev >= DSQ_CU_MAX_DEVICES)
         return dsq_cu_status(e != cudaSuccess ? e : cudaErrorInvalidDevice, "prefill attention: device query");
-    const bool wg = use_wgmma(dev);
+    const bool wg = use_wgmma(dev, kv->dtype == DSQ_ATTN_KV_INT8);
     /* the split plan: kv_tiles, the longest query tile's keys in tiles */
     const int64_t n_qt = (max_q_len + kPrefillRows - 1) / kPrefillRows;
     const int64_t kv_tiles = ((int64_t)(max_kv_len > max_q_len ? max_kv_len : max_q_len) + kTileKeys - 1) / kTileKeys;

@@ -474,20 +474,20 @@ static void report(const Scenario &sc, const char *what, int s, const Err &e)
 }
 
 /* The prefill kernels: 1 the wgmma one where the device and build have it
- * (the launcher's default there), 0 the mma.sync one (DSQ_CUDA_PREFILL_
- * WGMMA=0).  g_pre_kernels: how many of them this device runs (2 on an
- * sm_90a build on sm_90, else 1). */
+ * (forced for both cache types: DSQ_CUDA_PREFILL_WGMMA=1), 0 the mma.sync
+ * one (=0); -1 the launcher's own choice.  g_pre_kernels: how many of them
+ * this device runs (2 on an sm_90a build on sm_90, else 1). */
 static int g_pre_kernels = 1;
 static void set_prefill_kernel(int wgmma)
 {
-    if (wgmma)
+    if (wgmma < 0)
         unsetenv("DSQ_CUDA_PREFILL_WGMMA");
     else
-        setenv("DSQ_CUDA_PREFILL_WGMMA", "0", 1);
+        setenv("DSQ_CUDA_PREFILL_WGMMA", wgmma ? "1" : "0", 1);
 }
-static const char *prefill_kernel_name(void)
+static const char *prefill_kernel_name(int32_t kv_dtype)
 {
-    const int w = dsq_attn_prefill_kernel_wgmma();
+    const int w = dsq_attn_prefill_kernel_wgmma(kv_dtype);
     return w == 1 ? "wgmma" : w == 0 ? "mma" : "error";
 }
 
@@ -517,6 +517,7 @@ static void run_prefill(const Scenario &sc)
     for (int run = 0; run < 3 * g_pre_kernels; run++) {
         const int mode = run % 3;
         set_prefill_kernel(run < 3 && g_pre_kernels == 2);
+        const char *kname = prefill_kernel_name(sc.dtype);
         CK(cudaMemset(dout, 0xff, out_bytes)); /* bf16 NaN */
         CK(cudaMemset(ws, 0xff, ws_bytes));
         if (mode == 0)
@@ -530,10 +531,10 @@ static void run_prefill(const Scenario &sc)
         CK(cudaMemcpy(out.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
         char what[40];
         if (mode == 1)
-            snprintf(what, sizeof what, "pre/k%d/%s", forced, prefill_kernel_name());
+            snprintf(what, sizeof what, "pre/k%d/%s", forced, kname);
         else
-            snprintf(what, sizeof what, mode == 0 ? "prefill/%s" : "pre/auto/%s", prefill_kernel_name());
-        set_prefill_kernel(1);
+            snprintf(what, sizeof what, mode == 0 ? "prefill/%s" : "pre/auto/%s", kname);
+        set_prefill_kernel(-1);
         for (int s = 0; s < b.n_seqs; s++) {
             Err e = check_seq(sc, b, out, s, false);
             report(sc, what, s, e);
@@ -931,7 +932,7 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
         }
     char what[24];
     snprintf(what, sizeof what, "%s%s%s", decode ? "decode" : splits ? "pre/k1" : "prefill", decode ? "" : "/",
-             decode ? "" : prefill_kernel_name());
+             decode ? "" : prefill_kernel_name(sc.dtype));
     printf("  %-12s %-13s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
            "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
            sc.name, what, sc.inj_side ? "V" : "K", sc.inj_head,
@@ -972,7 +973,7 @@ static void test_nonfinite_kv(void **state)
                     p.inj_pos = 66; /* second tile, second block of query rows */
                     ok = run_nonfinite(p, false, sp % 2) && ok;
                 }
-                set_prefill_kernel(1);
+                set_prefill_kernel(-1);
                 /* decode: a cached token, then the current one; splits merge */
                 Scenario d = mk(nm(dt, dt), dt, dt, {99, 36, 0}, {1, 1, 1});
                 d.inj_seq = 0;
@@ -1230,7 +1231,7 @@ static void test_timing(void **state)
         CK(cudaMalloc(&ws512, ws_bytes));
         for (int kn = 0; kn < g_pre_kernels; kn++) {
             set_prefill_kernel(kn == 0 && g_pre_kernels == 2);
-            const char *kname = prefill_kernel_name();
+            const char *kname = prefill_kernel_name(dt ? DSQ_ATTN_KV_INT8 : DSQ_ATTN_KV_F16);
             p.n = ctx;
             p.kv_len = ctx;
             p.ws = NULL;
@@ -1274,7 +1275,7 @@ static void test_timing(void **state)
                 }
             }
         }
-        set_prefill_kernel(1);
+        set_prefill_kernel(-1);
         p.ws = ws512;
         cudaFree(p.ws);
         cudaFree(qbig);
@@ -1324,9 +1325,9 @@ int main(void)
     g_profile = pf && *pf && *pf != '0';
     printf("device: %s, %d SMs%s\n", prop.name, prop.multiProcessorCount,
            g_quick ? " (quick mode)" : "");
-    const int wg = dsq_attn_prefill_kernel_wgmma();
+    const int wg = dsq_attn_prefill_kernel_wgmma(DSQ_ATTN_KV_F16);
     g_pre_kernels = wg == 1 ? 2 : 1;
-    printf("prefill kernels tested: %s%s\n", wg == 1 ? "wgmma (default) and mma.sync" : "mma.sync",
+    printf("prefill kernels tested: %s%s\n", wg == 1 ? "wgmma (FP16's default) and mma.sync (INT8's)" : "mma.sync",
            wg != 1 && prop.major == 9 && prop.minor == 0 ? " -- NOTE: this build has no sm_90a code, so the "
                                                            "wgmma kernel is not tested" : "");
     if (g_profile) {
