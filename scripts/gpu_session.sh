@@ -524,6 +524,42 @@ wgmma)
     bench_row new_b1_512 512 1 --kv f16
     DSQ_CUDA_PREFILL_WGMMA=0 bench_row mma_b1_512 512 1 --kv f16
     ;;
+targets)
+    # stop 33: the rows of issues 7, 8 and 10's targets tables, on the
+    # prebuilt tree, as users run them (sampling in the library, beside the
+    # no-logits rows), and the mixed step; with .gpu/base.tar.xz, that
+    # tree's prefill attention timing rows beside this one's first (same
+    # card).  Prebuilt only.
+    prebuilt_stage targets
+    DEADLINE=${DEADLINE:-560}
+    if [ -f .gpu/base.tar.xz ]; then
+        mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+        for tag in base new; do
+            BB=$B; [ $tag = base ] && BB=/tmp/gs_base
+            DSQ_ATTN_PROFILE=1 LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 100 "$BB/tests/test_cuda_attention" \
+                >"$OUT/attn_$tag.log" 2>&1
+            echo "== $tag attention timing rc=$?"
+            grep -E "f16 +wgmma +prefill (1 x|512 rows at +(0|1536|3584) \(split plan)|128 rows at +0 \(split)" "$OUT/attn_$tag.log"
+        done
+    fi
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_row b1_512 512 1 --kv f16
+    bench_row b1_512_none 512 1 --kv f16 --sampling none
+    bench_row b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
+    bench_row b1_8192 8192 1 --kv f16
+    bench_row b8_512 512 8 --kv f16
+    bench_row b64_1024 1024 64 --kv f16
+    bench_row b64_1024_none 1024 64 --kv f16 --sampling none
+    bench_row b256_1024_int8 1024 256 --kv int8
+    bench_row b64_4096_f16 4096 64 --kv f16
+    bench_row b64_4096_int8 4096 64 --kv int8
+    bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    bench_row b1_512_q4 512 1 --kv f16 --quantize q4
+    timeout 75 "$B/tests/bench_mixed_step" $M 1024 63 2048 512 5 >"$OUT/mixed.log" 2>&1
+    echo "== mixed step rc=$?"; grep -E "RESULT (plain|mixed)" "$OUT/mixed.log"
+    bench_row b1_32768 32768 1 --kv f16 --kv-layout paged
+    ;;
 prompt2)
     # stop 32: the mixed step and the prefill profile of a base tree
     # (.gpu/base.tar.xz, an earlier prebuilt archive) against this one on
