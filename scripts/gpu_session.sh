@@ -536,13 +536,23 @@ targets)
         mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
         for tag in base new; do
             BB=$B; [ $tag = base ] && BB=/tmp/gs_base
-            DSQ_ATTN_PROFILE=1 LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 100 "$BB/tests/test_cuda_attention" \
-                >"$OUT/attn_$tag.log" 2>&1
-            echo "== $tag attention timing rc=$?"
-            grep -E "f16 +wgmma +prefill (1 x|512 rows at +(0|1536|3584) \(split plan)|128 rows at +0 \(split)" "$OUT/attn_$tag.log"
+            LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 150 "$BB/tests/test_cuda_attention" >"$OUT/attn_$tag.log" 2>&1
+            echo "== $tag test_cuda_attention rc=$? $(grep -E "PASSED|FAILED" "$OUT/attn_$tag.log" | tail -1)"
+            grep -E "f16 +wgmma +prefill (1 x|512 rows at +(0|1536|3584) .split plan|128 rows at +0 .split)" "$OUT/attn_$tag.log"
         done
     fi
     wait $MODEL_PID
+    if [ "${TARGETS_MIXED_ONLY:-0}" = 1 ]; then
+        for tag in base new; do
+            BB=$B; [ $tag = base ] && BB=/tmp/gs_base
+            LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
+                >"$OUT/mixed_$tag.log" 2>&1
+            echo "== mixed $tag rc=$?"; grep -E "RESULT (plain|mixed)" "$OUT/mixed_$tag.log"
+        done
+        LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
+        bench_row new_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
+        exit 0
+    fi
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     bench_row b1_512 512 1 --kv f16
     bench_row b1_512_none 512 1 --kv f16 --sampling none
