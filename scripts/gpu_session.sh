@@ -570,6 +570,30 @@ targets)
     echo "== mixed step rc=$?"; grep -E "RESULT (plain|mixed)" "$OUT/mixed.log"
     bench_row b1_32768 32768 1 --kv f16 --kv-layout paged
     ;;
+ttft)
+    # stop 33: time to first token (issue 8: a 512-token prompt, call to
+    # sampled token): compute-sanitizer on the prefill kernels (quick test:
+    # both kernels), the 512-token prefill's kernel profile, bench rows with
+    # the default and the mma.sync prefill kernel.  Prebuilt only.
+    prebuilt_stage ttft
+    DEADLINE=${DEADLINE:-560}
+    if command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck; do
+            DSQ_ATTN_QUICK=1 timeout 200 compute-sanitizer --tool $tool "$B/tests/test_cuda_attention" \
+                >"$OUT/san_$tool.log" 2>&1
+            echo "== $tool rc=$? ($(el)) $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED|prefill kernels" "$OUT/san_$tool.log" | tr '\n' ' ')"
+        done
+    fi
+    wait $MODEL_PID
+    export PYTHONUNBUFFERED=1
+    DSQWEN_LIBRARY=$B/libdsqwen.so timeout 90 python3 tests/bench/kernel_profile.py --model $M \
+        --json "$OUT/prof_512.json" --prefill 512 --steps 8 --warm 3 >"$OUT/prof_512.log" 2>&1
+    echo "== prefill 512 profile rc=$?"; sed -n 1,24p "$OUT/prof_512.log"
+    for rep in 1 2; do
+        bench_row b1_512_r$rep 512 1 --kv f16
+        DSQ_CUDA_PREFILL_WGMMA=0 bench_row mma_b1_512_r$rep 512 1 --kv f16
+    done
+    ;;
 prompt2)
     # stop 32: the mixed step and the prefill profile of a base tree
     # (.gpu/base.tar.xz, an earlier prebuilt archive) against this one on
