@@ -161,6 +161,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         cc->gemv_mma_min = atoi(mma_env) < 0 ? 0 : atoi(mma_env);
     const char *fuse_env = getenv("DSQ_CUDA_NORM_FUSE"); /* measurement knob: 0 = rmsnorm kernel always */
     cc->norm_fuse = !(fuse_env && fuse_env[0] == '0');
+    const char *gu_env = getenv("DSQ_CUDA_GU_F32"); /* measurement knob: 1 = prompt gate/up products in fp32 */
+    cc->gu_f32 = gu_env && gu_env[0] == '1';
     /* DSQ_CUDA_GEMM_ROWS=n (1..64): bf16 products of more rows than the
      * GEMV takes, up to n, run gemm_rows.cu instead of cuBLASLt (off by
      * default until measured against it on the GPU) */

@@ -25,6 +25,7 @@ static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
     e.gemm = cc->gemm;
     e.gu_scratch = cc->gu;
     e.gu_scratch_elems = cc->gu_elems;
+    e.gu_f32 = cc->gu_f32;
     e.gemv_max = gemv_max;
     e.mma_min = cc->gemv_mma_min;
     e.norm_fuse = cc->norm_fuse;

@@ -33,6 +33,31 @@ __global__ void silu_mul4_kernel(const float4 *__restrict__ gu, int64_t n4, uint
                         (uint32_t)silu_mul1(b.x, b.y) | (uint32_t)silu_mul1(b.z, b.w) << 16);
 }
 
+/* The same from a bf16 gate/up product (dsq_gemm_run_bf16): four pairs per
+ * thread, one 16-byte read and one 8-byte write; and one pair per thread
+ * for an unaligned rest. */
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+__global__ void silu_mul_bf16x4_kernel(const uint4 *__restrict__ gu, int64_t n4, uint2 *__restrict__ out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4)
+        return;
+    const uint4 v = gu[i];
+    out[i] = make_uint2((uint32_t)silu_mul1(bf16_lo(v.x), bf16_hi(v.x)) |
+                            (uint32_t)silu_mul1(bf16_lo(v.y), bf16_hi(v.y)) << 16,
+                        (uint32_t)silu_mul1(bf16_lo(v.z), bf16_hi(v.z)) |
+                            (uint32_t)silu_mul1(bf16_lo(v.w), bf16_hi(v.w)) << 16);
+}
+
+__global__ void silu_mul_bf16_kernel(const uint32_t *__restrict__ gu, int64_t n, uint16_t *__restrict__ out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = silu_mul1(bf16_lo(gu[i]), bf16_hi(gu[i]));
+}
+
 __global__ void add_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t n)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -86,6 +111,22 @@ extern "C" dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq
         silu_mul_kernel<<<blocks_for(n - n4 * 4, 256), 256, 0, stream>>>(
             reinterpret_cast<const float2 *>(gu) + n4 * 4, n - n4 * 4, (uint16_t *)out + n4 * 4);
     return DSQ_CU_LAUNCHED("silu*mul kernel");
+}
+
+extern "C" dsq_status dsq_cu_silu_mul_bf16(const dsq_bf16 *gu, int32_t T, int32_t F, dsq_bf16 *out,
+                                           cudaStream_t stream)
+{
+    int64_t n = (int64_t)T * F;
+    if (n <= 0)
+        return DSQ_OK;
+    const int64_t n4 = ((uintptr_t)gu & 15) || ((uintptr_t)out & 7) ? 0 : n / 4;
+    if (n4 > 0)
+        silu_mul_bf16x4_kernel<<<blocks_for(n4, 256), 256, 0, stream>>>(reinterpret_cast<const uint4 *>(gu), n4,
+                                                                         reinterpret_cast<uint2 *>(out));
+    if (n > n4 * 4)
+        silu_mul_bf16_kernel<<<blocks_for(n - n4 * 4, 256), 256, 0, stream>>>(
+            reinterpret_cast<const uint32_t *>(gu) + n4 * 4, n - n4 * 4, (uint16_t *)out + n4 * 4);
+    return DSQ_CU_LAUNCHED("silu*mul kernel (bf16 product)");
 }
 
 extern "C" dsq_status dsq_cu_scale_epilogue(const float *acc, const float *scales, const float *bias, int32_t T,

@@ -127,8 +127,12 @@ extern "C" void dsq_gemm_destroy(dsq_gemm *g)
 
 extern "C" size_t dsq_gemm_device_bytes(const dsq_gemm *g) { return g ? g->ws_bytes : 0; }
 
-static dsq_status make_desc(const dsq_gemm *g, const float *bias, int32_t T, int32_t N, int32_t K,
-                            dsq_epilogue epi, gemm_desc *d)
+/* A plan's epilogue code: a dsq_epilogue (fp32 y), or this one: y = x W^T
+ * rounded to bf16 (dsq_gemm_run_bf16). */
+#define GEMM_EPI_STORE_BF16 16
+
+static dsq_status make_desc(const dsq_gemm *g, const float *bias, int32_t T, int32_t N, int32_t K, int epi,
+                            gemm_desc *d)
 {
     const dsq_cublaslt *api = g->api;
     dsq_status st = lt_status(api, api->MatmulDescInit_internal(&d->desc, sizeof d->desc, CUBLAS_COMPUTE_32F,
@@ -154,7 +158,10 @@ static dsq_status make_desc(const dsq_gemm *g, const float *bias, int32_t T, int
     if (st == DSQ_OK)
         st = lt_status(api, api->MatrixLayoutInit_internal(&d->lb, sizeof d->lb, CUDA_R_16BF, K, T, K), "layout B");
     if (st == DSQ_OK)
-        st = lt_status(api, api->MatrixLayoutInit_internal(&d->lc, sizeof d->lc, CUDA_R_32F, N, T, N), "layout C");
+        st = lt_status(api, api->MatrixLayoutInit_internal(&d->lc, sizeof d->lc,
+                                                           epi == GEMM_EPI_STORE_BF16 ? CUDA_R_16BF : CUDA_R_32F, N,
+                                                           T, N),
+                       "layout C");
     return st;
 }
 
@@ -241,16 +248,10 @@ extern "C" void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows)
     g->tune_max_rows = max_rows > 0 ? max_rows : 256;
 }
 
-extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
-                                   int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
-                                   cudaStream_t stream)
+/* dsq_gemm_run and dsq_gemm_run_bf16: epi a dsq_epilogue or GEMM_EPI_STORE_BF16 */
+static dsq_status gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
+                           int32_t N, int32_t K, int epi, void *y, cudaStream_t stream)
 {
-    if (T <= 0)
-        return DSQ_OK;
-    if (epi == DSQ_EPI_SILU_MUL)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemm: silu*mul epilogue is GEMV-only");
-    if (epi == DSQ_EPI_BIAS && !bias)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemm: bias epilogue without a bias");
 
     const dsq_cublaslt *api = g->api;
     gemm_desc d;
@@ -264,7 +265,7 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
     gemm_plan *plan = NULL;
     for (int32_t i = 0; i < g->n_plans; i++) {
         gemm_plan *p = &g->plans[i];
-        if (p->T == T && p->N == N && p->K == K && p->epi == (int32_t)epi) {
+        if (p->T == T && p->N == N && p->K == K && p->epi == epi) {
             plan = p;
             break;
         }
@@ -280,7 +281,7 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
         p->T = T;
         p->N = N;
         p->K = K;
-        p->epi = (int32_t)epi;
+        p->epi = epi;
         p->algo = res.algo;
         plan = p;
     }
@@ -297,6 +298,27 @@ extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf1
     return lt_status(api, api->Matmul(g->lt, &d.desc, &alpha, w, &d.la, x, &d.lb, &beta, y, &d.lc, y, &d.lc,
                                       &plan->algo, g->ws, g->ws_bytes, stream),
                      "matmul");
+}
+
+extern "C" dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
+                                   int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
+                                   cudaStream_t stream)
+{
+    if (T <= 0)
+        return DSQ_OK;
+    if (epi == DSQ_EPI_SILU_MUL)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemm: silu*mul epilogue is GEMV-only");
+    if (epi == DSQ_EPI_BIAS && !bias)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemm: bias epilogue without a bias");
+    return gemm_run(g, x, w, bias, T, N, K, (int)epi, y, stream);
+}
+
+extern "C" dsq_status dsq_gemm_run_bf16(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, int32_t T, int32_t N,
+                                        int32_t K, dsq_bf16 *y, cudaStream_t stream)
+{
+    if (T <= 0)
+        return DSQ_OK;
+    return gemm_run(g, x, w, NULL, T, N, K, GEMM_EPI_STORE_BF16, y, stream);
 }
 
 /* ---- tuning ---------------------------------------------------------------- */
@@ -399,7 +421,7 @@ static int candidates(const dsq_gemm *g, gemm_desc *d, int32_t K, const cublasLt
 static dsq_status tune_plan(dsq_gemm *g, gemm_plan *p, tune_bufs *b, cudaStream_t stream, int *changed)
 {
     gemm_desc d;
-    dsq_status st = make_desc(g, p->bias, p->T, p->N, p->K, (dsq_epilogue)p->epi, &d);
+    dsq_status st = make_desc(g, p->bias, p->T, p->N, p->K, p->epi, &d);
     if (st != DSQ_OK)
         return st;
     cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];

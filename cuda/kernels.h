@@ -108,6 +108,9 @@ dsq_status dsq_cu_l2_prefetch(const dsq_l2p_range *ranges, int32_t n, cudaStream
  * layout of the fused gate/up weight), out bf16 [T][F]. */
 dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq_bf16 *out,
                            cudaStream_t stream);
+/* The same from a bf16 product (dsq_gemm_run_bf16): gu bf16 [T][2F] (4-byte
+ * aligned), silu(g) * u in fp32 on the bf16 values. */
+dsq_status dsq_cu_silu_mul_bf16(const dsq_bf16 *gu, int32_t T, int32_t F, dsq_bf16 *out, cudaStream_t stream);
 
 /* y = epi(acc * scales): acc fp32 [T][N] (a product on Q8_ROW codes),
  * scales fp32 [N]; STORE / BIAS (bias fp32 [N]) / ADD into fp32 y [T][N],
@@ -219,6 +222,10 @@ size_t dsq_gemm_device_bytes(const dsq_gemm *g);
 dsq_status dsq_gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias,
                         int32_t T, int32_t N, int32_t K, dsq_epilogue epi, float *y,
                         cudaStream_t stream);
+/* y = x W^T rounded to bf16: y bf16 [T][N] (fp32 accumulation; the gate/up
+ * product of a prompt, half the bytes of fp32 for dsq_cu_silu_mul_bf16). */
+dsq_status dsq_gemm_run_bf16(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, int32_t T, int32_t N, int32_t K,
+                             dsq_bf16 *y, cudaStream_t stream);
 
 /* Tuning (gemm.cu's top comment): with `on` (1), untuned plans of at most
  * max_rows rows (<= 0: 256) used while the stream is capturing a graph are
@@ -252,6 +259,9 @@ typedef struct dsq_cu_linear_env {
                             Q8_ROW codes product of the tile path (any epilogue) */
     int64_t gu_scratch_elems; /* its size in floats (0: unknown; the Q8 codes path then
                                  declines it, SILU_MUL trusts it) */
+    int32_t gu_f32;      /* bf16 SILU_MUL on the cuBLASLt path: 1 = the gate/up
+                            product in fp32, else rounded to bf16 (half the
+                            bytes; DSQ_CUDA_GU_F32=1 is the measurement knob) */
     int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt */
     int32_t mma_min;     /* bf16 GEMV with mma_min <= T: on the tensor cores
                             (gemv_mma.cu) where it applies; 0: never */

@@ -35,6 +35,15 @@ static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const floa
     if (T <= env->rows_max && dsq_cu_gemm_rows_ok(T, K, x, w))
         return dsq_cu_gemm_rows(x, w, bias, T, N, K, epi, y, env->rows_ws, env->rows_ws_bytes, env->rows_tickets,
                                 env->rows_n_tickets, 0, env->stream);
+    if (epi == DSQ_EPI_SILU_MUL && !env->gu_f32) {
+        /* the product rounded to bf16 (the values a bf16 model's gate/up
+         * projections give): SiLU*mul streams half the bytes */
+        dsq_bf16 *gu = (dsq_bf16 *)env->gu_scratch;
+        dsq_status st = dsq_gemm_run_bf16(env->gemm, x, w, T, N, K, gu, env->stream);
+        if (st != DSQ_OK)
+            return st;
+        return dsq_cu_silu_mul_bf16(gu, T, N / 2, (dsq_bf16 *)y, env->stream);
+    }
     if (epi == DSQ_EPI_SILU_MUL) {
         dsq_status st = dsq_gemm_run(env->gemm, x, w, NULL, T, N, K, DSQ_EPI_STORE, env->gu_scratch, env->stream);
         if (st != DSQ_OK)

@@ -594,6 +594,43 @@ ttft)
         DSQ_CUDA_PREFILL_WGMMA=0 bench_row mma_b1_512_r$rep 512 1 --kv f16
     done
     ;;
+gu)
+    # stop 33: a prompt's gate/up product in bf16 before SiLU*mul (default)
+    # against fp32 (DSQ_CUDA_GU_F32=1): the kernel and GPU tests, time to
+    # first token and the mixed step both ways, the 512-token prompt's
+    # profile, then fullsize_check.py's accuracy part (HF fp32) both ways
+    # (GU_FULL=0 skips it).  Prebuilt only.
+    prebuilt_stage gu
+    DEADLINE=${DEADLINE:-580}
+    export DSQ_TEST_DATA=$PWD/tests/data
+    for t in test_cuda_kernels test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops test_cuda_quant \
+        test_cuda_quant_e2e test_cuda_nonfinite; do gtest $t; done
+    grep -E "gemm-bf16|silu\*mul bf16" "$OUT/test_cuda_kernels.log" | head -6
+    wait $MODEL_PID
+    for rep in 1 2; do
+        bench_row b1_512_r$rep 512 1 --kv f16
+        DSQ_CUDA_GU_F32=1 bench_row f32_b1_512_r$rep 512 1 --kv f16
+    done
+    bench_row b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096 --sampling none
+    DSQ_CUDA_GU_F32=1 bench_row f32_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096 --sampling none
+    for tag in new f32; do
+        env $([ $tag = f32 ] && echo DSQ_CUDA_GU_F32=1) timeout 75 "$B/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
+            >"$OUT/mixed_$tag.log" 2>&1
+        echo "== mixed $tag rc=$?"; grep -E "RESULT (plain|mixed)" "$OUT/mixed_$tag.log"
+    done
+    export PYTHONUNBUFFERED=1
+    DSQWEN_LIBRARY=$B/libdsqwen.so timeout 90 python3 tests/bench/kernel_profile.py --model $M \
+        --json "$OUT/prof_512.json" --prefill 512 --steps 8 --warm 3 >"$OUT/prof_512.log" 2>&1
+    echo "== prefill 512 profile rc=$?"; sed -n '/^timeline/,$p' "$OUT/prof_512.log" | head -12
+    if [ "${GU_FULL:-1}" = 1 ]; then
+        for tag in new f32; do
+            env $([ $tag = f32 ] && echo DSQ_CUDA_GU_F32=1) timeout 170 python3 tests/fixtures/fullsize_check.py \
+                --lib "$B/libdsqwen.so" --config tests/data/model/config.json --out "$OUT/fs_$tag" \
+                --dir /tmp/dsq_fs_check >"$OUT/fullsize_$tag.log" 2>&1
+            echo "== fullsize $tag rc=$? ($(el))"; grep -E "prefill err" "$OUT/fullsize_$tag.log"
+        done
+    fi
+    ;;
 prompt2)
     # stop 32: the mixed step and the prefill profile of a base tree
     # (.gpu/base.tar.xz, an earlier prebuilt archive) against this one on

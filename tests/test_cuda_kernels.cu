@@ -289,6 +289,41 @@ static void test_silu_mul(void **state)
         }
 }
 
+/* dsq_cu_silu_mul_bf16: the same on bf16 (gate, up) pairs; sizes with a
+ * tail the four-pair kernel leaves (n % 4) and an input misaligned for it */
+static void test_silu_mul_bf16(void **state)
+{
+    (void)state;
+    const int Fs[] = {1, 17, 1000, 8960};
+    const int Ts[] = {1, 3, 17};
+    for (int fi = 0; fi < 4; fi++)
+        for (int ti = 0; ti < 3; ti++)
+            for (int mis = 0; mis < 2; mis++) {
+                const int F = Fs[fi], T = Ts[ti];
+                const size_t n = (size_t)T * F;
+                float *guf;
+                uint16_t *gu = rand_bf16(2 * n + 2, 8.0f, &guf);
+                uint16_t *dg = (uint16_t *)dev_copy(gu, (2 * n + 2) * 2);
+                uint16_t *dout = (uint16_t *)dev_nan(n * 2);
+                DS(dsq_cu_silu_mul_bf16((const dsq_bf16 *)(dg + 2 * mis), T, F, (dsq_bf16 *)dout, 0));
+                uint16_t *o = (uint16_t *)malloc(n * 2);
+                to_host(o, dout, n * 2);
+                float *got = (float *)malloc(n * 4);
+                double *ref = (double *)malloc(n * 8), *tol = (double *)malloc(n * 8);
+                for (size_t i = 0; i < n; i++) {
+                    double g = guf[2 * mis + 2 * i], u = guf[2 * mis + 2 * i + 1];
+                    got[i] = bf(o[i]);
+                    ref[i] = g / (1.0 + exp(-g)) * u;
+                    tol[i] = BF16_REL * fabs(ref[i]) + 1e-6 * fabs(g * u);
+                }
+                char name[64];
+                snprintf(name, sizeof name, "silu*mul bf16 T=%d F=%d%s", T, F, mis ? " unaligned" : "");
+                check(name, got, ref, tol, n);
+                cudaFree(dg); cudaFree(dout);
+                free(gu); free(guf); free(o); free(got); free(ref); free(tol);
+            }
+}
+
 static void test_add(void **state)
 {
     (void)state;
@@ -402,6 +437,11 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
         free(tk);
         cudaFree(dws);
         cudaFree(dtk);
+    } else if (use_gemm == 4) { /* SILU_MUL as a prompt's gate/up: the product in bf16, then silu*mul */
+        void *dgu = dev_nan((size_t)T * N * 2);
+        DS(dsq_gemm_run_bf16(g, xin, (const dsq_bf16 *)dw, T, N, K, (dsq_bf16 *)dgu, 0));
+        DS(dsq_cu_silu_mul_bf16((const dsq_bf16 *)dgu, T, N / 2, (dsq_bf16 *)dy, 0));
+        cudaFree(dgu);
     } else if (use_gemm == 2)
         DS(dsq_cu_gemv_mma(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, 0));
     else if (use_gemm)
@@ -420,10 +460,20 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
     }
     double *ref = (double *)malloc(ny * 8), *tol = (double *)malloc(ny * 8);
     product_ref(xref, wf, bias, y0, T, N, K, epi, ref, tol);
+    /* the bf16 gate/up product rounds g and u (2^-9 each, through silu at
+     * most ~1.1x) before the final rounding the reference's bound covers */
+    if (use_gemm == 4)
+        for (size_t i = 0; i < ny; i++)
+            tol[i] += BF16_REL * fabs(ref[i]);
     static const char *en[] = {"store", "bias", "add", "silu*mul"};
     char name[96];
     snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s nt=%d r=%d",
-             use_gemm == 3 ? "gemm-rows" : use_gemm == 2 ? "gemv-mma" : use_gemm ? "gemm" : "gemv", T, N, K, en[epi],
+             use_gemm == 4   ? "gemm-bf16"
+             : use_gemm == 3 ? "gemm-rows"
+             : use_gemm == 2 ? "gemv-mma"
+             : use_gemm      ? "gemm"
+                             : "gemv",
+             T, N, K, en[epi],
              misalign ? " unaligned" : "", nt, r);
     check(name, got, ref, tol, ny);
     cudaFree(dx); cudaFree(dw); cudaFree(db); cudaFree(dy);
@@ -789,8 +839,8 @@ static void test_gemm(void **state)
     const int Ts[] = {1, 9, 17, 100};
     for (int s = 0; s < 4; s++)
         for (int ti = 0; ti < 4; ti++)
-            for (int e = 0; e < 3; e++)
-                run_product(g, 1, Ts[ti], shapes[s][0], shapes[s][1], (dsq_epilogue)e, 0);
+            for (int e = 0; e < 4; e++) /* silu*mul: bf16 product, then dsq_cu_silu_mul_bf16 */
+                run_product(g, e == 3 ? 4 : 1, Ts[ti], shapes[s][0], shapes[s][1], (dsq_epilogue)e, 0);
     /* the cached plan is reused: same shape twice */
     run_product(g, 1, 9, 1000, 1536, DSQ_EPI_BIAS, 0);
     dsq_gemm_destroy(g);
@@ -931,19 +981,27 @@ static void test_linear_dispatch(void **state)
         to_host(ha, da, (size_t)T * N * 4);
         to_host(hb, db, (size_t)T * N * 4);
         assert_memory_equal(ha, hb, (size_t)T * N * 4);
-        /* gate/up pairs */
+        /* gate/up pairs: on the cuBLASLt path the product in bf16 (default)
+         * or fp32 (gu_f32, DSQ_CUDA_GU_F32=1) */
         w.layout = DSQ_WL_GATE_UP;
-        DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_SILU_MUL, da, &env));
-        if (T <= env.gemv_max) {
-            DS(dsq_cu_gemv((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_SILU_MUL, db, 0));
-        } else {
-            DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE,
-                            (float *)dc, 0));
-            DS(dsq_cu_silu_mul((const float *)dc, T, N / 2, (dsq_bf16 *)db, 0));
+        for (int f32 = 0; f32 < 2; f32++) {
+            env.gu_f32 = f32;
+            DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_SILU_MUL, da, &env));
+            if (T <= env.gemv_max) {
+                DS(dsq_cu_gemv((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_SILU_MUL, db, 0));
+            } else if (f32) {
+                DS(dsq_gemm_run(g, (const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE,
+                                (float *)dc, 0));
+                DS(dsq_cu_silu_mul((const float *)dc, T, N / 2, (dsq_bf16 *)db, 0));
+            } else {
+                DS(dsq_gemm_run_bf16(g, (const dsq_bf16 *)dx, (const dsq_bf16 *)dw, T, N, K, (dsq_bf16 *)dc, 0));
+                DS(dsq_cu_silu_mul_bf16((const dsq_bf16 *)dc, T, N / 2, (dsq_bf16 *)db, 0));
+            }
+            to_host(ha, da, (size_t)T * (N / 2) * 2);
+            to_host(hb, db, (size_t)T * (N / 2) * 2);
+            assert_memory_equal(ha, hb, (size_t)T * (N / 2) * 2);
         }
-        to_host(ha, da, (size_t)T * (N / 2) * 2);
-        to_host(hb, db, (size_t)T * (N / 2) * 2);
-        assert_memory_equal(ha, hb, (size_t)T * (N / 2) * 2);
+        env.gu_f32 = 0;
         w.layout = DSQ_WL_ROWS;
         printf("  dsq_cu_linear T=%d (%s): bit-identical to the direct launch\n", T,
                T <= env.gemv_max ? "GEMV" : "cuBLASLt");
@@ -1170,7 +1228,7 @@ int main(void)
     printf("random seed %llu (set DSQ_TEST_SEED to repeat)\n", (unsigned long long)g_rng);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embed),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv), cmocka_unit_test(test_gemv_norm),
+        cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_silu_mul_bf16), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv), cmocka_unit_test(test_gemv_norm),
         cmocka_unit_test(test_gemv_mma), cmocka_unit_test(test_gemm_rows),
         cmocka_unit_test(test_l2_prefetch), cmocka_unit_test(test_rope_kv_write),
         cmocka_unit_test(test_gemm),    cmocka_unit_test(test_gemm_tune), cmocka_unit_test(test_linear_dispatch),
