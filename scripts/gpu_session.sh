@@ -624,6 +624,7 @@ gu)
     echo "== prefill 512 profile rc=$?"; sed -n '/^timeline/,$p' "$OUT/prof_512.log" | head -12
     if [ "${GU_FULL:-1}" = 1 ]; then
         for tag in new f32; do
+            mkdir -p "$OUT/fs_$tag"
             env $([ $tag = f32 ] && echo DSQ_CUDA_GU_F32=1) timeout 170 python3 tests/fixtures/fullsize_check.py \
                 --lib "$B/libdsqwen.so" --config tests/data/model/config.json --out "$OUT/fs_$tag" \
                 --dir /tmp/dsq_fs_check >"$OUT/fullsize_$tag.log" 2>&1
