@@ -632,6 +632,12 @@ gu)
         done
     fi
     ;;
+kern)
+    # test_cuda_kernels alone, its lines matching KERN_GREP (prebuilt)
+    prebuilt || { echo "kern: needs .gpu/prebuilt.tar.xz"; exit 1; }
+    gtest test_cuda_kernels
+    grep -E "${KERN_GREP:-ERROR|FAIL}" "$OUT/test_cuda_kernels.log" | head -40
+    ;;
 prompt2)
     # stop 32: the mixed step and the prefill profile of a base tree
     # (.gpu/base.tar.xz, an earlier prebuilt archive) against this one on

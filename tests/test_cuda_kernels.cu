@@ -445,9 +445,32 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
         cudaFree(dws);
         cudaFree(dtk);
     } else if (use_gemm == 4) { /* SILU_MUL as a prompt's gate/up: the product in bf16, then silu*mul */
-        void *dgu = dev_nan((size_t)T * N * 2);
+        void *dgu = dev_nan((size_t)T * N * 2), *dgf = dev_nan((size_t)T * N * 4);
         DS(dsq_gemm_run_bf16(g, xin, (const dsq_bf16 *)dw, T, N, K, (dsq_bf16 *)dgu, 0));
         DS(dsq_cu_silu_mul_bf16((const dsq_bf16 *)dgu, T, N / 2, (dsq_bf16 *)dy, 0));
+        /* how cuBLASLt's epilogue rounds to bf16: against the fp32
+         * product rounded to nearest (informative) */
+        DS(dsq_gemm_run(g, xin, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE, (float *)dgf, 0));
+        const size_t np = (size_t)T * N;
+        uint16_t *hb = (uint16_t *)malloc(np * 2);
+        float *hf = (float *)malloc(np * 4);
+        to_host(hb, dgu, np * 2);
+        to_host(hf, dgf, np * 4);
+        size_t same = 0, toward0 = 0, other = 0;
+        for (size_t i = 0; i < np; i++) {
+            const uint16_t rn = dsq_f32_to_bf16(hf[i]);
+            if (hb[i] == rn)
+                same++;
+            else if (fabs(bf(hb[i])) < fabs(bf(rn)) && fabs(bf(hb[i])) <= fabs(hf[i]))
+                toward0++;
+            else
+                other++;
+        }
+        printf("  gemm-bf16 T=%d N=%d K=%d: %zu of %zu values = the fp32 product rounded to nearest, %zu one step "
+               "toward zero, %zu other\n", T, N, K, same, np, toward0, other);
+        free(hb);
+        free(hf);
+        cudaFree(dgf);
         cudaFree(dgu);
     } else if (use_gemm == 2)
         DS(dsq_cu_gemv_mma(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, 0));
