@@ -361,10 +361,12 @@ static void test_add(void **state)
  * dot product's condition sum|x w| (fp32 accumulation) and bf16 output
  * rounding for SILU_MUL.  y0 is y's content before the call (ADD). */
 /* gu_bf16 (SILU_MUL): g and u are rounded to bf16 before silu(g) * u (a
- * prompt's gate/up product, dsq_gemm_run_bf16): each moves by up to 2^-9
- * of itself, which moves the result by |silu'(g) g u| + |silu(g) u| times
- * that (first order; silu'(g) g / silu(g) grows like |g| for negative g),
- * with a quarter more for the second-order terms. */
+ * prompt's gate/up product, dsq_gemm_run_bf16; cuBLASLt rounds to nearest,
+ * test_gemm prints the check): each moves by up to 2^-8 of itself (bf16
+ * keeps 8 significant bits), which moves the result by |silu'(g) g u| +
+ * |silu(g) u| times that (first order; silu'(g) g / silu(g) grows like |g|
+ * for negative g), with a quarter more for the second-order terms.  (2^-9
+ * was too tight: 1.07-1.1x of it seen on the H100.) */
 static void product_ref(const float *x, const float *w, const float *bias, const float *y0, int T, int N, int K,
                         dsq_epilogue epi, double *ref, double *tol, int gu_bf16 = 0)
 {
@@ -385,7 +387,7 @@ static void product_ref(const float *x, const float *w, const float *bias, const
                 /* d(silu)/dg <= 1.1 */
                 tol[j] = BF16_REL * fabs(ref[j]) + 2e-6 * (1.1 * ag * fabs(u) + fabs(g) * au) + 1e-30;
                 if (gu_bf16)
-                    tol[j] += 1.25 * ldexp(1.0, -9) * (fabs(sg * (1.0 + g * (1.0 - sg)) * g * u) + fabs(ref[j]));
+                    tol[j] += 1.25 * ldexp(1.0, -8) * (fabs(sg * (1.0 + g * (1.0 - sg)) * g * u) + fabs(ref[j]));
             }
             continue;
         }
