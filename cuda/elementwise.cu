@@ -96,37 +96,35 @@ __global__ void scale_epi_kernel(const float *__restrict__ acc, const float *__r
 
 static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
+/* SiLU*mul over n pairs of `gu` (P: one pair, fp32 float2 or bf16 uint32;
+ * Q: four pairs, 16 bytes): four pairs per thread from the start where gu
+ * and out allow 16- and 8-byte accesses, the rest (or all) one by one. */
+template <typename Q, typename P>
+static dsq_status silu_mul_launch(void (*k4)(const Q *, int64_t, uint2 *), void (*k1)(const P *, int64_t, uint16_t *),
+                                  const void *gu, int64_t n, dsq_bf16 *out, cudaStream_t stream)
+{
+    if (n <= 0)
+        return DSQ_OK;
+    const int64_t n4 = ((uintptr_t)gu & 15) || ((uintptr_t)out & 7) ? 0 : n / 4;
+    if (n4 > 0)
+        k4<<<blocks_for(n4, 256), 256, 0, stream>>>(static_cast<const Q *>(gu), n4, reinterpret_cast<uint2 *>(out));
+    if (n > n4 * 4)
+        k1<<<blocks_for(n - n4 * 4, 256), 256, 0, stream>>>(static_cast<const P *>(gu) + n4 * 4, n - n4 * 4,
+                                                            (uint16_t *)out + n4 * 4);
+    return DSQ_CU_LAUNCHED("silu*mul kernel");
+}
+
 extern "C" dsq_status dsq_cu_silu_mul(const float *gu, int32_t T, int32_t F, dsq_bf16 *out,
                                       cudaStream_t stream)
 {
-    int64_t n = (int64_t)T * F;
-    if (n <= 0)
-        return DSQ_OK;
-    /* the first n4 * 4 pairs four at a time where aligned, the rest one by one */
-    const int64_t n4 = ((uintptr_t)gu & 15) || ((uintptr_t)out & 7) ? 0 : n / 4;
-    if (n4 > 0)
-        silu_mul4_kernel<<<blocks_for(n4, 256), 256, 0, stream>>>(reinterpret_cast<const float4 *>(gu), n4,
-                                                                   reinterpret_cast<uint2 *>(out));
-    if (n > n4 * 4)
-        silu_mul_kernel<<<blocks_for(n - n4 * 4, 256), 256, 0, stream>>>(
-            reinterpret_cast<const float2 *>(gu) + n4 * 4, n - n4 * 4, (uint16_t *)out + n4 * 4);
-    return DSQ_CU_LAUNCHED("silu*mul kernel");
+    return silu_mul_launch<float4, float2>(silu_mul4_kernel, silu_mul_kernel, gu, (int64_t)T * F, out, stream);
 }
 
 extern "C" dsq_status dsq_cu_silu_mul_bf16(const dsq_bf16 *gu, int32_t T, int32_t F, dsq_bf16 *out,
                                            cudaStream_t stream)
 {
-    int64_t n = (int64_t)T * F;
-    if (n <= 0)
-        return DSQ_OK;
-    const int64_t n4 = ((uintptr_t)gu & 15) || ((uintptr_t)out & 7) ? 0 : n / 4;
-    if (n4 > 0)
-        silu_mul_bf16x4_kernel<<<blocks_for(n4, 256), 256, 0, stream>>>(reinterpret_cast<const uint4 *>(gu), n4,
-                                                                         reinterpret_cast<uint2 *>(out));
-    if (n > n4 * 4)
-        silu_mul_bf16_kernel<<<blocks_for(n - n4 * 4, 256), 256, 0, stream>>>(
-            reinterpret_cast<const uint32_t *>(gu) + n4 * 4, n - n4 * 4, (uint16_t *)out + n4 * 4);
-    return DSQ_CU_LAUNCHED("silu*mul kernel (bf16 product)");
+    return silu_mul_launch<uint4, uint32_t>(silu_mul_bf16x4_kernel, silu_mul_bf16_kernel, gu, (int64_t)T * F, out,
+                                            stream);
 }
 
 extern "C" dsq_status dsq_cu_scale_epilogue(const float *acc, const float *scales, const float *bias, int32_t T,

@@ -187,6 +187,18 @@ bench_row() { # name prompt_len batch args...
     printf "%-22s rc=%s %s\n" "$name" $? "$(grep -E "^ *$batch +$plen " "$OUT/$name.log" | tail -1)"
 }
 
+# bench_mixed_step (63 decodes at 1,024 + a 2,048-token prompt in 512-token
+# chunks) with the build in $2 and the environment settings after it, into
+# $OUT/mixed_$1.log; prints its RESULT lines
+mixed_row() { # tag build_dir [env...]
+    local tag=$1 BB=$2
+    shift 2
+    env "$@" LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
+        >"$OUT/mixed_$tag.log" 2>&1
+    echo "== mixed $tag rc=$? $*"
+    grep -E "RESULT (plain|mixed|decode)" "$OUT/mixed_$tag.log"
+}
+
 # test_cuda_quant and _quant_e2e, a line each, then their lines matching
 # the regex $1 (the qrows / tile stages)
 quant_tests() {
@@ -390,11 +402,7 @@ tune)
     bench_row b1_512 512 1 --kv f16
     DSQ_CUDA_GEMM_TUNE=2 bench_row b1_512_tune2 512 1 --kv f16
     if [ -x "$B/tests/bench_mixed_step" ]; then
-        for tv in 0 2; do
-            DSQ_CUDA_GEMM_TUNE=$tv timeout 75 "$B/tests/bench_mixed_step" $M 1024 63 2048 512 5 >"$OUT/mixed_$tv.log" 2>&1
-            echo "== mixed step, DSQ_CUDA_GEMM_TUNE=$tv (issue 7: worst <= 2x plain) rc=$?"
-            grep -E "RESULT" "$OUT/mixed_$tv.log"
-        done
+        for tv in 0 2; do mixed_row tune$tv $B DSQ_CUDA_GEMM_TUNE=$tv; done
     fi
     ;;
 pieces)
@@ -463,9 +471,7 @@ prompt)
             done
         done
         LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH B=$BB bench_row ${tag}_b1_512 512 1 --kv f16
-        LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
-            >"$OUT/${tag}_mixed.log" 2>&1
-        echo "== $tag: mixed step rc=$? $(grep -E "RESULT" "$OUT/${tag}_mixed.log")"
+        mixed_row $tag $BB
     }
     if [ -f .gpu/base.tar.xz ]; then
         mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
@@ -505,16 +511,9 @@ wgmma)
     [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
     wait $MODEL_PID
     for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops; do gtest $t; done
-    wmixed() { # tag build_dir [env...]
-        local tag=$1 BB=$2
-        shift 2
-        env "$@" LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
-            >"$OUT/mixed_$tag.log" 2>&1
-        echo "== mixed $tag rc=$? $*"; grep -E "RESULT (plain|mixed)" "$OUT/mixed_$tag.log"
-    }
-    wmixed base /tmp/gs_base
-    wmixed new $B
-    wmixed new_mma $B DSQ_CUDA_PREFILL_WGMMA=0
+    mixed_row base /tmp/gs_base
+    mixed_row new $B
+    mixed_row new_mma $B DSQ_CUDA_PREFILL_WGMMA=0
     for rep in 1 2; do
         bench_row new_b1_512n_r$rep 512 1 --kv f16 --sampling none
         DSQ_CUDA_PREFILL_WGMMA=0 bench_row mma_b1_512n_r$rep 512 1 --kv f16 --sampling none
@@ -543,12 +542,8 @@ targets)
     fi
     wait $MODEL_PID
     if [ "${TARGETS_MIXED_ONLY:-0}" = 1 ]; then
-        for tag in base new; do
-            BB=$B; [ $tag = base ] && BB=/tmp/gs_base
-            LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
-                >"$OUT/mixed_$tag.log" 2>&1
-            echo "== mixed $tag rc=$?"; grep -E "RESULT (plain|mixed)" "$OUT/mixed_$tag.log"
-        done
+        mixed_row base /tmp/gs_base
+        mixed_row new $B
         LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
         bench_row new_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
         exit 0
@@ -566,8 +561,7 @@ targets)
     bench_row b64_4096_int8 4096 64 --kv int8
     bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     bench_row b1_512_q4 512 1 --kv f16 --quantize q4
-    timeout 75 "$B/tests/bench_mixed_step" $M 1024 63 2048 512 5 >"$OUT/mixed.log" 2>&1
-    echo "== mixed step rc=$?"; grep -E "RESULT (plain|mixed)" "$OUT/mixed.log"
+    mixed_row step $B
     bench_row b1_32768 32768 1 --kv f16 --kv-layout paged
     ;;
 ttft)
@@ -613,11 +607,8 @@ gu)
     done
     bench_row b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096 --sampling none
     DSQ_CUDA_GU_F32=1 bench_row f32_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096 --sampling none
-    for tag in new f32; do
-        env $([ $tag = f32 ] && echo DSQ_CUDA_GU_F32=1) timeout 75 "$B/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
-            >"$OUT/mixed_$tag.log" 2>&1
-        echo "== mixed $tag rc=$?"; grep -E "RESULT (plain|mixed)" "$OUT/mixed_$tag.log"
-    done
+    mixed_row new $B
+    mixed_row f32 $B DSQ_CUDA_GU_F32=1
     export PYTHONUNBUFFERED=1
     DSQWEN_LIBRARY=$B/libdsqwen.so timeout 90 python3 tests/bench/kernel_profile.py --model $M \
         --json "$OUT/prof_512.json" --prefill 512 --steps 8 --warm 3 >"$OUT/prof_512.log" 2>&1
@@ -648,16 +639,9 @@ prompt2)
     for t in test_cuda_e2e test_cuda_seq_ops test_cuda_step_greedy; do gtest $t; done
     [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
     wait $MODEL_PID
-    mixed() { # tag build_dir [env...]
-        local tag=$1 BB=$2
-        shift 2
-        env "$@" LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 75 "$BB/tests/bench_mixed_step" $M 1024 63 2048 512 5 \
-            >"$OUT/mixed_$tag.log" 2>&1
-        echo "== mixed $tag rc=$? $*"; grep -E "RESULT (plain|mixed|decode)" "$OUT/mixed_$tag.log"
-    }
-    mixed base /tmp/gs_base
-    mixed new $B
-    mixed new2 $B
+    mixed_row base /tmp/gs_base
+    mixed_row new $B
+    mixed_row new2 $B
     export PYTHONUNBUFFERED=1
     for tag in base new; do
         BB=$B; [ $tag = base ] && BB=/tmp/gs_base
@@ -807,8 +791,7 @@ bench)
         run b64_1024_q4 1024 64 --kv f16 --quantize q4
         DSQ_CUDA_QROWS=64 run b64_1024_q4_rows 1024 64 --kv f16 --quantize q4
     fi
-    timeout 75 "$B/tests/bench_mixed_step" $M 1024 63 2048 512 5 >"$OUT/mixed.log" 2>&1
-    echo "== mixed step (issue 7: worst <= 2x plain) rc=$?"; grep -E "RESULT" "$OUT/mixed.log"
+    mixed_row step $B # issue 7: worst <= 2x plain
     ;;
 serve)
     prebuilt && export SKIP_BUILD=1
