@@ -236,9 +236,12 @@ int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads, int32_t max_c
                                int32_t n_sms, int32_t kv_dtype);
 
 /* Raise the kernels' shared-memory limits on the current device (kernel
- * attributes are per device): once per device, thread-safe.  The launchers
- * call it themselves, but call it once at context creation so that no
- * attribute is set while a stream is being captured. */
+ * attributes are per device) and probe whether the device runs the build's
+ * wgmma code (a one-thread kernel and a 4-byte copy on the legacy stream,
+ * synchronous): once per device, thread-safe.  The launchers call it
+ * themselves, but call it once at context creation so that none of this
+ * happens while a stream is being captured.  DSQ_ERR_DEVICE_OOM if the
+ * probe's 4 bytes cannot be allocated. */
 dsq_status dsq_attn_init(void);
 
 #ifdef __cplusplus

@@ -13,6 +13,17 @@
  * h / group directly; the 6 query heads of one kv head read the same tiles,
  * which the L2 serves after the first.
  *
+ * Hopper (WG = true; sm_90a code on an sm_90 device, FP16 caches by
+ * default): the same block as one warpgroup, the two products as
+ * wgmma.mma_async (wgmma.cuh) -- S = QK^T as 64 x 64 with Q's fragments
+ * from registers and K a K-major operand, O += PV as 64 x D with P's
+ * fragments from registers and V an N-major operand -- so the K/V tiles sit
+ * in the 128-byte swizzled layout (attention_tile.cuh's tile_chunk), 1 KB
+ * aligned, published to the tensor cores with fence.proxy.async after each
+ * write (cp.async, the INT8 conversion, the V screen).  Every warp computes
+ * every tile (the warpgroup issues together); the masking and the online
+ * softmax are the mma.sync kernel's.
+ *
  * INT8: K's per-token scale multiplies the fp32 scores (exact: q.(k*s) =
  * (q.k)*s up to rounding), V's scale multiplies P before it is rounded to
  * fp16 (the row sum l uses the unscaled P).
@@ -140,7 +151,7 @@ __global__ void __launch_bounds__(kThreads)
                    int group, float scale_log2, int n_split, int split_tiles, float *ws_acc, float *ws_ml)
 {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if constexpr (WG) { /* never launched here (dsq_wgmma_available) */
+    if constexpr (WG) { /* never launched here (the probe in prefill_init) */
         __trap();
         return;
     }
@@ -150,7 +161,6 @@ __global__ void __launch_bounds__(kThreads)
     extern __shared__ __align__(16) unsigned char smem[];
     /* wgmma's swizzled tiles start 1024-byte aligned (shared addresses) */
     unsigned char *base = smem + (WG ? (1024 - (smem_u32(smem) & 1023)) & 1023 : 0);
-    constexpr int SST = TS; /* halves between the two stages of K (of V) */
     __half *sk = (__half *)base;                  /* [2][TS]         */
     __half *sv = sk + 2 * TS;                     /* [2][TS]         */
     __half *sq = sv + 2 * TS;                     /* [64][RH]        */
@@ -234,11 +244,11 @@ __global__ void __launch_bounds__(kThreads)
         const int cur = (j - j0) & 1;
         const int key0 = j * kTileKeys;
         if (j + 1 < j1)
-            ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * SST, sv + (cur ^ 1) * SST,
+            ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * TS, sv + (cur ^ 1) * TS,
                      sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
         /* block-uniform: the tile holds a key after the block's first row */
         if (key0 + kTileKeys - 1 > pos0 + m0) {
-            const bool found = screen_v<D, INT8, WG>(sv + cur * SST, svs + cur * kTileKeys, vbad);
+            const bool found = screen_v<D, INT8, WG>(sv + cur * TS, svs + cur * kTileKeys, vbad);
             if constexpr (WG)
                 fence_proxy_async(); /* the zeroed V values, for wgmma */
             if (__syncthreads_or(found))
@@ -251,7 +261,7 @@ __global__ void __launch_bounds__(kThreads)
         /* a warp whose last row precedes the whole tile has nothing to do
          * (with wgmma the warpgroup computes together: every warp) */
         if (WG || key0 <= qpos_w + 15) {
-            const __half *tk = sk + cur * SST, *tv = sv + cur * SST;
+            const __half *tk = sk + cur * TS, *tv = sv + cur * TS;
             const float *tks = sks + cur * kTileKeys, *tvs = svs + cur * kTileKeys;
             if constexpr (WG) {
                 /* S = Q K^T: K-major B, k-step kk at D block kk / 4 (8 KB
@@ -331,7 +341,7 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
         if (j + 1 < j1)
-            ld.commit(sk + (cur ^ 1) * SST, sv + (cur ^ 1) * SST, sks + (cur ^ 1) * kTileKeys,
+            ld.commit(sk + (cur ^ 1) * TS, sv + (cur ^ 1) * TS, sks + (cur ^ 1) * kTileKeys,
                       svs + (cur ^ 1) * kTileKeys);
         cp_async_wait_all();
         if constexpr (WG)

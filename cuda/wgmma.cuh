@@ -1,9 +1,9 @@
 /*
  * wgmma.cuh - Hopper warpgroup tensor-core wrappers (sm_90a: wgmma.mma_async)
  * for the prefill attention kernel.  Compiled for other targets they trap;
- * dsq_wgmma_available() (attention_prefill.cu) says whether the code the
- * device runs has them, and only then are the kernels that use them
- * launched.
+ * a probe kernel at setup (attention_prefill.cu's prefill_init; the answer:
+ * dsq_attn_prefill_kernel_wgmma) says whether the code the device runs has
+ * them, and only then are the kernels that use them launched.
  *
  * A warpgroup (4 consecutive warps, 128 threads) computes D[64][N] (+)=
  * A[64][16] x B[16][N]: warp w holds rows 16w .. 16w + 15 of A and D, with
