@@ -629,6 +629,16 @@ kern)
     gtest test_cuda_kernels
     grep -E "${KERN_GREP:-ERROR|FAIL}" "$OUT/test_cuda_kernels.log" | head -40
     ;;
+ttft2)
+    # stop 33: time to first token (three runs), the 4,096-token prompt in
+    # one pass and the mixed step of the prebuilt tree, for a card the
+    # targets table lacks them on.  Prebuilt only.
+    prebuilt_stage ttft2
+    wait $MODEL_PID
+    for rep in 1 2 3; do bench_row b1_512_r$rep 512 1 --kv f16; done
+    bench_row b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
+    mixed_row step $B
+    ;;
 prompt2)
     # stop 32: the mixed step and the prefill profile of a base tree
     # (.gpu/base.tar.xz, an earlier prebuilt archive) against this one on
