@@ -243,9 +243,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = j0; j < j1; j++) {
         const int cur = (j - j0) & 1;
         const int key0 = j * kTileKeys;
-        /* the next tile into the other stage (wgmma: after the wait below,
-         * which retires the P.V that still reads that stage) */
-        if (!WG && j + 1 < j1)
+        if (j + 1 < j1)
             ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * TS, sv + (cur ^ 1) * TS,
                      sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
         /* block-uniform: the tile holds a key after the block's first row */
@@ -275,12 +273,8 @@ __global__ void __launch_bounds__(kThreads)
                     wgmma_m64n64k16_rs<0>(s, qf[kk],
                                           wgmma_desc_sw128(ka + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
                 wgmma_commit();
-                wgmma_wait0(); /* this S, and the previous tile's P.V */
+                wgmma_wait0();
                 wgmma_pin<8>(s);
-                wgmma_pin<D / 8>(o);
-                if (j + 1 < j1)
-                    ld.issue(a, b, kvh, key0 + kTileKeys, kv_end, sk + (cur ^ 1) * TS, sv + (cur ^ 1) * TS,
-                             sks + (cur ^ 1) * kTileKeys, svs + (cur ^ 1) * kTileKeys);
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; i++)
@@ -330,9 +324,7 @@ __global__ void __launch_bounds__(kThreads)
             }
             if constexpr (WG) {
                 /* O += P V: V is N-major B, 16 keys (2 KB) per k-step, the
-                 * 64-column blocks of D 8 KB apart.  Not waited for here:
-                 * it runs on while the warps wait for the next tile and
-                 * issue its S (whose wait retires both) */
+                 * 64-column blocks of D 8 KB apart */
                 const uint32_t va = smem_u32(tv);
                 wgmma_fence();
 #pragma unroll
@@ -344,6 +336,8 @@ __global__ void __launch_bounds__(kThreads)
                         wgmma_m64n64k16_rs<1>(o, pa[kk], dv, 1);
                 }
                 wgmma_commit();
+                wgmma_wait0();
+                wgmma_pin<D / 8>(o);
             }
         }
         if (j + 1 < j1)
@@ -353,10 +347,6 @@ __global__ void __launch_bounds__(kThreads)
         if constexpr (WG)
             fence_proxy_async();
         __syncthreads();
-    }
-    if constexpr (WG) { /* the last tile's P.V */
-        wgmma_wait0();
-        wgmma_pin<D / 8>(o);
     }
 
     /* normalise and store bf16 pairs; rows past n are padding.  A valid row
