@@ -639,6 +639,15 @@ ttft2)
     bench_row b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
     mixed_row step $B
     ;;
+attn)
+    # test_cuda_attention alone (every case, both prefill kernels, the
+    # timing rows); its prefill rows (prebuilt)
+    prebuilt || { echo "attn: needs .gpu/prebuilt.tar.xz"; exit 1; }
+    GTEST_TIMEOUT=200 gtest test_cuda_attention
+    grep -E "prefill kernels tested|worst rel|FAIL|mismatched [1-9]" "$OUT/test_cuda_attention.log" | head -8
+    grep -E "(f16|int8) +(wgmma|mma) +prefill (1 x|512 rows at +(0|1536|3584) .split plan|128 rows at +0 .split)" \
+        "$OUT/test_cuda_attention.log"
+    ;;
 prompt2)
     # stop 32: the mixed step and the prefill profile of a base tree
     # (.gpu/base.tar.xz, an earlier prebuilt archive) against this one on
