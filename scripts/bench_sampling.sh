@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 ROOT=$(pwd)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 t0=$(date +%s)
-cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON >"$OUT/build.log" 2>&1 &&
+cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON >"$OUT/build.log" 2>&1 &&
   cmake --build $B -j16 --target dsqwen dsqwen-cli >>"$OUT/build.log" 2>&1
 rc=$?
 echo "== build rc=$rc ($(( $(date +%s) - t0 )) s)"

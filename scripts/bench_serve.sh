@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 t0=$(date +%s)
 # SKIP_BUILD=1: use $B/examples/dsqwen as it is (built elsewhere and carried)
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON \
+cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON \
   -DDSQ_BUILD_TESTS=OFF >"$OUT/build.log" 2>&1 &&
   cmake --build $B -j16 --target dsqwen-cli >>"$OUT/build.log" 2>&1
 rc=$?

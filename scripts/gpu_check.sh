@@ -39,7 +39,7 @@ nvcc --version | tail -1
 if [ "${SKIP_BUILD:-0}" = 1 ]; then
     step build 10 build.log test -x "$B/tests/test_cuda_kernels"
 else
-    step build 300 build.log bash -c "cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON && cmake --build $B -j16"
+    step build 300 build.log bash -c "cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON && cmake --build $B -j16"
 fi
 if [ "${RCS[0]}" != 0 ]; then
     grep -E "error|Error" -A4 "$OUT/build.log" | head -60

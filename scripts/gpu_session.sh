@@ -98,7 +98,7 @@ prebuilt() {
 
 build() { # targets...
     prebuilt && return 0
-    timeout 420 bash -c "cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON \
+    timeout 420 bash -c "cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON \
         >>$OUT/build.log 2>&1 && cmake --build $B -j16 ${*:+--target} $* >>$OUT/build.log 2>&1"
     local rc=$?
     echo "== build rc=$rc ($(el))"

@@ -3,7 +3,7 @@
 # GPU test machine, so a device call spends its minutes on tests instead of
 # a 3-4 minute build there.
 #
-#   cmake -S . -B build-cuda -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON
+#   cmake -S . -B build-cuda -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=ON
 #   cmake --build build-cuda -j
 #   bash scripts/pack_prebuilt.sh build-cuda      # -> .gpu/prebuilt.tar.xz
 #

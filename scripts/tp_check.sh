@@ -29,7 +29,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "tp_check: $NGPU GPU(s); out $OUT"
 
 build() {
-  cmake -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDSQ_NCCL=ON \
+  cmake -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DDSQ_NCCL=ON \
     >"$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
   local t="dsqwen test_cuda_tp test_cuda_nccl test_cpu_tp test_cuda_e2e test_cuda_step_greedy tp_local"
   grep -q 'tp_mpi (MPI) TRUE' "$OUT/configure.log" && t="$t tp_mpi"
