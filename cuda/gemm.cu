@@ -252,7 +252,6 @@ extern "C" void dsq_gemm_set_tune(dsq_gemm *g, int on, int32_t max_rows)
 static dsq_status gemm_run(dsq_gemm *g, const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
                            int32_t N, int32_t K, int epi, void *y, cudaStream_t stream)
 {
-
     const dsq_cublaslt *api = g->api;
     gemm_desc d;
     dsq_status st = make_desc(g, bias, T, N, K, epi, &d);
