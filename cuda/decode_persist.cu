@@ -528,12 +528,12 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
     __syncthreads();
 
     if (warp == NW) { /* producer */
-        if (lane != 0 || (ka.dbg & 32))
+        if (lane != 0)
             return;
         uint64_t pol;
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
         uint32_t c = 0;
-        const int nl = (ka.dbg & 4) ? 1 : (ka.dbg >> 16) ? min(ka.dbg >> 16, a.n_layers) : a.n_layers;
+        const int nl = (ka.dbg & 4) ? 1 : a.n_layers;
         for (int l = 0; l < nl; l++) {
             const dsq_persist_layer L = a.layers[l];
             for (int p = 0; p < 4; p++) {
@@ -563,7 +563,7 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
     const int len = __ldcg(a.len);
     uint16_t *xs = reinterpret_cast<uint16_t *>(U);
     uint32_t c = 0;
-    const int nl = (ka.dbg & 4) ? 1 : (ka.dbg >> 16) ? min(ka.dbg >> 16, a.n_layers) : a.n_layers;
+    const int nl = (ka.dbg & 4) ? 1 : a.n_layers;
     for (int l = 0; l < nl; l++) {
         const dsq_persist_layer L = a.layers[l];
         if (l > 0)
@@ -571,8 +571,7 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         /* A: RMSNorm, q|k|v + bias */
         norm_into(a.x, L.norm_attn, a.eps, a.E, xs, red);
         Phase ph = phase_of(L, 0, a, pl, b);
-        if (!(ka.dbg & 32))
-            consume<0>(ph, c, pl, ring, full, empty, xs, a, L.b_qkv, 0);
+        consume<0>(ph, c, pl, ring, full, empty, xs, a, L.b_qkv, 0);
         c += ph.nchunks;
         grid_sync(a.sync, pl.G);
         /* B: RoPE, KV write, attention */
@@ -582,22 +581,19 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         /* C: o + residual */
         load_vec(a.attn, a.H * a.D, xs);
         ph = phase_of(L, 1, a, pl, b);
-        if (!(ka.dbg & 32))
-            consume<1>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
+        consume<1>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
         c += ph.nchunks;
         grid_sync(a.sync, pl.G);
         /* D: RMSNorm, gate/up, SiLU*mul */
         norm_into(a.x, L.norm_ffn, a.eps, a.E, xs, red);
         ph = phase_of(L, 2, a, pl, b);
-        if (!(ka.dbg & 32))
-            consume<2>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
+        consume<2>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
         c += ph.nchunks;
         grid_sync(a.sync, pl.G);
         /* E: down + residual */
         load_vec(a.act, a.F, xs);
         ph = phase_of(L, 3, a, pl, b);
-        if (!(ka.dbg & 32))
-            consume<3>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
+        consume<3>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
         c += ph.nchunks;
     }
 #else
