@@ -31,7 +31,6 @@
  */
 #include <cuda_fp16.h>
 #include <math.h>
-#include <stdlib.h>
 
 #include "common.cuh"
 #include "decode_persist.h"
@@ -62,7 +61,6 @@ struct Plan {
 struct KArgs {
     dsq_persist_args a;
     Plan pl;
-    int dbg; /* temporary bisect mask (DSQ_PERSIST_DBG) */
 };
 
 /* One product phase of a layer as the block sees it. */
@@ -533,8 +531,7 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         uint64_t pol;
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
         uint32_t c = 0;
-        const int nl = (ka.dbg & 4) ? 1 : a.n_layers;
-        for (int l = 0; l < nl; l++) {
+        for (int l = 0; l < a.n_layers; l++) {
             const dsq_persist_layer L = a.layers[l];
             for (int p = 0; p < 4; p++) {
                 const Phase ph = phase_of(L, p, a, pl, b);
@@ -545,15 +542,8 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
                     const int units = min(ph.upc, ph.nunits - j * ph.upc);
                     const unsigned bytes = (unsigned)(units * ph.u * ph.K * 2);
                     mbar_expect_tx(&full[s], bytes);
-                    if (ka.dbg & 2) {
-                        for (unsigned o = 0; o < bytes; o += 2048)
-                            bulk_copy(ring + (size_t)s * pl.SB + o,
-                                      (const char *)(ph.w + (size_t)j * ph.upc * ph.u * ph.K) + o,
-                                      bytes - o < 2048 ? bytes - o : 2048, &full[s], pol);
-                    } else {
-                        bulk_copy(ring + (size_t)s * pl.SB, ph.w + (size_t)j * ph.upc * ph.u * ph.K, bytes, &full[s],
-                                  pol);
-                    }
+                    bulk_copy(ring + (size_t)s * pl.SB, ph.w + (size_t)j * ph.upc * ph.u * ph.K, bytes, &full[s],
+                              pol);
                 }
             }
         }
@@ -563,8 +553,7 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
     const int len = __ldcg(a.len);
     uint16_t *xs = reinterpret_cast<uint16_t *>(U);
     uint32_t c = 0;
-    const int nl = (ka.dbg & 4) ? 1 : a.n_layers;
-    for (int l = 0; l < nl; l++) {
+    for (int l = 0; l < a.n_layers; l++) {
         const dsq_persist_layer L = a.layers[l];
         if (l > 0)
             grid_sync(a.sync, pl.G);
@@ -575,8 +564,7 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         c += ph.nchunks;
         grid_sync(a.sync, pl.G);
         /* B: RoPE, KV write, attention */
-        if (!(ka.dbg & 1))
-            attend<GQ>(L, a, pl, len, U, flag);
+        attend<GQ>(L, a, pl, len, U, flag);
         grid_sync(a.sync, pl.G);
         /* C: o + residual */
         load_vec(a.attn, a.H * a.D, xs);
@@ -714,8 +702,6 @@ extern "C" dsq_status dsq_persist_decode(const dsq_persist_args *a, cudaStream_t
         return dsq_cu_status(cudaGetLastError(), "persistent decode: device query");
     KArgs ka;
     ka.a = *a;
-    const char *dbg = getenv("DSQ_PERSIST_DBG");
-    ka.dbg = dbg ? atoi(dbg) : 0;
     const char *why = NULL;
     if (!make_plan(a->E, a->H, a->KV, a->D, a->F, sms, &ka.pl, &why))
         return dsq_fail(DSQ_ERR_INTERNAL, "persistent decode: %s", why);

@@ -279,12 +279,10 @@ pdebug)
     # and without graphs.  Prebuilt only.
     prebuilt_stage pdebug
     wait $MODEL_PID
-    for d in ${PDBG:-0}; do
-        echo "== DSQ_PERSIST_DBG=$d"
-        DSQ_PERSIST_DBG=$d DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=0 timeout 30 "$B/examples/dsqwen" bench --model $M \
-            --prompt-len ${PLEN:-64} --max-tokens 8 --batch 1 --kv f16 --sampling none 2>&1 | tail -2
+    for g in 0 1; do
+        DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=$g timeout 60 "$B/examples/dsqwen" bench --model $M --prompt-len ${PLEN:-64} \
+            --max-tokens 8 --batch 1 --kv f16 --sampling none 2>&1 | tail -2
     done
-    [ "${PDBG_SAN:-0}" = 1 ] || exit 0
     DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=0 timeout 300 compute-sanitizer --tool memcheck --show-backtrace no \
         "$B/examples/dsqwen" bench --model $M --prompt-len ${PLEN:-64} --max-tokens 2 --batch 1 --kv f16 \
         --sampling none >"$OUT/memcheck.log" 2>&1
