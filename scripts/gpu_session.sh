@@ -273,21 +273,6 @@ persist)
     DSQ_CUDA_PERSIST=1 bench_row pers_b1_32768 32768 1 --kv f16 --kv-layout paged
     bench_row base_b1_32768 32768 1 --kv f16 --kv-layout paged
     ;;
-pdebug)
-    # stop 34: the persistent kernel on the full-size model under
-    # compute-sanitizer memcheck (a few eager steps), then plain runs with
-    # and without graphs.  Prebuilt only.
-    prebuilt_stage pdebug
-    wait $MODEL_PID
-    for g in 0 1; do
-        DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=$g timeout 60 "$B/examples/dsqwen" bench --model $M --prompt-len ${PLEN:-64} \
-            --max-tokens 8 --batch 1 --kv f16 --sampling none 2>&1 | tail -2
-    done
-    DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=0 timeout 300 compute-sanitizer --tool memcheck --show-backtrace no \
-        "$B/examples/dsqwen" bench --model $M --prompt-len ${PLEN:-64} --max-tokens 2 --batch 1 --kv f16 \
-        --sampling none >"$OUT/memcheck.log" 2>&1
-    echo "== memcheck rc=$?"; grep -v "^=========     \|^$" "$OUT/memcheck.log" | head -30
-    ;;
 check)
     # gpu_check.sh, first half: build, kernels, e2e (graphs on and off), the
     # full-size 1.5B comparison with HF fp32, two contexts on two threads,
