@@ -38,7 +38,7 @@
 
 namespace {
 
-constexpr int NW = 15;                   /* consumer warps (+1: 512 threads, 128 registers each) */
+constexpr int NW = 16;                   /* consumer warps */
 constexpr int kThreads = (NW + 1) * 32;  /* + the producer warp */
 constexpr int AW = 8;                    /* consumer warps that run attention */
 constexpr int kD = 128;
@@ -503,7 +503,7 @@ __device__ void attend(const dsq_persist_layer &L, const dsq_persist_args &a, co
     }
 }
 
-template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
+template <int GQ> __global__ void __maxnreg__(120) persist_kernel(KArgs ka)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char sm[];
