@@ -245,34 +245,6 @@ check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | til
 esac
 
 case "$stage" in
-persist)
-    # stop 34: batch-1 decode steps through the persistent kernel
-    # (DSQ_CUDA_PERSIST=1, cuda/decode_persist.cu): its test, the GPU e2e
-    # tests with it on, memcheck, then bench rows with and without it
-    # (PERSIST_BENCH=0 skips them).  Prebuilt only.
-    prebuilt_stage persist
-    DEADLINE=${DEADLINE:-560}
-    gtest test_cuda_persist
-    grep -E "prompt, .* steps|rel err|FAIL|ERROR" "$OUT/test_cuda_persist.log" | head -8
-    for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops; do LOGSUFFIX=_p gtest $t DSQ_CUDA_PERSIST=1; done
-    if [ "${PERSIST_SAN:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-        timeout 200 compute-sanitizer --tool memcheck "$B/tests/test_cuda_persist" >"$OUT/san_memcheck.log" 2>&1
-        echo "== memcheck rc=$? ($(el)) $(grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/san_memcheck.log" | tr '\n' ' ')"
-    fi
-    wait $MODEL_PID
-    [ "${PERSIST_BENCH:-1}" = 1 ] || exit 0
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
-    for rep in 1 2; do
-        bench_row base_b1_512_r$rep 512 1 --kv f16
-        DSQ_CUDA_PERSIST=1 bench_row pers_b1_512_r$rep 512 1 --kv f16
-    done
-    bench_row base_b1_512_none 512 1 --kv f16 --sampling none
-    DSQ_CUDA_PERSIST=1 bench_row pers_b1_512_none 512 1 --kv f16 --sampling none
-    bench_row base_b1_8192 8192 1 --kv f16
-    DSQ_CUDA_PERSIST=1 bench_row pers_b1_8192 8192 1 --kv f16
-    DSQ_CUDA_PERSIST=1 bench_row pers_b1_32768 32768 1 --kv f16 --kv-layout paged
-    bench_row base_b1_32768 32768 1 --kv f16 --kv-layout paged
-    ;;
 check)
     # gpu_check.sh, first half: build, kernels, e2e (graphs on and off), the
     # full-size 1.5B comparison with HF fp32, two contexts on two threads,
