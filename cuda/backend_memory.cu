@@ -62,7 +62,6 @@ void cu_ctx_free(dsq_ctx *c)
     free(cc->graph_failed);
     free(cc->h_order);
     free(cc->h_tokmap);
-    cu_persist_free(cc);
     cudaFree(cc->scratch);
     cudaFree(cc->kv_arena);
     dsq_gemm_destroy(cc->gemm);
@@ -410,7 +409,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         if (!cc->graphs || !cc->graph_failed)
             return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the decode graph table");
     }
-    return cu_persist_setup(c);
+    return DSQ_OK;
 }
 
 dsq_status cu_ctx_init(dsq_ctx *c)
