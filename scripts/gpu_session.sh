@@ -245,6 +245,28 @@ check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | til
 esac
 
 case "$stage" in
+merge)
+    # stop 34: the decode merge kernel's loop unrolled by 32 (same bits):
+    # test_cuda_attention and the e2e test on this tree, then batch-1 bench
+    # rows at 8,192 and 32,768 keys against the base tree (.gpu/base.tar.xz),
+    # interleaved.  Prebuilt only.
+    prebuilt_stage merge
+    DEADLINE=${DEADLINE:-560}
+    GTEST_TIMEOUT=150 gtest test_cuda_attention
+    gtest test_cuda_e2e
+    mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+    wait $MODEL_PID
+    base_row() { LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row "$@"; }
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        base_row base_b1_8192_r$rep 8192 1 --kv f16
+        bench_row new_b1_8192_r$rep 8192 1 --kv f16
+    done
+    base_row base_b1_32768 32768 1 --kv f16 --kv-layout paged
+    bench_row new_b1_32768 32768 1 --kv f16 --kv-layout paged
+    base_row base_b1_512 512 1 --kv f16
+    bench_row new_b1_512 512 1 --kv f16
+    ;;
 check)
     # gpu_check.sh, first half: build, kernels, e2e (graphs on and off), the
     # full-size 1.5B comparison with HF fp32, two contexts on two threads,
