@@ -264,8 +264,10 @@ merge)
     done
     base_row base_b1_32768 32768 1 --kv f16 --kv-layout paged
     bench_row new_b1_32768 32768 1 --kv f16 --kv-layout paged
-    base_row base_b1_512 512 1 --kv f16
-    bench_row new_b1_512 512 1 --kv f16
+    for rep in 1 2; do
+        base_row base_b1_512_r$rep 512 1 --kv f16
+        bench_row new_b1_512_r$rep 512 1 --kv f16
+    done
     ;;
 check)
     # gpu_check.sh, first half: build, kernels, e2e (graphs on and off), the
