@@ -648,24 +648,11 @@ __global__ void __launch_bounds__(D)
     for (int w = 0; w < D / 32; w++)
         L += red[w];
 
-    /* rounds of 32 partials, every load of a round issued (predicated)
-     * before the first add: batch 1 at 8,192 keys merges 129 splits in 5
-     * rounds of L2 latency instead of 17 (`#pragma unroll 8`); a plain
-     * `unroll 32` left short merges (8 splits at 512 keys) to a remainder
-     * loop of dependent loads.  The sum's order, and so its bits, is the
-     * plain loop's: s = 0, 1, ..., used - 1. */
     float acc = 0.f;
     const float *src = ws_acc + slot0 * D + d;
-    for (int s0 = 0; s0 < used; s0 += 32) {
-        float v[32];
-#pragma unroll
-        for (int i = 0; i < 32; i++)
-            v[i] = s0 + i < used ? src[(int64_t)(s0 + i) * D] : 0.f;
-#pragma unroll
-        for (int i = 0; i < 32; i++)
-            if (s0 + i < used)
-                acc += wsp[s0 + i] * v[i];
-    }
+#pragma unroll 8
+    for (int s = 0; s < used; s++)
+        acc += wsp[s] * src[(int64_t)s * D];
     /* L = NaN (a NaN score or V) or 0 (every score -inf) must give NaN, as
      * the CPU's softmax does, not a finite 0; only an empty sequence (no
      * split used) outputs 0 */
