@@ -245,12 +245,12 @@ check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | til
 esac
 
 case "$stage" in
-merge)
-    # stop 34: the decode merge kernel's loop unrolled by 32 (same bits):
-    # test_cuda_attention and the e2e test on this tree, then batch-1 bench
-    # rows at 8,192 and 32,768 keys against the base tree (.gpu/base.tar.xz),
-    # interleaved.  Prebuilt only.
-    prebuilt_stage merge
+b1ctx)
+    # stop 34: a decode-attention change against the base tree
+    # (.gpu/base.tar.xz, same card): test_cuda_attention and the e2e test on
+    # this tree, then batch-1 bench rows at 8,192, 32,768 (paged) and 512
+    # keys, base and new interleaved.  Prebuilt only.
+    prebuilt_stage b1ctx
     DEADLINE=${DEADLINE:-560}
     GTEST_TIMEOUT=150 gtest test_cuda_attention
     gtest test_cuda_e2e
