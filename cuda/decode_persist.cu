@@ -524,6 +524,7 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
             mbar_init(&empty[s], 1);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        flag[2] = 0;
     }
     __syncthreads();
 
@@ -535,8 +536,11 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         uint32_t c = 0;
         const int nl = (ka.dbg & 4) ? 1 : (ka.dbg >> 16) ? min(ka.dbg >> 16, a.n_layers) : a.n_layers;
         for (int l = 0; l < nl; l++) {
-            const dsq_persist_layer L = a.layers[l];
+            const dsq_persist_layer L = a.layers[(ka.dbg & 64) ? 0 : l];
             for (int p = 0; p < 4; p++) {
+                if (ka.dbg & 1024) /* no running ahead of the consumers' phase */
+                    while (*(volatile int *)(flag + 2) < l * 4 + p) {
+                    }
                 const Phase ph = phase_of(L, p, a, pl, b);
                 for (int j = 0; j < ph.nchunks; j++, c++) {
                     const int s = (int)(c % (uint32_t)pl.NS);
@@ -565,11 +569,13 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
     uint32_t c = 0;
     const int nl = (ka.dbg & 4) ? 1 : (ka.dbg >> 16) ? min(ka.dbg >> 16, a.n_layers) : a.n_layers;
     for (int l = 0; l < nl; l++) {
-        const dsq_persist_layer L = a.layers[l];
+        const dsq_persist_layer L = a.layers[(ka.dbg & 64) ? 0 : l];
         if (l > 0)
             grid_sync(a.sync, pl.G);
         /* A: RMSNorm, q|k|v + bias */
         norm_into(a.x, L.norm_attn, a.eps, a.E, xs, red);
+        if (threadIdx.x == 0)
+            *(volatile int *)(flag + 2) = l * 4 + 0;
         Phase ph = phase_of(L, 0, a, pl, b);
         if (!(ka.dbg & 32))
             consume<0>(ph, c, pl, ring, full, empty, xs, a, L.b_qkv, 0);
@@ -581,6 +587,8 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         grid_sync(a.sync, pl.G);
         /* C: o + residual */
         load_vec(a.attn, a.H * a.D, xs);
+        if (threadIdx.x == 0)
+            *(volatile int *)(flag + 2) = l * 4 + 1;
         ph = phase_of(L, 1, a, pl, b);
         if (!(ka.dbg & 32))
             consume<1>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
@@ -588,6 +596,8 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         grid_sync(a.sync, pl.G);
         /* D: RMSNorm, gate/up, SiLU*mul */
         norm_into(a.x, L.norm_ffn, a.eps, a.E, xs, red);
+        if (threadIdx.x == 0)
+            *(volatile int *)(flag + 2) = l * 4 + 2;
         ph = phase_of(L, 2, a, pl, b);
         if (!(ka.dbg & 32))
             consume<2>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
@@ -595,6 +605,8 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         grid_sync(a.sync, pl.G);
         /* E: down + residual */
         load_vec(a.act, a.F, xs);
+        if (threadIdx.x == 0)
+            *(volatile int *)(flag + 2) = l * 4 + 3;
         ph = phase_of(L, 3, a, pl, b);
         if (!(ka.dbg & 32))
             consume<3>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
