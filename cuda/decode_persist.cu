@@ -222,11 +222,18 @@ __device__ void consume(const Phase &ph, uint32_t c0, const Plan &pl, unsigned c
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int K8 = ph.K / 8;
     const uint4 *xv = reinterpret_cast<const uint4 *>(xs);
-    /* first chunk of this phase owned by this warp */
-    int j = (int)((warp - (int)(c0 % NW) + NW) % NW);
-    for (; j < ph.nchunks; j += NW) {
+    /* Stage-affine ownership: stage s is always consumed by warp s % NW,
+     * so a warp waiting on round r of stage s has itself consumed round
+     * r - 1 of it, and the full barrier is at most one phase behind the
+     * parity it waits on.  (Chunk c -> warp c % NW, as before, let a warp
+     * wait on round r + 1 while round r was not yet filled: with NS < NW
+     * try_wait.parity then saw round r - 1's completed phase of the same
+     * parity and went on with stale data -- the full-size fault.) */
+    for (int j = 0; j < ph.nchunks; j++) {
         const uint32_t c = c0 + (uint32_t)j;
         const int s = (int)(c % (uint32_t)pl.NS);
+        if (s % NW != warp)
+            continue;
         const int units = min(ph.upc, ph.nunits - j * ph.upc);
         const int R = units * ph.u;
         mbar_wait(&full[s], (c / (uint32_t)pl.NS) & 1u);
