@@ -187,6 +187,18 @@ bench_row() { # name prompt_len batch args...
     printf "%-22s rc=%s %s\n" "$name" $? "$(grep -E "^ *$batch +$plen " "$OUT/$name.log" | tail -1)"
 }
 
+# The base tree's binaries (.gpu/base.tar.xz, built elsewhere like the
+# prebuilt ones: a same-card baseline) unpacked once into /tmp/gs_base;
+# returns 1 where none was carried.
+base_tree() {
+    [ -f .gpu/base.tar.xz ] || return 1
+    [ -f /tmp/gs_base/.unpacked ] && return 0
+    mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base && touch /tmp/gs_base/.unpacked
+}
+
+# bench_row with the base tree's binaries
+base_row() { LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row "$@"; }
+
 # bench_mixed_step (63 decodes at 1,024 + a 2,048-token prompt in 512-token
 # chunks) with the build in $2 and the environment settings after it, into
 # $OUT/mixed_$1.log; prints its RESULT lines
@@ -254,9 +266,8 @@ b1ctx)
     DEADLINE=${DEADLINE:-560}
     GTEST_TIMEOUT=150 gtest test_cuda_attention
     gtest test_cuda_e2e
-    mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+    base_tree || { echo "b1ctx: needs .gpu/base.tar.xz"; exit 1; }
     wait $MODEL_PID
-    base_row() { LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row "$@"; }
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     for rep in 1 2; do
         base_row base_b1_8192_r$rep 8192 1 --kv f16
@@ -498,7 +509,7 @@ prompt)
         mixed_row $tag $BB
     }
     if [ -f .gpu/base.tar.xz ]; then
-        mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+        base_tree
         prompt_rows base /tmp/gs_base
     fi
     prompt_rows new $B
@@ -532,7 +543,7 @@ wgmma)
             echo "== $tool rc=$? $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/san_$tool.log" | tr '\n' ' ')"
         done
     fi
-    [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+    base_tree
     wait $MODEL_PID
     for t in test_cuda_e2e test_cuda_step_greedy test_cuda_seq_ops; do gtest $t; done
     mixed_row base /tmp/gs_base
@@ -556,7 +567,7 @@ targets)
     prebuilt_stage targets
     DEADLINE=${DEADLINE:-560}
     if [ -f .gpu/base.tar.xz ]; then
-        mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+        base_tree
         for tag in base new; do
             BB=$B; [ $tag = base ] && BB=/tmp/gs_base
             LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 150 "$BB/tests/test_cuda_attention" >"$OUT/attn_$tag.log" 2>&1
@@ -568,7 +579,7 @@ targets)
     if [ "${TARGETS_MIXED_ONLY:-0}" = 1 ]; then
         mixed_row base /tmp/gs_base
         mixed_row new $B
-        LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row base_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
+        base_row base_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
         bench_row new_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
         exit 0
     fi
@@ -680,7 +691,7 @@ prompt2)
     prebuilt_stage prompt2
     DEADLINE=${DEADLINE:-540}
     for t in test_cuda_e2e test_cuda_seq_ops test_cuda_step_greedy; do gtest $t; done
-    [ -f .gpu/base.tar.xz ] && mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base
+    base_tree
     wait $MODEL_PID
     mixed_row base /tmp/gs_base
     mixed_row new $B
