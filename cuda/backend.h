@@ -30,6 +30,7 @@
 #include "internal.h"
 #include "kernels.h"
 #include "weight.h"
+#include "decode_persist.h"
 
 /* Return the dsq_status of a CUDA call (message naming `what`) if it failed. */
 #define CU_TRY(call, what)                                 \
@@ -241,6 +242,12 @@ typedef struct cu_ctx {
     cudaEvent_t srow_sent; /* the upload out of srow_host finished */
     cu_tp_ctx *tp;         /* tensor parallelism: the ranks' contexts (this
                               context is the first local rank's) */
+    /* batch-1 decode steps through the persistent kernel (decode_persist.h,
+     * backend_persist.cu; DSQ_CUDA_PERSIST): NULL when off or not eligible */
+    void *persist_mem;     /* one allocation: the layer table, sync words, partials */
+    const dsq_persist_layer *persist_layers; /* device [n_layers] */
+    uint32_t *persist_sync; /* device [DSQ_PERSIST_SYNC_WORDS], zeroed */
+    float *persist_part;    /* device, dsq_persist_part_bytes */
 } cu_ctx;
 
 dsq_status cu_ctx_init(dsq_ctx *c);
@@ -249,6 +256,17 @@ void cu_ctx_free(dsq_ctx *c);
  * blocks (the next power of two, at most bt_max) in *stride; returns the
  * bucket index. */
 int32_t cu_bt_bucket(int32_t need, int32_t bt_max, int32_t *stride);
+
+/* ---- the persistent batch-1 decode kernel (backend_persist.cu) ---------------
+ * Whether the context's model, cache and device qualify and DSQ_CUDA_PERSIST
+ * asks for it; if so, the device table and scratch are set up (cc->persist_*).
+ * Not qualifying is not an error (logged at INFO with the reason). */
+dsq_status cu_persist_setup(dsq_ctx *c);
+void cu_persist_free(cu_ctx *cc);
+/* Whether pass p runs its layers through the persistent kernel. */
+int cu_persist_pass(const cu_ctx *cc, const struct cu_pass *p);
+/* Enqueue the layers of pass p (cu_persist_pass true) on cc->stream. */
+dsq_status cu_persist_layers(dsq_ctx *c, const struct cu_pass *p);
 
 /* ---- one pass (backend_pass.cu) ------------------------------------------------ */
 

@@ -62,6 +62,7 @@ void cu_ctx_free(dsq_ctx *c)
     free(cc->graph_failed);
     free(cc->h_order);
     free(cc->h_tokmap);
+    cu_persist_free(cc);
     cudaFree(cc->scratch);
     cudaFree(cc->kv_arena);
     dsq_gemm_destroy(cc->gemm);
@@ -409,7 +410,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         if (!cc->graphs || !cc->graph_failed)
             return dsq_fail(DSQ_ERR_OUT_OF_MEMORY, "no host memory for the decode graph table");
     }
-    return DSQ_OK;
+    return cu_persist_setup(c);
 }
 
 dsq_status cu_ctx_init(dsq_ctx *c)

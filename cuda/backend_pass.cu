@@ -278,15 +278,18 @@ static dsq_status enqueue_piece(dsq_ctx *c, const cu_pass *p, int32_t k, int32_t
         DSQ_TRY(dsq_cu_hist_scatter(cc->ring, cc->hist_r, p->tok, p->pos, p->tseq, p->sid, T, s));
         DSQ_TRY(dsq_cu_embed(cm->tok_embd, p->tok, T, E, cc->x, s));
     }
-    for (int32_t l = l0; l < l1; l++)
-        for (int32_t i = 0; i < a->n_ops; i++) {
-            if (norm_deferred(a, i))
-                continue; /* the next op normalises its input */
-            const float *norm = i > 0 && norm_deferred(a, i - 1) ? cm->layers[l].op[i - 1].norm : NULL;
-            DSQ_TRY(run_op(c, p, &a->recipe[i], &cm->layers[l].op[i], l, norm));
-            if (prefetch_after(cc, p, &a->recipe[i]))
-                DSQ_TRY(prefetch_next(c, l, i, l2p));
-        }
+    if (n == 1 && cu_persist_pass(cc, p)) /* every layer in one kernel (backend_persist.cu) */
+        DSQ_TRY(cu_persist_layers(c, p));
+    else
+        for (int32_t l = l0; l < l1; l++)
+            for (int32_t i = 0; i < a->n_ops; i++) {
+                if (norm_deferred(a, i))
+                    continue; /* the next op normalises its input */
+                const float *norm = i > 0 && norm_deferred(a, i - 1) ? cm->layers[l].op[i - 1].norm : NULL;
+                DSQ_TRY(run_op(c, p, &a->recipe[i], &cm->layers[l].op[i], l, norm));
+                if (prefetch_after(cc, p, &a->recipe[i]))
+                    DSQ_TRY(prefetch_next(c, l, i, l2p));
+            }
     if (k < n - 1 || p->NL == 0)
         return DSQ_OK;
     /* head: final norm of the wanted rows only, then the first chunk of lm_head */

@@ -257,6 +257,57 @@ check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | til
 esac
 
 case "$stage" in
+persist)
+    # stops 34-35: batch-1 decode steps through the persistent kernel
+    # (DSQ_CUDA_PERSIST=1, cuda/decode_persist.cu): its test on the tiny
+    # model, then on the full-size one against the per-kernel pass,
+    # test_cuda_step_greedy with it on (test_cuda_e2e's and _seq_ops'
+    # solo-vs-batched bit equality cannot hold with it: other summation
+    # orders), then bench rows with and without it (PERSIST_BENCH=0 skips
+    # them).  memcheck with PERSIST_SAN=1 (it did not finish at stop 34: the
+    # spinning grid barrier under the sanitizer's serialisation).  Prebuilt only.
+    prebuilt_stage persist
+    DEADLINE=${DEADLINE:-560}
+    gtest test_cuda_persist
+    grep -E "prompt, .* steps|rel err|FAIL|ERROR|SKIP" "$OUT/test_cuda_persist.log" | head -10
+    wait $MODEL_PID
+    LOGSUFFIX=_full GTEST_TIMEOUT=150 gtest test_cuda_persist DSQ_TEST_PERSIST_MODEL=$M
+    grep -E "full size|FAIL|ERROR" "$OUT/test_cuda_persist_full.log" | head -6
+    LOGSUFFIX=_p gtest test_cuda_step_greedy DSQ_CUDA_PERSIST=1
+    if [ "${PERSIST_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+        timeout 200 compute-sanitizer --tool memcheck "$B/tests/test_cuda_persist" >"$OUT/san_memcheck.log" 2>&1
+        echo "== memcheck rc=$? ($(el)) $(grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/san_memcheck.log" | tr '\n' ' ')"
+    fi
+    [ "${PERSIST_BENCH:-1}" = 1 ] || exit 0
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        bench_row base_b1_512_r$rep 512 1 --kv f16
+        DSQ_CUDA_PERSIST=1 bench_row pers_b1_512_r$rep 512 1 --kv f16
+    done
+    bench_row base_b1_512_none 512 1 --kv f16 --sampling none
+    DSQ_CUDA_PERSIST=1 bench_row pers_b1_512_none 512 1 --kv f16 --sampling none
+    bench_row base_b1_8192 8192 1 --kv f16
+    DSQ_CUDA_PERSIST=1 bench_row pers_b1_8192 8192 1 --kv f16
+    DSQ_CUDA_PERSIST=1 bench_row pers_b1_32768 32768 1 --kv f16 --kv-layout paged
+    bench_row base_b1_32768 32768 1 --kv f16 --kv-layout paged
+    ;;
+pdebug)
+    # stop 34: the persistent kernel on the full-size model under
+    # compute-sanitizer memcheck (a few eager steps), then plain runs with
+    # and without graphs.  Prebuilt only.
+    prebuilt_stage pdebug
+    wait $MODEL_PID
+    for d in ${PDBG:-0}; do
+        echo "== DSQ_PERSIST_DBG=$d"
+        DSQ_PERSIST_DBG=$d DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=0 timeout 30 "$B/examples/dsqwen" bench --model $M \
+            --prompt-len ${PLEN:-64} --max-tokens 8 --batch 1 --kv f16 --sampling none 2>&1 | tail -2
+    done
+    [ "${PDBG_SAN:-0}" = 1 ] || exit 0
+    DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=0 timeout 300 compute-sanitizer --tool memcheck --show-backtrace no \
+        "$B/examples/dsqwen" bench --model $M --prompt-len ${PLEN:-64} --max-tokens 2 --batch 1 --kv f16 \
+        --sampling none >"$OUT/memcheck.log" 2>&1
+    echo "== memcheck rc=$?"; grep -v "^=========     \|^$" "$OUT/memcheck.log" | head -30
+    ;;
 b1ctx)
     # stop 34: a decode-attention change against the base tree
     # (.gpu/base.tar.xz, same card): test_cuda_attention and the e2e test on
