@@ -63,6 +63,7 @@ struct KArgs {
     dsq_persist_args a;
     Plan pl;
     int dbg; /* temporary bisect mask (DSQ_PERSIST_DBG) */
+    int pf;  /* L2 prefetch distance in chunks beyond the ring (DSQ_PERSIST_PF; 0 = off) */
 };
 
 /* One product phase of a layer as the block sees it. */
@@ -138,6 +139,38 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
                  : "memory");
 }
 #endif
+
+/* A position in the block's chunk sequence (layer, phase, chunk): the L2
+ * prefetch cursor, which runs ka.pf chunks ahead of the ring's copies so
+ * that the memory keeps streaming while every stage is full (grid
+ * barriers, attention). */
+struct Cursor {
+    int l, p, j;
+    Phase ph;
+};
+
+__device__ void prefetch_next(Cursor &q, const dsq_persist_args &a, const Plan &pl, int b, int nl, int dbg)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    while (q.l < nl && q.j >= q.ph.nchunks) {
+        if (++q.p == 4) {
+            q.p = 0;
+            q.l++;
+        }
+        q.j = 0;
+        if (q.l < nl)
+            q.ph = phase_of(a.layers[(dbg & 64) ? 0 : q.l], q.p, a, pl, b);
+    }
+    if (q.l >= nl)
+        return;
+    const int units = min(q.ph.upc, q.ph.nunits - q.j * q.ph.upc);
+    const unsigned bytes = (unsigned)(units * q.ph.u * q.ph.K * 2);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(q.ph.w + (size_t)q.j * q.ph.upc * q.ph.u * q.ph.K),
+                 "r"(bytes)
+                 : "memory");
+    q.j++;
+#endif
+}
 
 __device__ __forceinline__ void consumers_sync()
 {
@@ -536,6 +569,11 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
         uint32_t c = 0;
         const int nl = (ka.dbg & 4) ? 1 : (ka.dbg >> 16) ? min(ka.dbg >> 16, a.n_layers) : a.n_layers;
+        Cursor q;
+        q.l = q.p = q.j = 0;
+        q.ph = phase_of(a.layers[0], 0, a, pl, b);
+        for (int i = 0; i < ka.pf; i++)
+            prefetch_next(q, a, pl, b, nl, ka.dbg);
         for (int l = 0; l < nl; l++) {
             const dsq_persist_layer L = a.layers[(ka.dbg & 64) ? 0 : l];
             for (int p = 0; p < 4; p++) {
@@ -559,6 +597,8 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
                         bulk_copy(ring + (size_t)s * pl.SB, ph.w + (size_t)j * ph.upc * ph.u * ph.K, bytes, &full[s],
                                   pol);
                     }
+                    if (ka.pf > 0)
+                        prefetch_next(q, a, pl, b, nl, ka.dbg);
                 }
             }
         }
@@ -733,6 +773,8 @@ extern "C" dsq_status dsq_persist_decode(const dsq_persist_args *a, cudaStream_t
     ka.a = *a;
     const char *dbg = getenv("DSQ_PERSIST_DBG");
     ka.dbg = dbg ? atoi(dbg) : 0;
+    const char *pf = getenv("DSQ_PERSIST_PF");
+    ka.pf = pf && atoi(pf) > 0 ? atoi(pf) : 0;
     const char *why = NULL;
     if (!make_plan(a->E, a->H, a->KV, a->D, a->F, sms, &ka.pl, &why))
         return dsq_fail(DSQ_ERR_INTERNAL, "persistent decode: %s", why);

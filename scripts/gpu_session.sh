@@ -286,6 +286,9 @@ persist)
     done
     bench_row base_b1_512_none 512 1 --kv f16 --sampling none
     DSQ_CUDA_PERSIST=1 bench_row pers_b1_512_none 512 1 --kv f16 --sampling none
+    for pf in ${PERSIST_PF:-8 24 48}; do # the L2 prefetch cursor, chunks beyond the ring
+        DSQ_PERSIST_PF=$pf DSQ_CUDA_PERSIST=1 bench_row pers_pf${pf}_b1_512_none 512 1 --kv f16 --sampling none
+    done
     bench_row base_b1_8192 8192 1 --kv f16
     DSQ_CUDA_PERSIST=1 bench_row pers_b1_8192 8192 1 --kv f16
     DSQ_CUDA_PERSIST=1 bench_row pers_b1_32768 32768 1 --kv f16 --kv-layout paged
