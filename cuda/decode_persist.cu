@@ -243,7 +243,7 @@ __device__ void load_vec(const uint16_t *src, int n, uint16_t *xs)
  * block's nchunks, starting at sequence number c0. */
 template <int P>
 __device__ void consume(const Phase &ph, uint32_t c0, const Plan &pl, unsigned char *ring, uint64_t *full,
-                        uint64_t *empty, const uint16_t *xs, const dsq_persist_args &a, const float *bias, int row_base)
+                        uint64_t *empty, const uint16_t *xs, const dsq_persist_args &a, const float *bias, int dbg)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -264,6 +264,12 @@ __device__ void consume(const Phase &ph, uint32_t c0, const Plan &pl, unsigned c
         const int units = min(ph.upc, ph.nunits - j * ph.upc);
         const int R = units * ph.u;
         mbar_wait(&full[s], (c / (uint32_t)pl.NS) & 1u);
+        if (dbg & 128) { /* timing: no arithmetic, the stage released at once */
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(&empty[s]);
+            continue;
+        }
         const uint4 *wv = reinterpret_cast<const uint4 *>(ring + (size_t)s * pl.SB);
         float acc[kRowsMax];
 #pragma unroll
@@ -310,7 +316,6 @@ __device__ void consume(const Phase &ph, uint32_t c0, const Plan &pl, unsigned c
                         a.x[n] = __ldcg(a.x + n) + acc[r];
                 }
         }
-        (void)row_base;
     }
 #endif
 }
@@ -612,45 +617,50 @@ template <int GQ> __global__ void __maxnreg__(128) persist_kernel(KArgs ka)
     for (int l = 0; l < nl; l++) {
         const dsq_persist_layer L = a.layers[(ka.dbg & 64) ? 0 : l];
         if (l > 0)
-            grid_sync(a.sync, pl.G);
+            if (!(ka.dbg & 256)) /* timing: no barriers (results wrong) */
+                grid_sync(a.sync, pl.G);
         /* A: RMSNorm, q|k|v + bias */
         norm_into(a.x, L.norm_attn, a.eps, a.E, xs, red);
         if (threadIdx.x == 0)
             *(volatile int *)(flag + 2) = l * 4 + 0;
         Phase ph = phase_of(L, 0, a, pl, b);
         if (!(ka.dbg & 32))
-            consume<0>(ph, c, pl, ring, full, empty, xs, a, L.b_qkv, 0);
+            consume<0>(ph, c, pl, ring, full, empty, xs, a, L.b_qkv, ka.dbg);
         c += ph.nchunks;
-        grid_sync(a.sync, pl.G);
+        if (!(ka.dbg & 256)) /* timing: no barriers (results wrong) */
+                grid_sync(a.sync, pl.G);
         /* B: RoPE, KV write, attention */
         if (!(ka.dbg & 1))
             attend<GQ>(L, a, pl, len, U, flag);
-        grid_sync(a.sync, pl.G);
+        if (!(ka.dbg & 256)) /* timing: no barriers (results wrong) */
+                grid_sync(a.sync, pl.G);
         /* C: o + residual */
         load_vec(a.attn, a.H * a.D, xs);
         if (threadIdx.x == 0)
             *(volatile int *)(flag + 2) = l * 4 + 1;
         ph = phase_of(L, 1, a, pl, b);
         if (!(ka.dbg & 32))
-            consume<1>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
+            consume<1>(ph, c, pl, ring, full, empty, xs, a, nullptr, ka.dbg);
         c += ph.nchunks;
-        grid_sync(a.sync, pl.G);
+        if (!(ka.dbg & 256)) /* timing: no barriers (results wrong) */
+                grid_sync(a.sync, pl.G);
         /* D: RMSNorm, gate/up, SiLU*mul */
         norm_into(a.x, L.norm_ffn, a.eps, a.E, xs, red);
         if (threadIdx.x == 0)
             *(volatile int *)(flag + 2) = l * 4 + 2;
         ph = phase_of(L, 2, a, pl, b);
         if (!(ka.dbg & 32))
-            consume<2>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
+            consume<2>(ph, c, pl, ring, full, empty, xs, a, nullptr, ka.dbg);
         c += ph.nchunks;
-        grid_sync(a.sync, pl.G);
+        if (!(ka.dbg & 256)) /* timing: no barriers (results wrong) */
+                grid_sync(a.sync, pl.G);
         /* E: down + residual */
         load_vec(a.act, a.F, xs);
         if (threadIdx.x == 0)
             *(volatile int *)(flag + 2) = l * 4 + 3;
         ph = phase_of(L, 3, a, pl, b);
         if (!(ka.dbg & 32))
-            consume<3>(ph, c, pl, ring, full, empty, xs, a, nullptr, 0);
+            consume<3>(ph, c, pl, ring, full, empty, xs, a, nullptr, ka.dbg);
         c += ph.nchunks;
     }
 #else

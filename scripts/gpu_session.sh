@@ -295,15 +295,18 @@ persist)
     bench_row base_b1_32768 32768 1 --kv f16 --kv-layout paged
     ;;
 pdebug)
-    # stop 34: the persistent kernel on the full-size model under
-    # compute-sanitizer memcheck (a few eager steps), then plain runs with
-    # and without graphs.  Prebuilt only.
+    # stops 34-35: the persistent kernel on the full-size model with the
+    # timing / bisect bits of DSQ_PERSIST_DBG (cuda/decode_persist.cu: 1 no
+    # attention, 32 no weight ring, 128 ring without arithmetic, 256 no
+    # grid barriers; results wrong except 0), graphs on unless PDBG_EAGER=1,
+    # no logits; memcheck with PDBG_SAN=1.  Prebuilt only.
     prebuilt_stage pdebug
     wait $MODEL_PID
+    g=1; [ "${PDBG_EAGER:-0}" = 1 ] && g=0
     for d in ${PDBG:-0}; do
-        echo "== DSQ_PERSIST_DBG=$d"
-        DSQ_PERSIST_DBG=$d DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=0 timeout 30 "$B/examples/dsqwen" bench --model $M \
-            --prompt-len ${PLEN:-64} --max-tokens 8 --batch 1 --kv f16 --sampling none 2>&1 | tail -2
+        printf "DSQ_PERSIST_DBG=%-6s %s\n" $d "$(DSQ_PERSIST_DBG=$d DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=$g timeout 60 \
+            "$B/examples/dsqwen" bench --model $M --prompt-len ${PLEN:-512} --max-tokens ${PTOK:-64} --batch 1 \
+            --kv f16 --sampling none 2>&1 | tail -1)"
     done
     [ "${PDBG_SAN:-0}" = 1 ] || exit 0
     DSQ_CUDA_PERSIST=1 DSQ_CUDA_GRAPHS=0 timeout 300 compute-sanitizer --tool memcheck --show-backtrace no \
