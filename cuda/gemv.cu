@@ -21,10 +21,20 @@
  * bf16(nw * (x * rsqrt(mean(x^2) + eps))) into shared memory, exactly the
  * arithmetic of norm.cu but with the block's own summation order, and the
  * block then loops over row groups (grid = the blocks that fit at once), so
- * the norm is computed once per resident block, not once per row group. */
+ * the norm is computed once per resident block, not once per row group.
+ *
+ * Q8_ROW weights (Q8 = true; int8 codes [N][K], fp32 row scales [N]): the
+ * same kernel with 16-byte pieces of 16 codes (two pieces of x each),
+ * codes turned into floats as gemv_quant.cu does (quant_decode.cuh) and
+ * each row's sum multiplied by its scale in the epilogue.  Before stop 35
+ * the 1..2-row INT8 products ran gemv_quant.cu's kernel, which has none of
+ * the loads in flight, PDL or fused norm above (the INT8 batch-1 step
+ * measured 1.21 ms for half of bf16's 1.32 ms worth of bytes). */
 #include "common.cuh"
 #include "gemv_epilogue.cuh"
 #include "gemv_norm.cuh"
+#include "gemv_quant.h"
+#include "quant_decode.cuh"
 
 #define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (a runtime choice) */
 #define GEMV_UNROLL 4
@@ -37,7 +47,8 @@ struct GemvArgs {
     const int32_t *rows; /* NORM: row of xr for token t, or NULL (t) */
     const float *nw;     /* NORM: fp32 norm weight [K] */
     float eps;
-    const uint16_t *w; /* bf16 [N][K] */
+    const uint16_t *w; /* bf16 [N][K] (Q8: int8 codes [N][K]) */
+    const float *scales; /* Q8: fp32 row scales [N]; NULL for bf16 */
     const float *bias; /* fp32 [N] (BIAS) */
     int N, K;
     void *y;
@@ -45,14 +56,16 @@ struct GemvArgs {
 };
 
 /* W pieces v + u*NT (u < GEMV_UNROLL) of the R rows of group g; pieces
- * past the row are zero. */
-template <int R>
+ * past the row (PW pieces: K / 8 bf16, K / 16 Q8) are zero. */
+template <int R, bool Q8>
 __device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], const GemvArgs &a, int g, int v, int K8)
 {
     const int NT = blockDim.x;
 #pragma unroll
     for (int r = 0; r < R; r++) { /* rows past N repeat the last one; never stored */
-        const uint4 *wr = reinterpret_cast<const uint4 *>(a.w + (size_t)min(g * R + r, a.N - 1) * a.K);
+        const size_t row_bytes = (size_t)a.K * (Q8 ? 1 : 2);
+        const uint4 *wr = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(a.w) +
+                                                          (size_t)min(g * R + r, a.N - 1) * row_bytes);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
             wv[u][r] = v + u * NT < K8 ? __ldcs(wr + v + u * NT) : make_uint4(0, 0, 0, 0);
@@ -61,19 +74,20 @@ __device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], const GemvAr
 
 /* 16-byte path: K % 8 == 0, x and W 16-byte aligned.  Block b computes row
  * groups b, b + gridDim.x, ... */
-template <int T, int R, int EPI, bool NORM>
+template <int T, int R, int EPI, bool NORM, bool Q8>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
 {
     __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
     extern __shared__ uint4 xs_dyn[]; /* NORM: bf16 [T][K] */
     const int K8 = a.K / 8, NT = blockDim.x;
+    const int PW = Q8 ? a.K / 16 : K8; /* 16-byte pieces of a W row */
     const int ngroups = (a.N + R - 1) / R;
     int g = blockIdx.x;
 
     uint4 wv[GEMV_UNROLL][R];
     if (a.early)
         dsq_pdl_trigger();
-    load_w<R>(wv, a, g, threadIdx.x, K8); /* before the wait: weights are constant */
+    load_w<R, Q8>(wv, a, g, threadIdx.x, PW); /* before the wait: weights are constant */
     dsq_pdl_wait();
     if (!a.early)
         dsq_pdl_trigger();
@@ -91,7 +105,32 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
         for (int v = threadIdx.x;;) {
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
-                if (v + u * NT < K8) {
+                if (Q8 && v + u * NT < PW) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) { /* codes 8h .. 8h+7 of the piece: x piece 2 (v + u NT) + h */
+                        float cw[R][8];
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            const uint32_t lo = h ? wv[u][r].z : wv[u][r].x, hi = h ? wv[u][r].w : wv[u][r].y;
+#pragma unroll
+                            for (int j = 0; j < 4; j++) {
+                                cw[r][j] = dsq_qd_s8(lo, j);
+                                cw[r][4 + j] = dsq_qd_s8(hi, j);
+                            }
+                        }
+                        const int xi = 2 * (v + u * NT) + h;
+#pragma unroll
+                        for (int t = 0; t < T; t++) {
+                            float xf[8];
+                            dsq_unpack8(NORM ? xv[(size_t)t * K8 + xi] : __ldg(xv + (size_t)t * K8 + xi), xf);
+#pragma unroll
+                            for (int r = 0; r < R; r++)
+#pragma unroll
+                                for (int e = 0; e < 8; e++)
+                                    acc[t][r] = fmaf(xf[e], cw[r][e], acc[t][r]);
+                        }
+                    }
+                } else if (!Q8 && v + u * NT < K8) {
 #pragma unroll
                     for (int t = 0; t < T; t++) {
                         float xf[8];
@@ -109,16 +148,16 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                 }
             }
             v += GEMV_UNROLL * NT;
-            if (v >= K8)
+            if (v >= PW)
                 break;
-            load_w<R>(wv, a, g, v, K8);
+            load_w<R, Q8>(wv, a, g, v, PW);
         }
         /* the next group's first weights go out before this group's
          * epilogue, so its reductions overlap the loads */
         const int next = g + gridDim.x;
         if (next < ngroups)
-            load_w<R>(wv, a, next, threadIdx.x, K8);
-        gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, nullptr, a.bias, a.y);
+            load_w<R, Q8>(wv, a, next, threadIdx.x, PW);
+        gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, Q8 ? a.scales : nullptr, a.bias, a.y);
         g = next;
         if (g >= ngroups)
             break;
@@ -181,13 +220,13 @@ static bool balance_enabled(void)
  * slower (gate/up 494 vs 485 us per step).  The occupancy is cached per
  * kernel instance and block size (it does not depend on the device's SM
  * count, which is read per call). */
-template <int T, int R, int EPI, bool NORM>
+template <int T, int R, int EPI, bool NORM, bool Q8>
 static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
     if (!NORM && !balance_enabled())
         return groups;
     static int64_t per_sm[3]; /* nt 64, 128, 256 */
-    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM>, nt, smem,
+    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM, Q8>, nt, smem,
                                                 &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : 2]);
     if (groups <= cap)
         return groups;
@@ -197,47 +236,50 @@ static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
     return (groups + rounds - 1) / rounds;
 }
 
-template <int T, int R, int EPI>
+template <int T, int R, int EPI, bool Q8>
 static cudaError_t launch_rows(bool vec, bool norm, int nt, const GemvArgs &a, cudaStream_t s)
 {
     const unsigned groups = (unsigned)((a.N + R - 1) / R);
     if constexpr (T <= DSQ_GEMV_NORM_MAX_TOKENS) {
         if (norm) {
             const size_t smem = (size_t)T * a.K * 2;
-            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true>, dim3(gemv_grid<T, R, EPI, true>(nt, smem, groups)),
-                                  dim3(nt), smem, s, a);
+            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true, Q8>,
+                                  dim3(gemv_grid<T, R, EPI, true, Q8>(nt, smem, groups)), dim3(nt), smem, s, a);
         }
     }
     if (vec)
-        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false>, dim3(gemv_grid<T, R, EPI, false>(nt, 0, groups)),
-                              dim3(nt), 0, s, a);
+        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false, Q8>,
+                              dim3(gemv_grid<T, R, EPI, false, Q8>(nt, 0, groups)), dim3(nt), 0, s, a);
+    if (Q8) /* run() sends Q8 only where vec holds */
+        return cudaErrorInvalidValue;
     gemv_scalar_kernel<T, R, EPI><<<groups, GEMV_MAX_THREADS, 0, s>>>(a.x, a.w, a.bias, a.N, a.K, a.y);
     return cudaGetLastError();
 }
 
-template <int T, int EPI>
+template <int T, int EPI, bool Q8>
 static cudaError_t launch_gemv(bool vec, bool norm, int nt, int r, const GemvArgs &a, cudaStream_t s)
 {
-    /* rows per block: 8 only for 1-2 tokens (registers), 2 or 4 otherwise */
-    if (r >= 8 && T <= 2)
-        return launch_rows<T, (T <= 2 ? 8 : 4), EPI>(vec, norm, nt, a, s);
+    /* rows per block: 8 only for 1-2 bf16 tokens (registers: Q8's decoded
+     * codes take R x 8 more), 2 or 4 otherwise */
+    if (r >= 8 && T <= 2 && !Q8)
+        return launch_rows<T, (T <= 2 ? 8 : 4), EPI, Q8>(vec, norm, nt, a, s);
     if (r >= 4)
-        return launch_rows<T, 4, EPI>(vec, norm, nt, a, s);
-    return launch_rows<T, 2, EPI>(vec, norm, nt, a, s);
+        return launch_rows<T, 4, EPI, Q8>(vec, norm, nt, a, s);
+    return launch_rows<T, 2, EPI, Q8>(vec, norm, nt, a, s);
 }
 
-template <int EPI>
+template <int EPI, bool Q8>
 static cudaError_t dispatch_tokens(int T, bool vec, bool norm, int nt, int r, const GemvArgs &a, cudaStream_t s)
 {
     switch (T) {
-    case 1: return launch_gemv<1, EPI>(vec, norm, nt, r, a, s);
-    case 2: return launch_gemv<2, EPI>(vec, norm, nt, r, a, s);
-    case 3: return launch_gemv<3, EPI>(vec, norm, nt, r, a, s);
-    case 4: return launch_gemv<4, EPI>(vec, norm, nt, r, a, s);
-    case 5: return launch_gemv<5, EPI>(vec, false, nt, r, a, s);
-    case 6: return launch_gemv<6, EPI>(vec, false, nt, r, a, s);
-    case 7: return launch_gemv<7, EPI>(vec, false, nt, r, a, s);
-    default: return launch_gemv<8, EPI>(vec, false, nt, r, a, s);
+    case 1: return launch_gemv<1, EPI, Q8>(vec, norm, nt, r, a, s);
+    case 2: return launch_gemv<2, EPI, Q8>(vec, norm, nt, r, a, s);
+    case 3: return launch_gemv<3, EPI, Q8>(vec, norm, nt, r, a, s);
+    case 4: return launch_gemv<4, EPI, Q8>(vec, norm, nt, r, a, s);
+    case 5: return launch_gemv<5, EPI, Q8>(vec, false, nt, r, a, s);
+    case 6: return launch_gemv<6, EPI, Q8>(vec, false, nt, r, a, s);
+    case 7: return launch_gemv<7, EPI, Q8>(vec, false, nt, r, a, s);
+    default: return launch_gemv<8, EPI, Q8>(vec, false, nt, r, a, s);
     }
 }
 
@@ -269,7 +311,21 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
     }
 }
 
-static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi, int nt, int r, cudaStream_t stream)
+/* Q8 block shape from the 16-byte pieces of a row (16 codes each): 64
+ * threads x 4 rows where a row is at most 128 pieces (K <= 2048: qkv, o,
+ * gate/up), so each thread holds 1-2 pieces of 4 rows in flight; 128 x 2
+ * for long rows (down: 560 pieces, two rounds of GEMV_UNROLL); 2 rows
+ * from 3 tokens (registers).  First choice, from the bf16 table's
+ * reasoning; to be tuned with test_cuda_quant's timing table. */
+static void q8_default_cfg(int T, int K, int *nt, int *r)
+{
+    const int P = K / 16;
+    *nt = P <= 128 ? 64 : 128;
+    *r = T <= 2 && P <= 128 ? 4 : 2;
+}
+
+static dsq_status run(const GemvArgs &a, bool norm, bool q8, int32_t T, dsq_epilogue epi, int nt, int r,
+                      cudaStream_t stream)
 {
     const int N = a.N, K = a.K;
     if (T < 1 || T > DSQ_GEMV_MAX_TOKENS)
@@ -285,27 +341,42 @@ static dsq_status run(const GemvArgs &a, bool norm, int32_t T, dsq_epilogue epi,
      * yet to read (the backend folds norms only into qkv and gate/up) */
     if (norm && epi == DSQ_EPI_ADD)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: the ADD epilogue is not supported");
-    if (nt <= 0 || r <= 0)
-        default_cfg(T, N, K, &nt, &r);
+    if (nt <= 0 || r <= 0) {
+        if (q8)
+            q8_default_cfg(T, K, &nt, &r);
+        else
+            default_cfg(T, N, K, &nt, &r);
+    }
     GemvArgs ea = a;
     ea.early = (dsq_pdl_early() & DSQ_PDL_EARLY_GEMV) != 0;
     if (nt != 64 && nt != 128 && nt != 256)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256)", nt);
-    const bool vec = K % 8 == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;
-    if (norm && !(K % 8 == 0 && ((uintptr_t)a.xr & 15) == 0 && ((uintptr_t)a.nw & 15) == 0 &&
+    const bool vec = K % (q8 ? 16 : 8) == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;
+    if (q8 && !norm && !vec)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv q8: needs K %% 16 == 0 and 16-byte aligned x and codes (K %d)", K);
+    if (q8 && !a.scales)
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv q8: no row scales");
+    if (norm && !(K % (q8 ? 16 : 8) == 0 && ((uintptr_t)a.xr & 15) == 0 && ((uintptr_t)a.nw & 15) == 0 &&
                   ((uintptr_t)a.w & 15) == 0 && T <= DSQ_GEMV_NORM_MAX_TOKENS &&
                   (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM))
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: %d rows of %d (needs K %% 8 == 0, 16-byte aligned data, "
                         "T <= %d, T*K*2 <= %d)", T, K, DSQ_GEMV_NORM_MAX_TOKENS, DSQ_GEMV_NORM_MAX_SMEM);
     cudaError_t e = cudaSuccess;
     switch (epi) {
-    case DSQ_EPI_STORE: e = dispatch_tokens<DSQ_EPI_STORE>(T, vec, norm, nt, r, ea, stream); break;
-    case DSQ_EPI_BIAS: e = dispatch_tokens<DSQ_EPI_BIAS>(T, vec, norm, nt, r, ea, stream); break;
-    case DSQ_EPI_ADD: e = dispatch_tokens<DSQ_EPI_ADD>(T, vec, norm, nt, r, ea, stream); break;
-    case DSQ_EPI_SILU_MUL: e = dispatch_tokens<DSQ_EPI_SILU_MUL>(T, vec, norm, nt, r, ea, stream); break;
+#define GCASE(E)                                                                                 \
+    case E:                                                                                      \
+        e = q8 ? dispatch_tokens<E, true>(T, vec || norm, norm, nt, r, ea, stream)               \
+               : dispatch_tokens<E, false>(T, vec, norm, nt, r, ea, stream);                     \
+        break;
+        GCASE(DSQ_EPI_STORE)
+        GCASE(DSQ_EPI_BIAS)
+        GCASE(DSQ_EPI_ADD)
+        GCASE(DSQ_EPI_SILU_MUL)
+#undef GCASE
     default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
     }
-    return dsq_cu_status(e, norm ? "gemv+norm kernel" : "gemv kernel");
+    return dsq_cu_status(e, norm ? (q8 ? "gemv q8+norm kernel" : "gemv+norm kernel") : q8 ? "gemv q8 kernel"
+                                                                                       : "gemv kernel");
 }
 
 } // namespace
@@ -327,7 +398,7 @@ extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, cons
     a.N = N;
     a.K = K;
     a.y = y;
-    return run(a, false, T, epi, nt, r, stream);
+    return run(a, false, false, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
@@ -350,5 +421,50 @@ extern "C" dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows,
     a.N = N;
     a.K = K;
     a.y = y;
-    return run(a, true, T, epi, nt, r, stream);
+    return run(a, true, false, T, epi, nt, r, stream);
+}
+
+extern "C" int dsq_cu_gemv_q8_pdl_ok(int32_t T, int32_t K, const void *x, const int8_t *q)
+{
+    return T >= 1 && T <= DSQ_GEMV_MAX_TOKENS && K % 16 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 15) == 0;
+}
+
+extern "C" int dsq_cu_gemv_q8_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const int8_t *q)
+{
+    return T >= 1 && T <= DSQ_GEMV_NORM_MAX_TOKENS && K % 16 == 0 && (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
+           ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && ((uintptr_t)q & 15) == 0;
+}
+
+extern "C" dsq_status dsq_cu_gemv_q8_pdl_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
+                                             const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
+                                             void *y, int nt, int r, cudaStream_t stream)
+{
+    GemvArgs a = {};
+    a.x = x;
+    a.w = reinterpret_cast<const uint16_t *>(q);
+    a.scales = scales;
+    a.bias = bias;
+    a.N = N;
+    a.K = K;
+    a.y = y;
+    return run(a, false, true, T, epi, nt, r, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                              const int8_t *q, const float *scales, const float *bias, int32_t T,
+                                              int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
+                                              cudaStream_t stream)
+{
+    GemvArgs a = {};
+    a.xr = xr;
+    a.rows = rows;
+    a.nw = nw;
+    a.eps = eps;
+    a.w = reinterpret_cast<const uint16_t *>(q);
+    a.scales = scales;
+    a.bias = bias;
+    a.N = N;
+    a.K = K;
+    a.y = y;
+    return run(a, true, true, T, epi, nt, r, stream);
 }

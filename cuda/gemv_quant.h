@@ -59,6 +59,25 @@ dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_
                               int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                               cudaStream_t stream);
 
+/* Q8_ROW products in gemv.cu's kernel (stop 35): weights loaded before the
+ * PDL wait, GEMV_UNROLL pieces in flight, row groups balanced over the
+ * resident blocks; dsq_cu_gemv_q8_cfg sends its 16-byte path there for
+ * blocks of 64, 128 or 256 threads (32 keeps the older kernel above, for
+ * comparison).  Needs dsq_cu_gemv_q8_pdl_ok (K % 16 == 0, x and q 16-byte
+ * aligned); nt = r = 0 picks the shape.  The norm variant computes x =
+ * bf16(nw * rmsnorm(xr row)) inside each block (xr fp32 [*][K], row t of
+ * xr is rows[t] or t; dsq_cu_gemv_q8_norm_ok: T <= 4, T*K*2 <= 40 KB; not
+ * with the ADD epilogue). */
+int dsq_cu_gemv_q8_pdl_ok(int32_t T, int32_t K, const void *x, const int8_t *q);
+int dsq_cu_gemv_q8_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const int8_t *q);
+dsq_status dsq_cu_gemv_q8_pdl_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
+                                  const float *bias, int32_t T, int32_t N, int32_t K,
+                                  dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);
+dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                   const int8_t *q, const float *scales, const float *bias, int32_t T,
+                                   int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
+                                   cudaStream_t stream);
+
 /* Large batches: rows [n0, n1) of W dequantized into bf16 out [n1-n0][K]
  * (row stride K) for the cuBLASLt path (dsq_gemm_run) on a scratch tile of
  * rows: part 0, each weight's exact fp32 value w rounded to nearest even;

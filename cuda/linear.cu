@@ -76,6 +76,19 @@ static dsq_status dequant_part(const dsq_weight *W, int part, const dsq_cu_linea
                                         (const uint8_t *)W->zeros, K, 0, N, part, env->wq_tile, env->stream);
 }
 
+/* Whether linear_quant sends this product to gemm_rows.cu */
+static int quant_rows_path(const dsq_weight *W, const dsq_bf16 *x, int32_t T, const dsq_cu_linear_env *env)
+{
+    const int rows_ok = T <= env->qrows_max && (W->format != DSQ_WF_Q8_ROW || T >= env->qrows_q8_min);
+    return rows_ok && dsq_cu_gemm_rows_q_ok(T, (int32_t)W->cols, x, W->data);
+}
+
+/* Whether linear_quant sends this product to the quantized GEMV */
+static int quant_gemv_path(const dsq_weight *W, const dsq_bf16 *x, int32_t T, const dsq_cu_linear_env *env)
+{
+    return T <= DSQ_QGEMV_MAX && !quant_rows_path(W, x, T, env);
+}
+
 /* Q8_ROW / Q4_G128: with qrows_max (DSQ_CUDA_QROWS), up to that many rows
  * (Q8_ROW from qrows_q8_min) on the tensor cores with the codes converted
  * in registers (gemm_rows.cu);
@@ -91,8 +104,7 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
                                dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
-    const int rows_ok = T <= env->qrows_max && (W->format != DSQ_WF_Q8_ROW || T >= env->qrows_q8_min);
-    if (rows_ok && dsq_cu_gemm_rows_q_ok(T, K, x, W->data)) {
+    if (quant_rows_path(W, x, T, env)) {
         if (W->format == DSQ_WF_Q8_ROW)
             return dsq_cu_gemm_rows_q8(x, (const int8_t *)W->data, (const float *)W->scales, bias, T, N, K, epi, y,
                                        env->rows_ws, env->rows_ws_bytes, env->rows_tickets, env->rows_n_tickets, 0,
@@ -184,6 +196,13 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
                                             (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
             }
         }
+        /* Q8_ROW products that take the GEMV (1..2 rows by default):
+         * folded the same way (gemv.cu's Q8 instance) */
+        if (W->format == DSQ_WF_Q8_ROW && env->norm_fuse && quant_gemv_path(W, x, T, env) &&
+            dsq_cu_gemv_q8_norm_ok(T, K, env->norm_x, env->norm_w, (const int8_t *)W->data))
+            return dsq_cu_gemv_q8_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
+                                           (const int8_t *)W->data, (const float *)W->scales, bias, T,
+                                           (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
         dsq_status st = dsq_cu_rmsnorm(env->norm_x, env->norm_rows, T, K, env->norm_w, env->norm_eps,
                                        (dsq_bf16 *)x, env->stream);
         if (st != DSQ_OK)

@@ -257,6 +257,33 @@ check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | til
 esac
 
 case "$stage" in
+q8gemv)
+    # stop 35: INT8 (Q8_ROW) products of 1..8 rows in gemv.cu's kernel
+    # (loads in flight, PDL, the RMSNorm folded in at 1-4 rows): the quantized
+    # kernel tests (timing table included), the quantized e2e tests and the
+    # bf16 GEMV tests, then batch-1 INT8 rows against the base tree
+    # (.gpu/base.tar.xz, same card), interleaved.  Prebuilt only.
+    prebuilt_stage q8gemv
+    DEADLINE=${DEADLINE:-560}
+    GTEST_TIMEOUT=240 gtest test_cuda_quant
+    grep -E "worst|^ +q8 " "$OUT/test_cuda_quant.log" | head -40
+    gtest test_cuda_quant_decode
+    gtest test_cuda_quant_e2e
+    GTEST_TIMEOUT=150 gtest test_cuda_kernels
+    base_tree || { echo "q8gemv: needs .gpu/base.tar.xz"; exit 1; }
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        base_row base_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+        bench_row new_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+    done
+    base_row base_q8h_none 512 1 --kv f16 --quantize int8 --quantize-head --sampling none
+    bench_row new_q8h_none 512 1 --kv f16 --quantize int8 --quantize-head --sampling none
+    base_row base_q8_b2 512 2 --kv f16 --quantize int8
+    bench_row new_q8_b2 512 2 --kv f16 --quantize int8
+    base_row base_b1_512 512 1 --kv f16
+    bench_row new_b1_512 512 1 --kv f16
+    ;;
 b1ctx)
     # stop 34: a decode-attention change against the base tree
     # (.gpu/base.tar.xz, same card): test_cuda_attention and the e2e test on

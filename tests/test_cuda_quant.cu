@@ -284,6 +284,115 @@ static void test_gemv_q4(void **state)
     run_gemv_tests(1);
 }
 
+/* The Q8_ROW GEMV with the RMSNorm folded in (dsq_cu_gemv_q8_norm_cfg,
+ * gemv.cu) against the CPU product of the exactly normalised rows: as the
+ * bf16 test in test_cuda_kernels, the kernel rounds the normalised row to
+ * bf16, so each term may also be off by a bf16 rounding of x (2^-8 of
+ * sum |x w| more tolerance).  Residual rows gathered or not, N up to the
+ * gate/up shape (blocks loop over row groups), outputs NaN-poisoned. */
+static void run_gemv_q8_norm(int T, int64_t N, int64_t K, dsq_epilogue epi, int gather, int nt, int r,
+                             double *worst)
+{
+    const int Rr = T + 2;
+    float *xr = (float *)malloc((size_t)(Rr * K) * 4), *nw = (float *)malloc((size_t)K * 4);
+    for (int64_t i = 0; i < Rr * K; i++)
+        xr[i] = frand(3.0f);
+    for (int64_t k = 0; k < K; k++)
+        nw[k] = frand(1.5f);
+    int32_t rows[DSQ_GEMV_MAX_TOKENS];
+    for (int t = 0; t < T; t++)
+        rows[t] = gather ? (int32_t)(rng_next() % (uint64_t)Rr) : t;
+    float *x = (float *)malloc((size_t)(T * K) * 4);
+    for (int t = 0; t < T; t++) {
+        const float *v = xr + (size_t)rows[t] * K;
+        double ss = 0;
+        for (int64_t k = 0; k < K; k++)
+            ss += (double)v[k] * v[k];
+        const double inv = 1.0 / sqrt(ss / (double)K + 1e-6);
+        for (int64_t k = 0; k < K; k++)
+            x[t * K + k] = (float)(nw[k] * (v[k] * inv));
+    }
+    qmat m = make_qmat(0, N, K);
+    float *bias = (float *)malloc((size_t)N * 4), *y = (float *)malloc((size_t)(T * N) * 4);
+    for (int64_t n = 0; n < N; n++)
+        bias[n] = frand(0.5f);
+    double *mag = (double *)malloc((size_t)(T * N) * 8);
+    cpu_ref(&m, x, T, y, mag);
+    void *dxr = dev_copy(xr, (size_t)(Rr * K) * 4), *dnw = dev_copy(nw, (size_t)K * 4);
+    void *drows = dev_copy(rows, sizeof rows), *dbias = dev_copy(bias, (size_t)N * 4);
+    const size_t ybytes = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
+    void *dy = dev_nan(ybytes);
+    assert_true(dsq_cu_gemv_q8_norm_ok(T, (int32_t)K, dxr, (const float *)dnw, (const int8_t *)m.dq));
+    DS(dsq_cu_gemv_q8_norm_cfg((const float *)dxr, gather ? (const int32_t *)drows : NULL, (const float *)dnw, 1e-6f,
+                               (const int8_t *)m.dq, (const float *)m.ds, epi == DSQ_EPI_BIAS ? (const float *)dbias
+                                                                                              : NULL,
+                               T, (int32_t)N, (int32_t)K, epi, dy, nt, r, 0));
+    void *got = malloc(ybytes);
+    to_host(got, dy, ybytes);
+    const double fp = 4.0 * (double)K * 0x1p-24 + 0x1p-8; /* the product's rounding + x's bf16 rounding */
+    for (int t = 0; t < T; t++) {
+        if (epi == DSQ_EPI_SILU_MUL) {
+            for (int64_t i = 0; i < N / 2; i++) {
+                const double g = y[t * N + 2 * i], u = y[t * N + 2 * i + 1];
+                const double tg = fp * mag[t * N + 2 * i] + 1e-30, tu = fp * mag[t * N + 2 * i + 1] + 1e-30;
+                const double sg = g / (1 + exp(-g)), ref = sg * u;
+                const double tol = fabs(ref) * 0x1p-8 + 1.2 * tg * fabs(u) + fabs(sg) * tu + tg * tu + 1e-30;
+                const double v = dsq_bf16_to_f32(((uint16_t *)got)[t * (N / 2) + i]);
+                const double e = isnan(v) ? INFINITY : fabs(v - ref) / tol;
+                *worst = e > *worst ? e : *worst;
+                if (!(e <= 1.0))
+                    fail_msg("q8+norm %lldx%lld T=%d silu_mul nt %d r %d (%d,%lld): %g vs %g (tol %g)", (long long)N,
+                             (long long)K, T, nt, r, t, (long long)i, v, ref, tol);
+            }
+            continue;
+        }
+        for (int64_t n = 0; n < N; n++) {
+            const double ref = y[t * N + n] + (epi == DSQ_EPI_BIAS ? bias[n] : 0.0);
+            const double tol = fp * mag[t * N + n] + 4e-7 * fabs(ref) + 1e-30;
+            const double v = ((float *)got)[t * N + n];
+            const double e = isnan(v) ? INFINITY : fabs(v - ref) / tol;
+            *worst = e > *worst ? e : *worst;
+            if (!(e <= 1.0))
+                fail_msg("q8+norm %lldx%lld T=%d epi %d nt %d r %d (%d,%lld): %g vs CPU %g (tol %g)", (long long)N,
+                         (long long)K, T, (int)epi, nt, r, t, (long long)n, v, ref, tol);
+        }
+    }
+    free(xr), free(nw), free(x), free(bias), free(y), free(mag), free(got);
+    cudaFree(dxr), cudaFree(dnw), cudaFree(drows), cudaFree(dbias), cudaFree(dy);
+    free_qmat(&m);
+}
+
+static void test_gemv_q8_norm(void **state)
+{
+    (void)state;
+    double worst = 0;
+    const int64_t shapes[][2] = {{37, 16}, {33, 1536}, {18, 8960}, {2048, 1536}, {17920, 1536}};
+    for (int T = 1; T <= DSQ_GEMV_NORM_MAX_TOKENS; T++)
+        for (int s = 0; s < 5; s++) {
+            if ((shapes[s][0] > 10000 && T > 1) || (size_t)T * shapes[s][1] * 2 > DSQ_GEMV_NORM_MAX_SMEM)
+                continue;
+            for (int e : {(int)DSQ_EPI_STORE, (int)DSQ_EPI_BIAS, (int)DSQ_EPI_SILU_MUL}) {
+                if (shapes[s][1] > 4096 && T > 1 && e != DSQ_EPI_STORE)
+                    continue;
+                run_gemv_q8_norm(T, shapes[s][0] + (e == DSQ_EPI_SILU_MUL && shapes[s][0] % 2), shapes[s][1],
+                                 (dsq_epilogue)e, (T + e) % 2, 0, 0, &worst);
+            }
+        }
+    for (int nt : {64, 128, 256})
+        for (int r : {2, 4, 8})
+            run_gemv_q8_norm(1 + (nt + r) % DSQ_GEMV_NORM_MAX_TOKENS, 35, 1024, DSQ_EPI_SILU_MUL, 1, nt, r, &worst);
+    printf("  q8+norm: worst |gpu - cpu| / tol over all cases = %.3g\n", worst);
+    /* refusals: ADD (blocks read every residual row the ADD may write), K not a multiple of 16, T > 4 */
+    const float *fp = (const float *)16;
+    const int8_t *qp = (const int8_t *)16;
+    assert_int_equal(dsq_cu_gemv_q8_norm_cfg(fp, NULL, fp, 1e-6f, qp, fp, NULL, 1, 8, 1536, DSQ_EPI_ADD, (void *)16, 0,
+                                             0, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_false(dsq_cu_gemv_q8_norm_ok(1, 1544, (void *)16, fp, qp));
+    assert_false(dsq_cu_gemv_q8_norm_ok(DSQ_GEMV_NORM_MAX_TOKENS + 1, 1536, (void *)16, fp, qp));
+    assert_false(dsq_cu_gemv_q8_pdl_ok(1, 1536, (void *)24, qp));
+}
+
 /* The tensor-core products of 1..64 rows (gemm_rows.cu) against the same
  * CPU products and tolerance: K a multiple of 128 (whole groups; 70 groups
  * for the down shape), partial 64-row tiles, T across the token-group
@@ -826,6 +935,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemv_q8),
         cmocka_unit_test(test_gemv_q4),
+        cmocka_unit_test(test_gemv_q8_norm),
         cmocka_unit_test(test_gemm_rows_q8),
         cmocka_unit_test(test_gemm_rows_q4),
         cmocka_unit_test(test_linear_qrows_dispatch),
