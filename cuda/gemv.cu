@@ -36,7 +36,7 @@
 #include "gemv_quant.h"
 #include "quant_decode.cuh"
 
-#define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (a runtime choice) */
+#define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (32 for Q8; a runtime choice) */
 #define GEMV_UNROLL 4
 
 namespace {
@@ -225,9 +225,9 @@ static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
     if (!NORM && !balance_enabled())
         return groups;
-    static int64_t per_sm[3]; /* nt 64, 128, 256 */
+    static int64_t per_sm[4]; /* nt 64, 128, 256, 32 (Q8 only) */
     const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM, Q8>, nt, smem,
-                                                &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : 2]);
+                                                &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : nt == 256 ? 2 : 3]);
     if (groups <= cap)
         return groups;
     if (NORM) /* every resident block: measured faster than balanced here */
@@ -311,17 +311,25 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
     }
 }
 
-/* Q8 block shape from the 16-byte pieces of a row (16 codes each): 64
- * threads x 4 rows where a row is at most 128 pieces (K <= 2048: qkv, o,
- * gate/up), so each thread holds 1-2 pieces of 4 rows in flight; 128 x 2
- * for long rows (down: 560 pieces, two rounds of GEMV_UNROLL); 2 rows
- * from 3 tokens (registers).  First choice, from the bf16 table's
- * reasoning; to be tuned with test_cuda_quant's timing table. */
-static void q8_default_cfg(int T, int K, int *nt, int *r)
+/* Q8 block shape from the 16-byte pieces of a row (16 codes each).  H100
+ * timing table (test_cuda_quant, stop 35), 1 row: qkv / o 64 x 4 (3.9 /
+ * 4.2 us), down 256 x 2 (7.7 vs 8.4 at 128 x 2); wide products (gate/up,
+ * the head: N >= 16384) were fastest on gemv_quant.cu's one-warp blocks of
+ * 2 rows, each lane holding all 3 pieces of a 1,536 row -- 32 x 2 here,
+ * with every piece in flight before the PDL wait. */
+static void q8_default_cfg(int T, int N, int K, int *nt, int *r)
 {
     const int P = K / 16;
-    *nt = P <= 128 ? 64 : 128;
-    *r = T <= 2 && P <= 128 ? 4 : 2;
+    if (P > 128) {
+        *nt = 256;
+        *r = 2;
+    } else if (N >= 16384) {
+        *nt = 32;
+        *r = 2;
+    } else {
+        *nt = 64;
+        *r = T <= 2 ? 4 : 2;
+    }
 }
 
 static dsq_status run(const GemvArgs &a, bool norm, bool q8, int32_t T, dsq_epilogue epi, int nt, int r,
@@ -343,14 +351,14 @@ static dsq_status run(const GemvArgs &a, bool norm, bool q8, int32_t T, dsq_epil
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: the ADD epilogue is not supported");
     if (nt <= 0 || r <= 0) {
         if (q8)
-            q8_default_cfg(T, K, &nt, &r);
+            q8_default_cfg(T, N, K, &nt, &r);
         else
             default_cfg(T, N, K, &nt, &r);
     }
     GemvArgs ea = a;
     ea.early = (dsq_pdl_early() & DSQ_PDL_EARLY_GEMV) != 0;
-    if (nt != 64 && nt != 128 && nt != 256)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256)", nt);
+    if (nt != 64 && nt != 128 && nt != 256 && !(q8 && nt == 32))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256; 32 for Q8)", nt);
     const bool vec = K % (q8 ? 16 : 8) == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;
     if (q8 && !norm && !vec)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv q8: needs K %% 16 == 0 and 16-byte aligned x and codes (K %d)", K);

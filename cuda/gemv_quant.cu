@@ -18,6 +18,7 @@
  * tests/test_cuda_quant.cu checks it against the CPU products, and block
  * shapes are first guesses to be tuned against measurements. */
 #include <cuda_fp16.h>
+#include <string.h>
 
 #include "common.cuh"
 #include "gemv_epilogue.cuh"
@@ -369,10 +370,37 @@ extern "C" dsq_status dsq_cu_gemv_q8_cfg(const dsq_bf16 *x, const int8_t *q, con
                                          const float *bias, int32_t T, int32_t N, int32_t K,
                                          dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
 {
-    /* the 16-byte path runs gemv.cu's kernel unless 32 threads are asked
-     * for (the kernel below, kept for comparison in the timing table) */
-    if (nt != 32 && x && q && scales && y && dsq_cu_gemv_q8_pdl_ok(T, K, x, q))
+    /* the 16-byte path runs gemv.cu's kernel (where dsq_cu_gemv_q8_pdl_use
+     * says so for the default shape; always for an explicit one) */
+    if (x && q && scales && y && (nt > 0 ? dsq_cu_gemv_q8_pdl_ok(T, K, x, q) : dsq_cu_gemv_q8_pdl_use(T, N, K, x, q)))
         return dsq_cu_gemv_q8_pdl_cfg(x, q, scales, bias, T, N, K, epi, y, nt, r, stream);
+    return dsq_cu_gemv_q8_old_cfg(x, q, scales, bias, T, N, K, epi, y, nt, r, stream);
+}
+
+/* DSQ_CUDA_Q8_GEMV, read once: 0 old kernel everywhere, 1 gemv.cu's
+ * everywhere, 2 (default) gemv.cu's for N < 16384 */
+static int q8_policy(void)
+{
+    static int v = -1;
+    int p = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (p < 0) {
+        const char *e = getenv("DSQ_CUDA_Q8_GEMV");
+        p = e && !strcmp(e, "old") ? 0 : e && !strcmp(e, "new") ? 1 : 2;
+        __atomic_store_n(&v, p, __ATOMIC_RELAXED);
+    }
+    return p;
+}
+
+extern "C" int dsq_cu_gemv_q8_pdl_use(int32_t T, int32_t N, int32_t K, const void *x, const int8_t *q)
+{
+    const int p = q8_policy();
+    return p != 0 && (p == 1 || N < 16384) && dsq_cu_gemv_q8_pdl_ok(T, K, x, q);
+}
+
+extern "C" dsq_status dsq_cu_gemv_q8_old_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
+                                             const float *bias, int32_t T, int32_t N, int32_t K,
+                                             dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
+{
     q_args a = {x, q, scales, nullptr, bias, N, K, y};
     return run("gemv_q8", false, a, T, epi, nt, r, stream);
 }

@@ -69,6 +69,16 @@ dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_
  * xr is rows[t] or t; dsq_cu_gemv_q8_norm_ok: T <= 4, T*K*2 <= 40 KB; not
  * with the ADD epilogue). */
 int dsq_cu_gemv_q8_pdl_ok(int32_t T, int32_t K, const void *x, const int8_t *q);
+/* Whether the default (nt = r = 0) Q8 product goes to gemv.cu's kernel:
+ * DSQ_CUDA_Q8_GEMV=old never, =new always, default for N < 16384 (qkv, o,
+ * down; gate/up and the head stay on the older kernel, faster there on the
+ * H100 at stop 35).  The backend folds the RMSNorm only where this holds. */
+int dsq_cu_gemv_q8_pdl_use(int32_t T, int32_t N, int32_t K, const void *x, const int8_t *q);
+/* gemv_quant.cu's own Q8 kernel (one-warp blocks allowed), whatever the
+ * policy: for comparison in the timing table */
+dsq_status dsq_cu_gemv_q8_old_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
+                                  const float *bias, int32_t T, int32_t N, int32_t K,
+                                  dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);
 int dsq_cu_gemv_q8_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const int8_t *q);
 dsq_status dsq_cu_gemv_q8_pdl_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
                                   const float *bias, int32_t T, int32_t N, int32_t K,

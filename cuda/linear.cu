@@ -196,9 +196,10 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
                                             (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
             }
         }
-        /* Q8_ROW products that take the GEMV (1..2 rows by default):
-         * folded the same way (gemv.cu's Q8 instance) */
+        /* Q8_ROW products that take gemv.cu's GEMV (1..2 rows, N < 16384
+         * by default: qkv): folded the same way */
         if (W->format == DSQ_WF_Q8_ROW && env->norm_fuse && quant_gemv_path(W, x, T, env) &&
+            dsq_cu_gemv_q8_pdl_use(T, (int32_t)W->rows, K, x, (const int8_t *)W->data) &&
             dsq_cu_gemv_q8_norm_ok(T, K, env->norm_x, env->norm_w, (const int8_t *)W->data))
             return dsq_cu_gemv_q8_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
                                            (const int8_t *)W->data, (const float *)W->scales, bias, T,

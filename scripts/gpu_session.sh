@@ -259,10 +259,12 @@ esac
 case "$stage" in
 q8gemv)
     # stop 35: INT8 (Q8_ROW) products of 1..8 rows in gemv.cu's kernel
-    # (loads in flight, PDL, the RMSNorm folded in at 1-4 rows): the quantized
-    # kernel tests (timing table included), the quantized e2e tests and the
-    # bf16 GEMV tests, then batch-1 INT8 rows against the base tree
-    # (.gpu/base.tar.xz, same card), interleaved.  Prebuilt only.
+    # (loads in flight, PDL, the RMSNorm folded in at 1-4 rows) where
+    # DSQ_CUDA_Q8_GEMV says (default: N < 16384): the quantized kernel
+    # tests (timing table with the older kernel's column), the quantized
+    # e2e tests, the bf16 GEMV and e2e tests, then batch-1 INT8 rows for
+    # each policy against the base tree (.gpu/base.tar.xz, same card).
+    # Prebuilt only.
     prebuilt_stage q8gemv
     DEADLINE=${DEADLINE:-560}
     GTEST_TIMEOUT=240 gtest test_cuda_quant
@@ -270,6 +272,7 @@ q8gemv)
     gtest test_cuda_quant_decode
     gtest test_cuda_quant_e2e
     GTEST_TIMEOUT=150 gtest test_cuda_kernels
+    gtest test_cuda_e2e
     base_tree || { echo "q8gemv: needs .gpu/base.tar.xz"; exit 1; }
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
@@ -277,6 +280,8 @@ q8gemv)
         base_row base_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
         bench_row new_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
     done
+    DSQ_CUDA_Q8_GEMV=new bench_row allnew_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_Q8_GEMV=old bench_row old_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     base_row base_q8h_none 512 1 --kv f16 --quantize int8 --quantize-head --sampling none
     bench_row new_q8h_none 512 1 --kv f16 --quantize int8 --quantize-head --sampling none
     base_row base_q8_b2 512 2 --kv f16 --quantize int8

@@ -151,6 +151,9 @@ static dsq_status launch(const qmat *m, const uint16_t *dx, const float *dbias, 
         if (m->is_q4)
             return dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz,
                                       dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, nt, r, 0);
+        if (nt == 1) /* gemv_quant.cu's own Q8 kernel at its default shape */
+            return dsq_cu_gemv_q8_old_cfg(dx, (const int8_t *)m->dq, (const float *)m->ds, dbias, T, (int32_t)m->N,
+                                          (int32_t)m->K, epi, dy, 0, 0, 0);
         return dsq_cu_gemv_q8_cfg(dx, (const int8_t *)m->dq, (const float *)m->ds, dbias, T, (int32_t)m->N,
                                   (int32_t)m->K, epi, dy, nt, r, 0);
     }
@@ -259,6 +262,11 @@ static void run_gemv_tests(int is_q4)
                 if (m.N % 2 == 0)
                     check_case(&m, T, DSQ_EPI_SILU_MUL, 0, 0, 0, &worst);
                 check_case(&m, T, DSQ_EPI_STORE, 0, 0, 1, &worst); /* misaligned x: scalar path */
+                if (!is_q4) { /* gemv_quant.cu's Q8 kernel (gate/up and the head by default) */
+                    check_case(&m, T, DSQ_EPI_STORE, 1, 0, 0, &worst);
+                    if (m.N % 2 == 0)
+                        check_case(&m, T, DSQ_EPI_SILU_MUL, 1, 0, 0, &worst);
+                }
             }
         }
         const int nts[] = {32, 64, 128, 256}, rs[] = {2, 4, 8};
@@ -323,10 +331,14 @@ static void run_gemv_q8_norm(int T, int64_t N, int64_t K, dsq_epilogue epi, int 
     const size_t ybytes = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
     void *dy = dev_nan(ybytes);
     assert_true(dsq_cu_gemv_q8_norm_ok(T, (int32_t)K, dxr, (const float *)dnw, (const int8_t *)m.dq));
-    DS(dsq_cu_gemv_q8_norm_cfg((const float *)dxr, gather ? (const int32_t *)drows : NULL, (const float *)dnw, 1e-6f,
-                               (const int8_t *)m.dq, (const float *)m.ds, epi == DSQ_EPI_BIAS ? (const float *)dbias
-                                                                                              : NULL,
-                               T, (int32_t)N, (int32_t)K, epi, dy, nt, r, 0));
+    const dsq_status st =
+        dsq_cu_gemv_q8_norm_cfg((const float *)dxr, gather ? (const int32_t *)drows : NULL, (const float *)dnw, 1e-6f,
+                                (const int8_t *)m.dq, (const float *)m.ds,
+                                epi == DSQ_EPI_BIAS ? (const float *)dbias : NULL, T, (int32_t)N, (int32_t)K, epi, dy,
+                                nt, r, 0);
+    if (st != DSQ_OK)
+        fail_msg("q8+norm %lldx%lld T=%d epi %d nt %d r %d: %s (%s)", (long long)N, (long long)K, T, (int)epi, nt, r,
+                 dsq_status_string(st), dsq_last_error_message());
     void *got = malloc(ybytes);
     to_host(got, dy, ybytes);
     const double fp = 4.0 * (double)K * 0x1p-24 + 0x1p-8; /* the product's rounding + x's bf16 rounding */
@@ -380,7 +392,7 @@ static void test_gemv_q8_norm(void **state)
         }
     for (int nt : {64, 128, 256})
         for (int r : {2, 4, 8})
-            run_gemv_q8_norm(1 + (nt + r) % DSQ_GEMV_NORM_MAX_TOKENS, 35, 1024, DSQ_EPI_SILU_MUL, 1, nt, r, &worst);
+            run_gemv_q8_norm(1 + (nt + r) % DSQ_GEMV_NORM_MAX_TOKENS, 36, 1024, DSQ_EPI_SILU_MUL, 1, nt, r, &worst);
     printf("  q8+norm: worst |gpu - cpu| / tol over all cases = %.3g\n", worst);
     /* refusals: ADD (blocks read every residual row the ADD may write), K not a multiple of 16, T > 4 */
     const float *fp = (const float *)16;
@@ -818,6 +830,9 @@ static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_
             DS(dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
                                   (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE,
                                   dy, nt, r, 0));
+        else if (nt == 1) /* gemv_quant.cu's own Q8 kernel, default shape */
+            DS(dsq_cu_gemv_q8_old_cfg(dx, (const int8_t *)w, (const float *)(w + codes), NULL, T, N, K, DSQ_EPI_STORE,
+                                      dy, 0, 0, 0));
         else
             DS(dsq_cu_gemv_q8_cfg(dx, (const int8_t *)w, (const float *)(w + codes), NULL, T, N, K, DSQ_EPI_STORE,
                                   dy, nt, r, 0));
@@ -906,9 +921,17 @@ static void test_quant_product_timing(void **state)
                         if (ub < 0 || u < ub)
                             ub = u, bnt = nts[a], br = rs[b];
                     }
-                printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d %7.1f (%4.0f) %7.1f (%4.0f) %2d\n",
-                       q4 ? "q4" : "q8", sh[si].name, T, ud, wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br, urows,
-                       wb / (urows * 1e3), urb, wb / (urb * 1e3), rbs);
+                /* Q8: also gemv_quant.cu's kernel at its own default (the
+                 * "best" column's shapes are gemv.cu's since stop 35) */
+                const float uo =
+                    q4 ? 0.0f : time_q(q4, 1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
+                printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d %7.1f (%4.0f) %7.1f (%4.0f) %2d", q4 ? "q4" : "q8",
+                       sh[si].name, T, ud, wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br, urows, wb / (urows * 1e3), urb,
+                       wb / (urb * 1e3), rbs);
+                if (q4)
+                    printf("\n");
+                else
+                    printf("   old kernel %6.1f (%4.0f)\n", uo, wb / (uo * 1e3));
             }
         }
     cudaEventDestroy(e0);
