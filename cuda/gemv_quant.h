@@ -61,10 +61,11 @@ dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_
 
 /* Q8_ROW products in gemv.cu's kernel (stop 35): weights loaded before the
  * PDL wait, GEMV_UNROLL pieces in flight, row groups balanced over the
- * resident blocks; dsq_cu_gemv_q8_cfg sends its 16-byte path there for
- * blocks of 64, 128 or 256 threads (32 keeps the older kernel above, for
- * comparison).  Needs dsq_cu_gemv_q8_pdl_ok (K % 16 == 0, x and q 16-byte
- * aligned); nt = r = 0 picks the shape.  The norm variant computes x =
+ * resident blocks; dsq_cu_gemv_q8_cfg sends its 16-byte path there for an
+ * explicit block shape (32, 64, 128 or 256 threads) and, for the default
+ * shape, where dsq_cu_gemv_q8_pdl_use says; dsq_cu_gemv_q8_old_cfg always
+ * runs the older kernel above.  Needs dsq_cu_gemv_q8_pdl_ok (K % 16 == 0,
+ * x and q 16-byte aligned); nt = r = 0 picks the shape.  The norm variant computes x =
  * bf16(nw * rmsnorm(xr row)) inside each block (xr fp32 [*][K], row t of
  * xr is rows[t] or t; dsq_cu_gemv_q8_norm_ok: T <= 4, T*K*2 <= 40 KB; not
  * with the ADD epilogue). */
