@@ -30,6 +30,8 @@
  * the 1..2-row INT8 products ran gemv_quant.cu's kernel, which has none of
  * the loads in flight, PDL or fused norm above (the INT8 batch-1 step
  * measured 1.21 ms for half of bf16's 1.32 ms worth of bytes). */
+#include <string.h>
+
 #include "common.cuh"
 #include "gemv_epilogue.cuh"
 #include "gemv_norm.cuh"
@@ -311,6 +313,20 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
     }
 }
 
+/* DSQ_CUDA_Q8_SMALL=128 (read once): the 128-thread shape below for the
+ * small Q8 products at 1-2 rows (a measurement knob, stop 35) */
+static bool q8_small_wide(void)
+{
+    static int on = -1;
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("DSQ_CUDA_Q8_SMALL");
+        v = e && !strcmp(e, "128");
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v != 0;
+}
+
 /* Q8 block shape from the 16-byte pieces of a row (16 codes each).  H100
  * timing table (test_cuda_quant, stop 35), 1 row: qkv / o 64 x 4 (3.9 /
  * 4.2 us), down 256 x 2 (7.7 vs 8.4 at 128 x 2); wide products (gate/up,
@@ -326,6 +342,9 @@ static void q8_default_cfg(int T, int N, int K, int *nt, int *r)
     } else if (N >= 16384) {
         *nt = 32;
         *r = 2;
+    } else if (T <= 2 && q8_small_wide()) {
+        *nt = 128;
+        *r = T == 1 ? 4 : 2;
     } else {
         *nt = 64;
         *r = T <= 2 ? 4 : 2;
@@ -389,6 +408,26 @@ static dsq_status run(const GemvArgs &a, bool norm, bool q8, int32_t T, dsq_epil
 
 } // namespace
 
+/* The arguments every C entry point below packs: x (bf16 rows) or, for
+ * the norm variants, xr / rows / nw / eps; w bf16 or Q8 codes (scales). */
+static GemvArgs args_of(const dsq_bf16 *x, const float *xr, const int32_t *rows, const float *nw, float eps,
+                        const void *w, const float *scales, const float *bias, int32_t N, int32_t K, void *y)
+{
+    GemvArgs a = {};
+    a.x = x;
+    a.xr = xr;
+    a.rows = rows;
+    a.nw = nw;
+    a.eps = eps;
+    a.w = static_cast<const uint16_t *>(w);
+    a.scales = scales;
+    a.bias = bias;
+    a.N = N;
+    a.K = K;
+    a.y = y;
+    return a;
+}
+
 extern "C" int dsq_cu_gemv_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const dsq_bf16 *w)
 {
     return T >= 1 && T <= DSQ_GEMV_NORM_MAX_TOKENS && K % 8 == 0 && (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
@@ -399,14 +438,7 @@ extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, cons
                                       int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                                       cudaStream_t stream)
 {
-    GemvArgs a = {};
-    a.x = x;
-    a.w = w;
-    a.bias = bias;
-    a.N = N;
-    a.K = K;
-    a.y = y;
-    return run(a, false, false, T, epi, nt, r, stream);
+    return run(args_of(x, NULL, NULL, NULL, 0.0f, w, NULL, bias, N, K, y), false, false, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
@@ -419,17 +451,7 @@ extern "C" dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows,
                                            const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
                                            dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
 {
-    GemvArgs a = {};
-    a.xr = xr;
-    a.rows = rows;
-    a.nw = nw;
-    a.eps = eps;
-    a.w = w;
-    a.bias = bias;
-    a.N = N;
-    a.K = K;
-    a.y = y;
-    return run(a, true, false, T, epi, nt, r, stream);
+    return run(args_of(NULL, xr, rows, nw, eps, w, NULL, bias, N, K, y), true, false, T, epi, nt, r, stream);
 }
 
 extern "C" int dsq_cu_gemv_q8_pdl_ok(int32_t T, int32_t K, const void *x, const int8_t *q)
@@ -447,15 +469,7 @@ extern "C" dsq_status dsq_cu_gemv_q8_pdl_cfg(const dsq_bf16 *x, const int8_t *q,
                                              const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
                                              void *y, int nt, int r, cudaStream_t stream)
 {
-    GemvArgs a = {};
-    a.x = x;
-    a.w = reinterpret_cast<const uint16_t *>(q);
-    a.scales = scales;
-    a.bias = bias;
-    a.N = N;
-    a.K = K;
-    a.y = y;
-    return run(a, false, true, T, epi, nt, r, stream);
+    return run(args_of(x, NULL, NULL, NULL, 0.0f, q, scales, bias, N, K, y), false, true, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
@@ -463,16 +477,5 @@ extern "C" dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *ro
                                               int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                                               cudaStream_t stream)
 {
-    GemvArgs a = {};
-    a.xr = xr;
-    a.rows = rows;
-    a.nw = nw;
-    a.eps = eps;
-    a.w = reinterpret_cast<const uint16_t *>(q);
-    a.scales = scales;
-    a.bias = bias;
-    a.N = N;
-    a.K = K;
-    a.y = y;
-    return run(a, true, true, T, epi, nt, r, stream);
+    return run(args_of(NULL, xr, rows, nw, eps, q, scales, bias, N, K, y), true, true, T, epi, nt, r, stream);
 }

@@ -289,6 +289,25 @@ q8gemv)
     base_row base_b1_512 512 1 --kv f16
     bench_row new_b1_512 512 1 --kv f16
     ;;
+q8shape)
+    # stop 35: gemv.cu's C wrappers sharing one argument packer (the GEMV
+    # tests) and the small Q8 products' shape at 1-2 rows
+    # (DSQ_CUDA_Q8_SMALL=128 vs the default 64 x 4), interleaved.  Prebuilt only.
+    prebuilt_stage q8shape
+    DEADLINE=${DEADLINE:-400}
+    GTEST_TIMEOUT=240 gtest test_cuda_quant
+    grep -E "worst" "$OUT/test_cuda_quant.log" | head -8
+    gtest test_cuda_quant_e2e
+    GTEST_TIMEOUT=150 gtest test_cuda_kernels
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        bench_row def_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+        DSQ_CUDA_Q8_SMALL=128 bench_row w128_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+    done
+    bench_row def_q8_b2 512 2 --kv f16 --quantize int8
+    DSQ_CUDA_Q8_SMALL=128 bench_row w128_q8_b2 512 2 --kv f16 --quantize int8
+    ;;
 b1ctx)
     # stop 34: a decode-attention change against the base tree
     # (.gpu/base.tar.xz, same card): test_cuda_attention and the e2e test on
