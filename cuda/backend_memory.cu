@@ -131,6 +131,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
 
     CU_TRY(cudaStreamCreateWithFlags(&cc->stream, cudaStreamNonBlocking), "stream creation");
     DSQ_TRY(dsq_attn_init());
+    DSQ_TRY(dsq_cu_gemm_rows_init());
     DSQ_TRY(dsq_gemm_create((size_t)32 << 20, &cc->gemm));
     /* DSQ_CUDA_GEMM_TUNE=1: the cuBLASLt products of each decode graph
      * (batch sizes up to 256) timed over the heuristic's candidates before

@@ -42,49 +42,24 @@
  * Epilogues: STORE, BIAS, ADD (y += ...), and SILU_MUL for the gate/up
  * interleaved weight (rows 2p, 2p+1 = gate p, up p; y bf16 [T][N/2]), from a
  * shared-memory tile of the block's accumulators.  Weights (codes, scales,
- * zeros) are loaded before dsq_pdl_wait() (pdl.cuh): they are constant. */
-#include "common.cuh"
+ * zeros) are loaded before dsq_pdl_wait() (pdl.cuh): they are constant.
+ *
+ * On Hopper, gemm_rows_wg.cu's wgmma kernel runs the same products where
+ * DSQ_CUDA_ROWS_WG allows (rows_wg_use, gemm_rows.cuh); what both kernels
+ * share (arguments, split plan, the end of a tile) is in gemm_rows.cuh. */
+#include "gemm_rows.cuh"
 #include "gemv_quant.h"
 #include "quant_decode.cuh"
 
 namespace {
 
-constexpr int RW = 4;          /* warps per block */
-constexpr int RN = 16 * RW;    /* W rows per tile */
-constexpr int XK = 128;        /* k per stage (= one Q4 group) */
-constexpr int XS = XK + 32;    /* x stage row stride (bf16): 320 B = 20 x 16 B */
-constexpr int RS = RN + 4;     /* epilogue tile row stride (floats): [token][RS] */
-
-/* Weight formats: W_BF16 bf16 [N][K]; W_Q8 int8 [N][K] + fp32 row scales
- * [N]; W_Q4 Q4_G128 (K a multiple of 128 here: ldq = K / 2, G = K / 128). */
-enum { W_BF16 = 0, W_Q8 = 1, W_Q4 = 2 };
+using namespace dsq_rows;
 
 /* 16-byte words per lane per row per stage (U) and stages in the ring (D). */
 template <int WF> struct WTr {
     static constexpr int U = WF == W_BF16 ? 4 : WF == W_Q8 ? 2 : 1;
     static constexpr int D = 4 / U;
 };
-
-struct RowsArgs {
-    const uint16_t *x;      /* bf16 [T][K] */
-    const void *w;          /* W_BF16 bf16 [N][K], W_Q8 int8 [N][K], W_Q4 uint8 [N][K/2] */
-    const void *wscale;     /* W_Q8 fp32 [N]; W_Q4 f16 bits [N][K/128] */
-    const uint8_t *wzero;   /* W_Q4 [N][K/128] */
-    const float *bias;      /* [N] (BIAS) */
-    void *y;                /* fp32 [T][N], or bf16 [T][N/2] (SILU_MUL) */
-    float *ws;              /* fp32 [S][T][N] partials (S > 1) */
-    int32_t *tickets;       /* [tiles] (S > 1): zero between launches */
-    int T, N, K, S, kstages;
-};
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 /* Where 16-byte chunk cc (k = 8cc .. 8cc + 7) of a stage row sits: lanes
  * read chunk 4q + c for q = 0..3 together (with tokens g, g + 1), so the
@@ -158,19 +133,6 @@ template <int WF> struct WRows {
         zz[d] = (uint32_t)__ldg(a.wzero + (size_t)na * G + s) | (uint32_t)__ldg(a.wzero + (size_t)nb * G + s) << 16;
     }
 };
-
-/* The STORE / BIAS / ADD epilogue of one output (token t, W row n);
- * SILU_MUL pairs rows in the kernel. */
-template <int EPI>
-__device__ __forceinline__ void store_one(const RowsArgs &a, int t, int n, float v)
-{
-    float *yo = static_cast<float *>(a.y) + (size_t)t * a.N + n;
-    if (EPI == DSQ_EPI_BIAS)
-        v += a.bias[n];
-    if (EPI == DSQ_EPI_ADD)
-        v += *yo;
-    *yo = v;
-}
 
 template <int WF, int NT8, int EPI>
 __global__ void __launch_bounds__(RW * 32) gemm_rows_kernel(RowsArgs a)
@@ -285,90 +247,10 @@ __global__ void __launch_bounds__(RW * 32) gemm_rows_kernel(RowsArgs a)
         }
     }
     __syncthreads();
-    const int nt = min(RN, a.N - n0); /* live rows of this tile */
-    if (a.S > 1) {
-        /* partial -> ws[split]; the last block of the tile sums them in split order */
-        float *wp = a.ws + (size_t)split * a.T * a.N;
-        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
-            const int t = i / RN, r = i % RN;
-            if (r < nt)
-                wp[(size_t)t * a.N + n0 + r] = red[t * RS + r];
-        }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-            last = atomicAdd(&a.tickets[tile], 1) == a.S - 1;
-        __syncthreads();
-        if (!last)
-            return;
-        __threadfence(); /* the other splits' partials, written before their tickets */
-        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
-            const int t = i / RN, r = i % RN;
-            if (r < nt) {
-                float v = 0.0f;
-                for (int sp = 0; sp < a.S; sp++)
-                    v += __ldcg(a.ws + ((size_t)sp * a.T + t) * a.N + n0 + r);
-                red[t * RS + r] = v;
-            }
-        }
-        if (threadIdx.x == 0)
-            a.tickets[tile] = 0;
-        __syncthreads();
-    }
-    if (EPI == DSQ_EPI_SILU_MUL) {
-        /* rows 2p, 2p+1 of the tile are gate p, up p (n0 is even) */
-        uint16_t *yo = static_cast<uint16_t *>(a.y);
-        for (int i = threadIdx.x; i < a.T * (RN / 2); i += RW * 32) {
-            const int t = i / (RN / 2), p = i % (RN / 2);
-            if (2 * p + 1 < nt) {
-                const float gs = red[t * RS + 2 * p], us = red[t * RS + 2 * p + 1];
-                const float sl = gs / (1.0f + expf(-gs));
-                yo[(size_t)t * (a.N / 2) + n0 / 2 + p] = dsq_f2bf(sl * us);
-            }
-        }
-    } else {
-        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
-            const int t = i / RN, r = i % RN;
-            if (r < nt)
-                store_one<EPI>(a, t, n0 + r, red[t * RS + r]);
-        }
-    }
+    finish_tile<EPI>(a, red, tile, split, n0, &last);
 }
 
 template <int NT8> static size_t smem_bytes() { return (size_t)2 * NT8 * 8 * XS * 2; }
-
-/* The split count: `splits` (0: enough blocks for about half the resident
- * slots, so that enough weight bytes are in flight), never more than the
- * stages, and 1 unless the workspace holds S partials and a ticket per
- * tile.  For quantized weights (row_bytes > 0) a planned count also stays
- * within two thirds of the stages and keeps the partials' bytes (S x T x 4
- * per output) within a third of the weight row's bytes: the best of the
- * forced counts 1/2/4/8 in the H200's timing table (test_cuda_quant,
- * 2026-12-05: e.g. 8 for qkv at 1-8 rows, 4 at 16, 1 at 64) but for Q4
- * down at 64 rows (5 where 8 was best) and Q8 qkv / o at 64 (2 where 1
- * was), where the plan alone measured 6.7 us against 4.2 (o, Q4, 1 row)
- * and 35.2 against 15.3 (qkv, Q8, 64 rows).  bf16 plans as before. */
-static int plan_splits(int splits, unsigned resident, unsigned tiles, const RowsArgs &a, size_t ws_floats,
-                       int n_tickets, size_t row_bytes)
-{
-    if (splits <= 0) {
-        splits = (int)(resident / (2 * tiles));
-        if (row_bytes > 0) {
-            const int by_stages = a.kstages * 2 / 3;
-            const int by_bytes = (int)(row_bytes / ((size_t)12 * a.T));
-            splits = splits > by_stages ? by_stages : splits;
-            splits = splits > by_bytes ? by_bytes : splits;
-        }
-    }
-    if (splits > a.kstages)
-        splits = a.kstages;
-    const size_t part = (size_t)a.T * a.N;
-    if (splits > 1 && (!a.ws || !a.tickets || (int64_t)tiles > n_tickets))
-        splits = 1;
-    if (splits > 1 && (size_t)splits * part > ws_floats)
-        splits = (int)(ws_floats / part);
-    return splits < 1 ? 1 : splits;
-}
 
 template <int WF, int NT8, int EPI>
 static cudaError_t launch_t(RowsArgs a, int splits, size_t ws_floats, int n_tickets, cudaStream_t s)
@@ -387,6 +269,8 @@ static cudaError_t launch_t(RowsArgs a, int splits, size_t ws_floats, int n_tick
 template <int WF, int EPI>
 static cudaError_t launch_e(const RowsArgs &a, int splits, size_t ws_floats, int n_tickets, cudaStream_t s)
 {
+    if (rows_wg_use(a.T)) /* Hopper: gemm_rows_wg.cu's kernel */
+        return rows_wg_launch(WF, (dsq_epilogue)EPI, a, splits, ws_floats, n_tickets, s);
     switch ((a.T + 7) / 8) { /* runtime rows -> the token-group count of the instance */
     case 1: return launch_t<WF, 1, EPI>(a, splits, ws_floats, n_tickets, s);
     case 2: return launch_t<WF, 2, EPI>(a, splits, ws_floats, n_tickets, s);

@@ -197,6 +197,17 @@ dsq_status dsq_cu_gemv_mma_norm(const float *xr, const int32_t *rows, const floa
  * order; without ws / tickets one split.  Same stream rules as the GEMVs
  * (PDL); no host synchronisation, capturable. */
 #define DSQ_GEMM_ROWS_MAX 64
+/* Per-device setup of the products' Hopper kernel (gemm_rows_wg.cu: a probe
+ * of whether the device runs this build's sm_90a code, and its kernels'
+ * shared-memory limits); call it outside any stream capture before the
+ * first product on the device (the backend does at context creation).
+ * Thread-safe, once per device. */
+dsq_status dsq_cu_gemm_rows_init(void);
+/* 1 where a T-row product of dsq_cu_gemm_rows / _q8 / _q4 runs the Hopper
+ * kernel (gemm_rows_wg.cu) on the current device: sm_90a code and the
+ * knob DSQ_CUDA_ROWS_WG (read per call; 0 never, 1 from 9 rows, 2 every
+ * T; unset: off until measured); 0 where gemm_rows.cu's mma.sync kernel. */
+int dsq_cu_gemm_rows_wg(int32_t T);
 int dsq_cu_gemm_rows_ok(int32_t T, int32_t K, const void *x, const dsq_bf16 *w);
 size_t dsq_cu_gemm_rows_ws_floats(int32_t T, int32_t N, int32_t splits);
 dsq_status dsq_cu_gemm_rows(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T, int32_t N,

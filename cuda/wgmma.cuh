@@ -1,9 +1,10 @@
 /*
  * wgmma.cuh - Hopper warpgroup tensor-core wrappers (sm_90a: wgmma.mma_async)
- * for the prefill attention kernel.  Compiled for other targets they trap;
- * a probe kernel at setup (attention_prefill.cu's prefill_init; the answer:
- * dsq_attn_prefill_kernel_wgmma) says whether the code the device runs has
- * them, and only then are the kernels that use them launched.
+ * for the prefill attention kernel and the Hopper products of up to 64
+ * rows (gemm_rows_wg.cu).  Compiled for other targets they trap; a probe
+ * kernel at setup (attention_prefill.cu's prefill_init, gemm_rows_wg.cu's
+ * wg_init) says whether the code the device runs has them, and only then
+ * are the kernels that use them launched.
  *
  * A warpgroup (4 consecutive warps, 128 threads) computes D[64][N] (+)=
  * A[64][16] x B[16][N]: warp w holds rows 16w .. 16w + 15 of A and D, with
@@ -133,6 +134,36 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (*d)[4], const uint32_
                    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
                    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TB));
+#else
+    (void)d;
+    (void)a;
+    (void)b;
+    (void)accumulate;
+    __trap();
+#endif
+}
+
+/* d[8][4] (+)= A x B with both operands in shared memory, bf16 inputs:
+ * A a 64 x 16 K-major operand behind descriptor a (row m: 16 k
+ * contiguous), B a 16 x 64 K-major operand behind b (column n likewise);
+ * D as above (warp w: rows 16w ..).  accumulate 0: d = A x B. */
+__device__ __forceinline__ void wgmma_m64n64k16_ss_bf16(float (*d)[4], uint64_t a, uint64_t b, int accumulate)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(a), "l"(b), "r"(accumulate));
 #else
     (void)d;
     (void)a;

@@ -26,6 +26,7 @@ extern "C" {
 #include "attention.h"
 #include "internal.h"
 #include "kernels.h"
+#include "rows_kernel.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -689,15 +690,26 @@ static void test_gemv_mma(void **state)
     assert_false(dsq_cu_gemv_mma_ok(2, 1536, (void *)24, (const dsq_bf16 *)16));
 }
 
-/* The product for up to 64 rows (gemm_rows.cu) against the same
+/* The product for up to 64 rows (gemm_rows.cu's kernel, then
+ * gemm_rows_wg.cu's where the device runs it) against the same
  * references: T across every token-group count (1 .. 64), partial
  * 64-row tiles, one split and several (the workspace poisoned, the tickets
  * checked back at zero), the planned split, every epilogue; then split
  * launches replayed from a CUDA graph (the tickets must reset between
  * replays), and the refusals. */
+static void gemm_rows_cases(void);
+
 static void test_gemm_rows(void **state)
 {
     (void)state;
+    for (int wg = 0; wg < 2; wg++)
+        if (rows_kernel_select(wg, "gemm_rows bf16"))
+            gemm_rows_cases();
+    rows_kernel_reset();
+}
+
+static void gemm_rows_cases(void)
+{
     const int Ts[] = {1, 8, 9, 16, 17, 27, 33, 44, 50, 64}; /* every token-group count 1..8 */
     const int shapes[][2] = {{130, 256}, {64, 1536}, {1001, 384}, {200, 8960}};
     for (int ti = 0; ti < 10; ti++)
@@ -1157,9 +1169,14 @@ static void test_product_timing(void **state)
     printf("\n  product timing, us per call (GB/s of weights streamed); gemv default block shape, best\n"
            "  (threads x rows per block) of the shapes tried, tensor-core GEMV (best block, 0 = default),\n"
            "  gemm_rows.cu (its planned split count; best of the splits tried), cuBLASLt (the heuristic's\n"
-           "  first choice; tuned = the fastest of its candidates, DSQ_CUDA_GEMM_TUNE=1)\n");
-    printf("  %-20s %3s %13s %20s %17s %13s %19s %13s %13s  %s\n", "shape", "T", "gemv default", "gemv best",
-           "mma best (nt)", "rows planned", "rows best (S)", "cuBLASLt", "tuned", "faster");
+           "  first choice; tuned = the fastest of its candidates, DSQ_CUDA_GEMM_TUNE=1), gemm_rows_wg.cu\n"
+           "  (Hopper wgmma: planned split; best forced split's us and count; - without sm_90a code)\n");
+    setenv("DSQ_CUDA_ROWS_WG", "2", 1);
+    const int have_wg = dsq_cu_gemm_rows_wg(1);
+    setenv("DSQ_CUDA_ROWS_WG", "0", 1); /* the rows columns: gemm_rows.cu's kernel */
+    printf("  %-20s %3s %13s %20s %17s %13s %19s %13s %13s %23s  %s\n", "shape", "T", "gemv default", "gemv best",
+           "mma best (nt)", "rows planned", "rows best (S)", "cuBLASLt", "tuned", "rows wg planned; best S",
+           "faster");
     for (int s = 0; s < 5; s++) {
         const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
         const int copies = (int)(pool / wb) < 1 ? 1 : (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
@@ -1189,8 +1206,21 @@ static void test_product_timing(void **state)
                         um = u, mnt = mts[a];
                 }
             }
-            float rp = -1, rb = -1;
-            int rbs = 0;
+            float rp = -1, rb = -1, wp = -1, wb2 = -1;
+            int rbs = 0, wbs = 0;
+            if (have_wg) { /* gemm_rows_wg.cu's kernel: planned, and the best forced split */
+                setenv("DSQ_CUDA_ROWS_WG", "2", 1);
+                wp = time_product(3, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                const int sps[] = {1, 2, 4, 8, 12};
+                for (int a = 0; a < 5; a++) {
+                    if (sps[a] > K / 128)
+                        continue;
+                    float u = time_product(3, sps[a], 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                    if (wb2 < 0 || u < wb2)
+                        wb2 = u, wbs = sps[a];
+                }
+                setenv("DSQ_CUDA_ROWS_WG", "0", 1);
+            }
             {
                 rp = time_product(3, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
                 const int sps[] = {1, 2, 4, 8, 12};
@@ -1205,7 +1235,9 @@ static void test_product_timing(void **state)
             uc = time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
             tune_for_table(gt, ts, dx, dw, dy, T, N, K);
             const float ut = time_product(4, 0, 0, gt, dx, dw, copies, wb, dy, T, N, K, e0, e1);
-            char a[32] = "-", b[40] = "-", c[32], m[40] = "-", rpa[32] = "-", rba[40] = "-", tu[32];
+            char a[32] = "-", b[40] = "-", c[32], m[40] = "-", rpa[32] = "-", rba[40] = "-", tu[32], wga[64] = "-";
+            if (wp >= 0)
+                snprintf(wga, sizeof wga, "%6.1f (%4.0f) %6.1f %2d", wp, wb / (wp * 1e3), wb2, wbs);
             snprintf(tu, sizeof tu, "%6.1f (%4.0f)", ut, wb / (ut * 1e3));
             if (rp >= 0) {
                 snprintf(rpa, sizeof rpa, "%6.1f (%4.0f)", rp, wb / (rp * 1e3));
@@ -1227,10 +1259,13 @@ static void test_product_timing(void **state)
                 bu = rp, best = "rows";
             if (ut < bu)
                 bu = ut, best = "tuned";
-            printf("  %-20s %3d %13s %20s %17s %13s %19s %13s %13s  %s\n", sh[s].name, T, a, b, m, rpa, rba, c, tu,
-                   best);
+            if (wp >= 0 && wp < bu)
+                bu = wp, best = "rows wg";
+            printf("  %-20s %3d %13s %20s %17s %13s %19s %13s %13s %23s  %s\n", sh[s].name, T, a, b, m, rpa, rba, c,
+                   tu, wga, best);
         }
     }
+    rows_kernel_reset();
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     CU(cudaStreamDestroy(ts));

@@ -33,6 +33,7 @@ extern "C" {
 #include "gemv_quant.h"
 #include "internal.h"
 #include "quant_cpu.h"
+#include "rows_kernel.h"
 
 static uint64_t g_rng;
 
@@ -410,7 +411,7 @@ static void test_gemv_q8_norm(void **state)
  * for the down shape), partial 64-row tiles, T across the token-group
  * counts, every epilogue, the planned split and forced ones (1, 2, 3, 7);
  * the refusals last. */
-static void run_rows_tests(int is_q4)
+static void run_rows_tests(int is_q4, int wg)
 {
     static const int64_t RS_SIZES[][2] = {{1, 128}, {33, 1536}, {130, 256}, {64, 384}, {18, 8960}, {200, 640}};
     const int Ts[] = {1, 2, 5, 8, 9, 17, 27, 33, 44, 50, 64}; /* every token-group count 1..8 */
@@ -430,7 +431,8 @@ static void run_rows_tests(int is_q4)
         }
         free_qmat(&m);
     }
-    printf("  gemm_rows %s: worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8", worst);
+    printf("  gemm_rows %s (%s): worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8",
+           kRowsKernelName[wg], worst);
     /* refusals: K not whole groups, 65 rows, misaligned x, missing scales / zeros */
     qmat m = make_qmat(is_q4, 8, 256);
     uint16_t *dx = (uint16_t *)dev_nan(65 * 256 * 2 + 16);
@@ -461,13 +463,19 @@ static void run_rows_tests(int is_q4)
 static void test_gemm_rows_q8(void **state)
 {
     (void)state;
-    run_rows_tests(0);
+    for (int wg = 0; wg < 2; wg++)
+        if (rows_kernel_select(wg, "gemm_rows q8"))
+            run_rows_tests(0, wg);
+    rows_kernel_reset();
 }
 
 static void test_gemm_rows_q4(void **state)
 {
     (void)state;
-    run_rows_tests(1);
+    for (int wg = 0; wg < 2; wg++)
+        if (rows_kernel_select(wg, "gemm_rows q4"))
+            run_rows_tests(1, wg);
+    rows_kernel_reset();
 }
 
 /* dsq_cu_linear with qrows_max (DSQ_CUDA_QROWS): quantized products of up
@@ -877,8 +885,12 @@ static void test_quant_product_timing(void **state)
     CU(cudaEventCreate(&e1));
     printf("\n  quantized product timing, us per call (GB/s of quantized bytes); GEMV (1..8 rows): default block\n"
            "  shape and the best (threads x rows per block) tried; gemm_rows.cu (tensor cores, 1..64 rows)\n");
-    printf("  %-4s %-20s %3s %14s %22s %14s %18s\n", "fmt", "shape", "T", "gemv default", "gemv best",
-           "rows planned", "rows best (S)");
+    printf("  rows wg: gemm_rows_wg.cu's Hopper kernel, its planned split count (- where the device has no sm_90a)\n");
+    printf("  %-4s %-20s %3s %14s %22s %14s %18s %14s\n", "fmt", "shape", "T", "gemv default", "gemv best",
+           "rows planned", "rows best (S)", "rows wg");
+    setenv("DSQ_CUDA_ROWS_WG", "2", 1);
+    const int have_wg = dsq_cu_gemm_rows_wg(1);
+    setenv("DSQ_CUDA_ROWS_WG", "0", 1); /* the other columns: gemm_rows.cu's kernel */
     for (int q4 = 1; q4 >= 0; q4--)
         for (int si = 0; si < 5; si++) {
             if (q4 && si == 4)
@@ -903,9 +915,17 @@ static void test_quant_product_timing(void **state)
                     if (urb < 0 || u < urb)
                         urb = u, rbs = sp;
                 }
+                float uwg = -1;
+                if (have_wg) {
+                    setenv("DSQ_CUDA_ROWS_WG", "2", 1);
+                    uwg = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1, ws,
+                                 ws_bytes, tickets, n_tickets);
+                    setenv("DSQ_CUDA_ROWS_WG", "0", 1);
+                }
                 if (T > DSQ_GEMV_MAX_TOKENS) {
-                    printf("  %-4s %-20s %3d %14s %22s %7.1f (%4.0f) %7.1f (%4.0f) %2d\n", q4 ? "q4" : "q8",
-                           sh[si].name, T, "", "", urows, wb / (urows * 1e3), urb, wb / (urb * 1e3), rbs);
+                    printf("  %-4s %-20s %3d %14s %22s %7.1f (%4.0f) %7.1f (%4.0f) %2d %7.1f (%4.0f)\n",
+                           q4 ? "q4" : "q8", sh[si].name, T, "", "", urows, wb / (urows * 1e3), urb, wb / (urb * 1e3),
+                           rbs, uwg, uwg > 0 ? wb / (uwg * 1e3) : 0.0);
                     continue;
                 }
                 const float ud = time_q(q4, 0, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
@@ -928,12 +948,14 @@ static void test_quant_product_timing(void **state)
                 printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d %7.1f (%4.0f) %7.1f (%4.0f) %2d", q4 ? "q4" : "q8",
                        sh[si].name, T, ud, wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br, urows, wb / (urows * 1e3), urb,
                        wb / (urb * 1e3), rbs);
+                printf(" %7.1f (%4.0f)", uwg, uwg > 0 ? wb / (uwg * 1e3) : 0.0);
                 if (q4)
                     printf("\n");
                 else
                     printf("   old kernel %6.1f (%4.0f)\n", uo, wb / (uo * 1e3));
             }
         }
+    rows_kernel_reset();
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaFree(pool);

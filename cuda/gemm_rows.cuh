@@ -1,0 +1,168 @@
+/* gemm_rows.cuh - what the two kernels of the up-to-64-row products share:
+ * gemm_rows.cu's mma.sync kernel (every sm_80+ GPU) and gemm_rows_wg.cu's
+ * Hopper kernel (sm_90a: wgmma, weights staged in shared memory).  Both
+ * cut W into tiles of RN = 64 rows and K into stages of XK = 128 (one Q4
+ * group), split K the same way (plan_splits) and end a tile the same way
+ * (finish_tile: split partials, tickets, epilogue), so the workspace and
+ * ticket sizes of kernels.h hold for both. */
+#ifndef DSQ_CUDA_GEMM_ROWS_CUH
+#define DSQ_CUDA_GEMM_ROWS_CUH
+
+#include "common.cuh"
+
+namespace dsq_rows {
+
+constexpr int RW = 4;          /* warps per block */
+constexpr int RN = 16 * RW;    /* W rows per tile */
+constexpr int XK = 128;        /* k per stage (= one Q4 group) */
+constexpr int XS = XK + 32;    /* x stage row stride (bf16): 320 B = 20 x 16 B */
+constexpr int RS = RN + 4;     /* epilogue tile row stride (floats): [token][RS] */
+
+/* Weight formats: W_BF16 bf16 [N][K]; W_Q8 int8 [N][K] + fp32 row scales
+ * [N]; W_Q4 Q4_G128 (K a multiple of 128 here: ldq = K / 2, G = K / 128). */
+enum { W_BF16 = 0, W_Q8 = 1, W_Q4 = 2 };
+
+/* The arguments of one launch (either kernel). */
+struct RowsArgs {
+    const uint16_t *x;      /* bf16 [T][K] */
+    const void *w;          /* W_BF16 bf16 [N][K], W_Q8 int8 [N][K], W_Q4 uint8 [N][K/2] */
+    const void *wscale;     /* W_Q8 fp32 [N]; W_Q4 f16 bits [N][K/128] */
+    const uint8_t *wzero;   /* W_Q4 [N][K/128] */
+    const float *bias;      /* [N] (BIAS) */
+    void *y;                /* fp32 [T][N], or bf16 [T][N/2] (SILU_MUL) */
+    float *ws;              /* fp32 [S][T][N] partials (S > 1) */
+    int32_t *tickets;       /* [tiles] (S > 1): zero between launches */
+    int T, N, K, S, kstages;
+};
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* The STORE / BIAS / ADD epilogue of one output (token t, W row n);
+ * SILU_MUL pairs rows in the kernel. */
+template <int EPI>
+__device__ __forceinline__ void store_one(const RowsArgs &a, int t, int n, float v)
+{
+    float *yo = static_cast<float *>(a.y) + (size_t)t * a.N + n;
+    if (EPI == DSQ_EPI_BIAS)
+        v += a.bias[n];
+    if (EPI == DSQ_EPI_ADD)
+        v += *yo;
+    *yo = v;
+}
+
+/* The end of a tile: red [T][RS] fp32 holds the block's sums (before any
+ * bias / residual / SiLU*mul) for W rows n0 .. n0 + RN - 1 over its split.
+ * With S > 1 the partial goes to ws[split], the block takes a ticket and
+ * the last block of the tile sums the partials in split order (a fixed
+ * order: the result does not depend on which block finished first), runs
+ * the epilogue and returns the ticket to zero (graph replays find it so).
+ * All RW * 32 threads call it after a barrier that published red; `last`
+ * is a __shared__ int. */
+template <int EPI>
+__device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int tile, int split, int n0, int *last)
+{
+    const int nt = min(RN, a.N - n0); /* live rows of this tile */
+    if (a.S > 1) {
+        /* partial -> ws[split]; the last block of the tile sums them in split order */
+        float *wp = a.ws + (size_t)split * a.T * a.N;
+        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
+            const int t = i / RN, r = i % RN;
+            if (r < nt)
+                wp[(size_t)t * a.N + n0 + r] = red[t * RS + r];
+        }
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            *last = atomicAdd(&a.tickets[tile], 1) == a.S - 1;
+        __syncthreads();
+        if (!*last)
+            return;
+        __threadfence(); /* the other splits' partials, written before their tickets */
+        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
+            const int t = i / RN, r = i % RN;
+            if (r < nt) {
+                float v = 0.0f;
+                for (int sp = 0; sp < a.S; sp++)
+                    v += __ldcg(a.ws + ((size_t)sp * a.T + t) * a.N + n0 + r);
+                red[t * RS + r] = v;
+            }
+        }
+        if (threadIdx.x == 0)
+            a.tickets[tile] = 0;
+        __syncthreads();
+    }
+    if (EPI == DSQ_EPI_SILU_MUL) {
+        /* rows 2p, 2p+1 of the tile are gate p, up p (n0 is even) */
+        uint16_t *yo = static_cast<uint16_t *>(a.y);
+        for (int i = threadIdx.x; i < a.T * (RN / 2); i += RW * 32) {
+            const int t = i / (RN / 2), p = i % (RN / 2);
+            if (2 * p + 1 < nt) {
+                const float gs = red[t * RS + 2 * p], us = red[t * RS + 2 * p + 1];
+                const float sl = gs / (1.0f + expf(-gs));
+                yo[(size_t)t * (a.N / 2) + n0 / 2 + p] = dsq_f2bf(sl * us);
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
+            const int t = i / RN, r = i % RN;
+            if (r < nt)
+                store_one<EPI>(a, t, n0 + r, red[t * RS + r]);
+        }
+    }
+}
+
+/* The split count: `splits` (0: enough blocks for about half the resident
+ * slots, so that enough weight bytes are in flight), never more than the
+ * stages, and 1 unless the workspace holds S partials and a ticket per
+ * tile.  For quantized weights (row_bytes > 0) a planned count also stays
+ * within two thirds of the stages and keeps the partials' bytes (S x T x 4
+ * per output) within a third of the weight row's bytes: the best of the
+ * forced counts 1/2/4/8 in the H200's timing table (test_cuda_quant,
+ * 2026-12-05: e.g. 8 for qkv at 1-8 rows, 4 at 16, 1 at 64) but for Q4
+ * down at 64 rows (5 where 8 was best) and Q8 qkv / o at 64 (2 where 1
+ * was), where the plan alone measured 6.7 us against 4.2 (o, Q4, 1 row)
+ * and 35.2 against 15.3 (qkv, Q8, 64 rows).  bf16 plans as before. */
+static inline int plan_splits(int splits, unsigned resident, unsigned tiles, const RowsArgs &a, size_t ws_floats,
+                       int n_tickets, size_t row_bytes)
+{
+    if (splits <= 0) {
+        splits = (int)(resident / (2 * tiles));
+        if (row_bytes > 0) {
+            const int by_stages = a.kstages * 2 / 3;
+            const int by_bytes = (int)(row_bytes / ((size_t)12 * a.T));
+            splits = splits > by_stages ? by_stages : splits;
+            splits = splits > by_bytes ? by_bytes : splits;
+        }
+    }
+    if (splits > a.kstages)
+        splits = a.kstages;
+    const size_t part = (size_t)a.T * a.N;
+    if (splits > 1 && (!a.ws || !a.tickets || (int64_t)tiles > n_tickets))
+        splits = 1;
+    if (splits > 1 && (size_t)splits * part > ws_floats)
+        splits = (int)(ws_floats / part);
+    return splits < 1 ? 1 : splits;
+}
+
+/* ---- the Hopper kernel (gemm_rows_wg.cu) ---- */
+
+/* Whether gemm_rows_wg.cu's kernel runs a T-row product on the current
+ * device: the device runs this build's sm_90a code (a probe at first use)
+ * and DSQ_CUDA_ROWS_WG (read per call) allows it: 0 never, 2 every T,
+ * 1 T >= 9; unset: the default (see gemm_rows_wg.cu). */
+bool rows_wg_use(int T);
+/* Launch it (the launch_* checks of gemm_rows.cu done); wf W_*. */
+cudaError_t rows_wg_launch(int wf, dsq_epilogue epi, RowsArgs a, int splits, size_t ws_floats, int n_tickets,
+                           cudaStream_t s);
+
+} // namespace dsq_rows
+
+#endif /* DSQ_CUDA_GEMM_ROWS_CUH */

@@ -1,0 +1,419 @@
+/* gemm_rows_wg.cu - gemm_rows.cu's products (y = epilogue(x W^T), 1..64
+ * rows of x, every weight byte read once) on Hopper's warpgroup MMA
+ * (sm_90a wgmma.mma_async, wgmma.cuh), for bf16, Q8_ROW and Q4_G128 W.
+ *
+ * Why a second kernel.  gemm_rows.cu's mma.sync kernel holds W in
+ * registers as the A operand and reads every token group of x from shared
+ * memory once per 16 x 8 x 16 MMA: at 64 rows it reaches ~72 TFLOP/s (4-bit
+ * gate/up 48.6 us on the H200, docs/performance.md "stop 26"), which keeps
+ * the batch-64 step with 4-bit weights at 0.45x bf16's; and for bf16 at 64
+ * rows it lost to cuBLASLt (gate/up 52.3 vs 20.8 us), which itself streams
+ * the short products (qkv, o, down) at 30-55% of the memory bandwidth.
+ * Here one warpgroup (the block's 4 warps) computes the tile D[64 tokens][64
+ * W rows] with m64n64k16 wgmma, both operands read by the tensor cores from
+ * shared memory in the 128-byte swizzled layout.
+ *
+ * Layout.  Tiles of RN = 64 W rows, K in stages of XK = 128 (one Q4 group)
+ * and split-K exactly as gemm_rows.cu (gemm_rows.cuh: plan_splits,
+ * finish_tile), so workspace, tickets and results' summation order per
+ * split are alike (the order of the additions inside a stage differs).  A
+ * ring of WG_SLOTS stage slots, each [x tile | W bytes]:
+ *   x tile   bf16 [64 tokens][128 k], swizzled (sw()): rows >= T zero
+ *   W bytes  bf16: the B tile [64 rows][128 k], swizzled, by cp.async;
+ *            Q8: raw int8 [64][128]; Q4: raw codes [64][64 bytes]
+ * and, for quantized W, two converted B tiles [2][64][128] bf16 (swizzled)
+ * that alternate by stage.  Stage s + WG_SLOTS - 1 is copied (cp.async)
+ * while stage s computes, so two stages' bytes are in flight per block and
+ * two blocks fit an SM (~96-105 KB each).
+ *
+ * Quantized codes become bf16 exactly (small integers, quant_decode.cuh):
+ * thread t converts half (64 k) of row t / 2 of the next stage, from the
+ * bytes it copied itself (its own cp.async wait suffices), while the
+ * current stage's MMAs run.  Q4: code - zero in the B tile, the group's
+ * MMAs go to a separate accumulator that is added times the group scale
+ * (per W row: the scales sit in qsc[]); Q8: the row scale multiplies the
+ * sum at the end.  The arithmetic differs from the CPU product only in the
+ * order and grouping of fp32 additions.
+ *
+ * Weights are constant, so the first stages' W bytes are requested before
+ * dsq_pdl_wait() (pdl.cuh); x after it. */
+#include <stdlib.h>
+
+#include "gemm_rows.cuh"
+#include "quant_decode.cuh"
+#include "wgmma.cuh"
+
+namespace dsq_rows {
+namespace {
+
+using namespace dsq_attn; /* the wgmma wrappers */
+
+constexpr int WG_SLOTS = 3;          /* ring slots: stages in flight + 1 */
+constexpr int TILE_B = RN * XK * 2;  /* bytes of one swizzled [64][128] bf16 tile: 16 KB */
+
+/* Shared-memory bytes by weight format (after 1024-byte alignment). */
+template <int WF> struct WgLayout {
+    static constexpr int RAW = WF == W_BF16 ? TILE_B : WF == W_Q8 ? RN * XK : RN * XK / 2; /* W bytes per stage */
+    static constexpr int SLOT = TILE_B + RAW;
+    static constexpr int QB = WF == W_BF16 ? 0 : 2 * TILE_B; /* converted B tiles */
+    static constexpr int BYTES = 1024 + WG_SLOTS * SLOT + QB;
+    static_assert(RN * RS * 4 <= SLOT, "the epilogue tile reuses slot 0");
+};
+
+/* Byte offset of 16-byte chunk c (k = 8c .. 8c + 7, c < 16) of row r (< 64)
+ * in a [64][128] bf16 tile in wgmma's 128-byte swizzle: two 8 KB column
+ * blocks of 64 k, rows of 128 bytes, chunk index XOR'ed with r % 8. */
+__device__ __forceinline__ uint32_t sw(int r, int c)
+{
+    return (uint32_t)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* x rows < T of stage s into the tile at xt (rows >= T stay zero). */
+__device__ __forceinline__ void load_x(const RowsArgs &a, int s, unsigned char *xt)
+{
+    for (int i = threadIdx.x; i < a.T * 16; i += RW * 32) {
+        const int r = i >> 4, c = i & 15;
+        cp_async16(xt + sw(r, c), a.x + (size_t)r * a.K + (size_t)s * XK + c * 8, 16);
+    }
+}
+
+/* Stage s's W bytes of rows n0 .. n0 + 63 (clamped to N - 1: those columns
+ * are never stored) into wt.  bf16: the swizzled B tile; quantized: thread
+ * t copies the raw bytes of half t % 2 of row t / 2, which it converts
+ * itself (convert_q). */
+template <int WF>
+__device__ __forceinline__ void load_w(const RowsArgs &a, int s, int n0, unsigned char *wt)
+{
+    const int t = threadIdx.x;
+    if constexpr (WF == W_BF16) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = t + j * RW * 32, r = i >> 4, c = i & 15;
+            const int n = min(n0 + r, a.N - 1);
+            cp_async16(wt + sw(r, c), static_cast<const uint16_t *>(a.w) + (size_t)n * a.K + (size_t)s * XK + c * 8,
+                       16);
+        }
+    } else {
+        constexpr int B = WF == W_Q8 ? 64 : 32; /* bytes per half row per stage */
+        const int r = t >> 1, h = t & 1, n = min(n0 + r, a.N - 1);
+        const size_t row = WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
+        const unsigned char *src = static_cast<const unsigned char *>(a.w) + (size_t)n * row + (size_t)s * 2 * B + h * B;
+#pragma unroll
+        for (int u = 0; u < B / 16; u++)
+            cp_async16(wt + r * 2 * B + h * B + u * 16, src + u * 16, 16);
+    }
+}
+
+/* Q4: the zero pair (dsq_qd_q4_zero_bf16x2) and the scale of row n's group s. */
+__device__ __forceinline__ void load_zs(const RowsArgs &a, int n, int s, uint32_t &zq, float &sc)
+{
+    const size_t i = (size_t)n * a.kstages + s;
+    zq = dsq_qd_q4_zero_bf16x2(__ldg(a.wzero + i));
+    sc = __half2float(__ushort_as_half(__ldg(static_cast<const uint16_t *>(a.wscale) + i)));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_sub(uint32_t x, uint32_t y)
+{
+    const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162 *>(&x),
+                                     *reinterpret_cast<const __nv_bfloat162 *>(&y));
+    return *reinterpret_cast<const uint32_t *>(&d);
+}
+
+/* The raw bytes this thread copied (half h of row r) -> its 8 chunks of the
+ * B tile bt, as bf16 (Q4: code - zero, zq the zero pair). */
+template <int WF>
+__device__ __forceinline__ void convert_q(const unsigned char *raw, unsigned char *bt, uint32_t zq)
+{
+    const int r = threadIdx.x >> 1, h = threadIdx.x & 1;
+    if constexpr (WF == W_Q4) {
+        const uint4 *src = reinterpret_cast<const uint4 *>(raw + r * 64 + h * 32);
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const uint4 v = src[u];
+            const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) { /* word j: k = 8j .. 8j + 7 of the 32 in this 16 bytes */
+                const uint32_t w = wv[j], hi = w >> 4;
+                uint4 o;
+                o.x = bf16x2_sub(dsq_qd_q4_bf16x2(w, hi, 0), zq);
+                o.y = bf16x2_sub(dsq_qd_q4_bf16x2(w, hi, 1), zq);
+                o.z = bf16x2_sub(dsq_qd_q4_bf16x2(w, hi, 2), zq);
+                o.w = bf16x2_sub(dsq_qd_q4_bf16x2(w, hi, 3), zq);
+                *reinterpret_cast<uint4 *>(bt + sw(r, 8 * h + 4 * u + j)) = o;
+            }
+        }
+    } else {
+        (void)zq;
+        const uint4 *src = reinterpret_cast<const uint4 *>(raw + r * 128 + h * 64);
+#pragma unroll
+        for (int u = 0; u < 4; u++) { /* 16 codes: chunks 2u, 2u + 1 of the half */
+            const uint4 v = src[u];
+            uint4 o0, o1;
+            o0.x = dsq_qd_s8_bf16x2(v.x, 0), o0.y = dsq_qd_s8_bf16x2(v.x, 1);
+            o0.z = dsq_qd_s8_bf16x2(v.y, 0), o0.w = dsq_qd_s8_bf16x2(v.y, 1);
+            o1.x = dsq_qd_s8_bf16x2(v.z, 0), o1.y = dsq_qd_s8_bf16x2(v.z, 1);
+            o1.z = dsq_qd_s8_bf16x2(v.w, 0), o1.w = dsq_qd_s8_bf16x2(v.w, 1);
+            *reinterpret_cast<uint4 *>(bt + sw(r, 8 * h + 2 * u)) = o0;
+            *reinterpret_cast<uint4 *>(bt + sw(r, 8 * h + 2 * u + 1)) = o1;
+        }
+    }
+}
+
+template <int WF, int EPI>
+__global__ void __launch_bounds__(RW * 32, 2) wg_kernel(RowsArgs a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using L = WgLayout<WF>;
+    constexpr bool QW = WF != W_BF16;
+    extern __shared__ __align__(16) unsigned char wg_smem[];
+    unsigned char *sm = wg_smem + ((1024 - ((uint32_t)__cvta_generic_to_shared(wg_smem) & 1023)) & 1023);
+    unsigned char *qb = sm + WG_SLOTS * L::SLOT; /* quantized: B tiles [2][TILE_B] */
+    __shared__ float qsc[2][RN];                 /* Q4: group scale per W row, by B tile */
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+    const int tile = blockIdx.x / a.S, split = blockIdx.x % a.S;
+    const int s0 = (int)((int64_t)split * a.kstages / a.S), s1 = (int)((int64_t)(split + 1) * a.kstages / a.S);
+    const int ns = s1 - s0; /* >= 1: the host keeps S <= kstages */
+    const int n0 = tile * RN;
+    const int my_n = min(n0 + (tid >> 1), a.N - 1); /* the W row this thread converts (quantized) */
+    auto slot = [&](int i) { return sm + i * L::SLOT; };
+
+#pragma unroll
+    for (int d = 0; d < WG_SLOTS - 1; d++)
+        if (d < ns)
+            load_w<WF>(a, s0 + d, n0, slot(d) + TILE_B);
+    uint32_t zq = 0; /* Q4: the next stage to convert: zero pair and scale of my_n */
+    float scv = 0.0f;
+    if constexpr (WF == W_Q4)
+        load_zs(a, my_n, s0, zq, scv);
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
+
+    /* rows >= T of every slot's x tile: zero once, never copied over */
+    const int zrows = RN - a.T;
+    for (int i = tid; i < zrows * 16 * WG_SLOTS; i += RW * 32) {
+        const int sl = i / (zrows * 16), rem = i % (zrows * 16);
+        *reinterpret_cast<uint4 *>(slot(sl) + sw(a.T + rem / 16, rem % 16)) = make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int d = 0; d < WG_SLOTS - 1; d++) {
+        if (d < ns)
+            load_x(a, s0 + d, slot(d));
+        cp_async_commit(); /* one group per stage (the W bytes above join group 0) */
+    }
+    cp_async_wait<WG_SLOTS - 2>(); /* stage s0 (this thread's copies) */
+    if constexpr (QW) {
+        convert_q<WF>(slot(0) + TILE_B, qb, zq);
+        if (WF == W_Q4 && (tid & 1) == 0)
+            qsc[0][tid >> 1] = scv;
+    }
+    fence_proxy_async(); /* generic-proxy writes (zeros, converted codes) -> wgmma */
+    __syncthreads();
+
+    float acc[8][4], gacc[WF == W_Q4 ? 8 : 1][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < (WF == W_Q4 ? 8 : 1); j++)
+        gacc[j][0] = gacc[j][1] = gacc[j][2] = gacc[j][3] = 0.0f;
+
+    for (int i = 0; i < ns; i++) {
+        const int s = s0 + i, bb = i & 1;
+        unsigned char *cur = slot(i % WG_SLOTS);
+        if constexpr (WF == W_Q4)
+            if (i + 1 < ns)
+                load_zs(a, my_n, s + 1, zq, scv);
+        const uint32_t xa = (uint32_t)__cvta_generic_to_shared(cur);
+        const uint32_t ba = (uint32_t)__cvta_generic_to_shared(QW ? qb + bb * TILE_B : cur + TILE_B);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < XK / 16; kk++) {
+            const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
+            const uint64_t da = wgmma_desc_sw128(xa + off, 16, 1024), db = wgmma_desc_sw128(ba + off, 16, 1024);
+            if constexpr (WF == W_Q4)
+                wgmma_m64n64k16_ss_bf16(gacc, da, db, kk > 0);
+            else
+                wgmma_m64n64k16_ss_bf16(acc, da, db, 1);
+        }
+        wgmma_commit();
+        /* while they run: stage s + WG_SLOTS - 1 into the slot stage s - 1
+         * used (its MMAs ended before the barrier closing the last
+         * iteration), and the next stage's codes converted */
+        if (i + WG_SLOTS - 1 < ns) {
+            unsigned char *nx = slot((i + WG_SLOTS - 1) % WG_SLOTS);
+            load_w<WF>(a, s + WG_SLOTS - 1, n0, nx + TILE_B);
+            load_x(a, s + WG_SLOTS - 1, nx);
+        }
+        cp_async_commit();
+        cp_async_wait<WG_SLOTS - 2>(); /* stage s + 1 (this thread's copies) */
+        if constexpr (QW) {
+            if (i + 1 < ns) {
+                convert_q<WF>(slot((i + 1) % WG_SLOTS) + TILE_B, qb + (bb ^ 1) * TILE_B, zq);
+                if (WF == W_Q4 && (tid & 1) == 0)
+                    qsc[bb ^ 1][tid >> 1] = scv;
+            }
+        }
+        wgmma_wait0();
+        if constexpr (WF == W_Q4) {
+            wgmma_pin<8>(gacc);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float c0 = qsc[bb][8 * j + 2 * q], c1 = qsc[bb][8 * j + 2 * q + 1];
+                acc[j][0] = fmaf(c0, gacc[j][0], acc[j][0]);
+                acc[j][1] = fmaf(c1, gacc[j][1], acc[j][1]);
+                acc[j][2] = fmaf(c0, gacc[j][2], acc[j][2]);
+                acc[j][3] = fmaf(c1, gacc[j][3], acc[j][3]);
+            }
+        } else {
+            wgmma_pin<8>(acc);
+        }
+        fence_proxy_async();
+        __syncthreads(); /* stage s + 1 published; slot of stage s free */
+    }
+    cp_async_wait_all(); /* only empty groups can be pending here */
+
+    /* accumulators -> red [64][RS]: acc[j][0..1] = token 16 warp + g, W rows
+     * 8j + 2q, 8j + 2q + 1; acc[j][2..3] = token + 8; Q8's row scales here */
+    float *red = reinterpret_cast<float *>(sm);
+    const int t = warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int r = 8 * j + 2 * q;
+        float c0 = 1.0f, c1 = 1.0f;
+        if constexpr (WF == W_Q8) {
+            const float *rs = static_cast<const float *>(a.wscale);
+            c0 = __ldg(rs + min(n0 + r, a.N - 1));
+            c1 = __ldg(rs + min(n0 + r + 1, a.N - 1));
+        }
+        red[t * RS + r] = acc[j][0] * c0;
+        red[t * RS + r + 1] = acc[j][1] * c1;
+        red[(t + 8) * RS + r] = acc[j][2] * c0;
+        red[(t + 8) * RS + r + 1] = acc[j][3] * c1;
+    }
+    __syncthreads();
+    finish_tile<EPI>(a, red, tile, split, n0, &last);
+#else
+    (void)a;
+    __trap(); /* never launched: rows_wg_use() asks the probe */
+#endif
+}
+
+/* Whether the code this device runs has wgmma: a one-thread probe (the
+ * host cannot tell which image of the fat binary the driver picked). */
+__global__ void wg_probe_kernel(int *out)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+int g_wg[DSQ_CU_MAX_DEVICES]; /* per device: 1 = the kernel runs there */
+dsq_cu_once wg_once;
+
+template <int WF, int EPI> cudaError_t wg_attr()
+{
+    return cudaFuncSetAttribute(wg_kernel<WF, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, WgLayout<WF>::BYTES);
+}
+
+template <int WF> cudaError_t wg_attrs()
+{
+    cudaError_t e;
+    if ((e = wg_attr<WF, DSQ_EPI_STORE>()) != cudaSuccess) return e;
+    if ((e = wg_attr<WF, DSQ_EPI_BIAS>()) != cudaSuccess) return e;
+    if ((e = wg_attr<WF, DSQ_EPI_ADD>()) != cudaSuccess) return e;
+    return wg_attr<WF, DSQ_EPI_SILU_MUL>();
+}
+
+cudaError_t wg_init(int dev)
+{
+    int *d = NULL, h = 0;
+    cudaError_t e = cudaMalloc(&d, sizeof(int));
+    if (e != cudaSuccess)
+        return e;
+    wg_probe_kernel<<<1, 1>>>(d);
+    e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (e == cudaSuccess && h == 1 && (e = wg_attrs<W_BF16>()) == cudaSuccess &&
+        (e = wg_attrs<W_Q8>()) == cudaSuccess)
+        e = wg_attrs<W_Q4>();
+    if (e == cudaSuccess)
+        g_wg[dev] = h == 1; /* published by dsq_cu_once_per_device's release store */
+    return e;
+}
+
+template <int WF, int EPI>
+cudaError_t launch_wg_t(RowsArgs a, int splits, size_t ws_floats, int n_tickets, cudaStream_t s)
+{
+    static int64_t occ; /* blocks per SM, dsq_cu_resident_blocks */
+    const unsigned tiles = (unsigned)((a.N + RN - 1) / RN);
+    const size_t smem = WgLayout<WF>::BYTES;
+    const unsigned res =
+        splits > 0 ? 0 : dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI>, RW * 32, smem, &occ);
+    const size_t row_bytes = WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
+    a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes);
+    return dsq_launch_pdl(wg_kernel<WF, EPI>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
+}
+
+template <int WF>
+cudaError_t launch_wg_w(dsq_epilogue epi, const RowsArgs &a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
+{
+    switch (epi) {
+    case DSQ_EPI_STORE: return launch_wg_t<WF, DSQ_EPI_STORE>(a, splits, wsf, n_tickets, s);
+    case DSQ_EPI_BIAS: return launch_wg_t<WF, DSQ_EPI_BIAS>(a, splits, wsf, n_tickets, s);
+    case DSQ_EPI_ADD: return launch_wg_t<WF, DSQ_EPI_ADD>(a, splits, wsf, n_tickets, s);
+    default: return launch_wg_t<WF, DSQ_EPI_SILU_MUL>(a, splits, wsf, n_tickets, s);
+    }
+}
+
+} // namespace
+
+/* DSQ_CUDA_ROWS_WG unset: off (kDefault) until measured against
+ * gemm_rows.cu's kernel and cuBLASLt on the GPU. */
+static const int kDefault = 0;
+
+bool rows_wg_use(int T)
+{
+    const char *e = getenv("DSQ_CUDA_ROWS_WG");
+    const int v = e && e[0] ? e[0] - '0' : kDefault;
+    if (v != 1 && v != 2)
+        return false;
+    if (v == 1 && T < 9)
+        return false;
+    int dev = 0;
+    if (dsq_cu_once_per_device(&wg_once, wg_init, &dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return g_wg[dev] != 0;
+}
+
+cudaError_t rows_wg_launch(int wf, dsq_epilogue epi, RowsArgs a, int splits, size_t ws_floats, int n_tickets,
+                           cudaStream_t s)
+{
+    return wf == W_Q8   ? launch_wg_w<W_Q8>(epi, a, splits, ws_floats, n_tickets, s)
+           : wf == W_Q4 ? launch_wg_w<W_Q4>(epi, a, splits, ws_floats, n_tickets, s)
+                        : launch_wg_w<W_BF16>(epi, a, splits, ws_floats, n_tickets, s);
+}
+
+} // namespace dsq_rows
+
+extern "C" dsq_status dsq_cu_gemm_rows_init(void)
+{
+    return dsq_cu_status(dsq_cu_once_per_device(&dsq_rows::wg_once, dsq_rows::wg_init, NULL),
+                         "gemm (rows) setup");
+}
+
+extern "C" int dsq_cu_gemm_rows_wg(int32_t T)
+{
+    return dsq_rows::rows_wg_use(T) ? 1 : 0;
+}
