@@ -33,6 +33,7 @@ struct RowsArgs {
     float *ws;              /* fp32 [S][T][N] partials (S > 1) */
     int32_t *tickets;       /* [tiles] (S > 1): zero between launches */
     int T, N, K, S, kstages;
+    int G;                  /* gemm_rows_wg.cu: > 0 stream-K over G blocks (S unused), 0 split-K by S */
 };
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
@@ -59,20 +60,23 @@ __device__ __forceinline__ void store_one(const RowsArgs &a, int t, int n, float
 }
 
 /* The end of a tile: red [T][RS] fp32 holds the block's sums (before any
- * bias / residual / SiLU*mul) for W rows n0 .. n0 + RN - 1 over its split.
- * With S > 1 the partial goes to ws[split], the block takes a ticket and
- * the last block of the tile sums the partials in split order (a fixed
+ * bias / residual / SiLU*mul) for W rows n0 .. n0 + RN - 1 over its part
+ * of K: segment seg of the tile's nseg (the split of a split-K launch, or
+ * of gemm_rows_wg.cu's stream-K ranges).  With nseg > 1 the partial goes to
+ * ws[seg], the block takes a ticket and the last block of the tile sums
+ * the partials in segment order (a fixed
  * order: the result does not depend on which block finished first), runs
  * the epilogue and returns the ticket to zero (graph replays find it so).
  * All RW * 32 threads call it after a barrier that published red; `last`
  * is a __shared__ int. */
 template <int EPI>
-__device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int tile, int split, int n0, int *last)
+__device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int tile, int seg, int nseg, int n0,
+                                            int *last)
 {
     const int nt = min(RN, a.N - n0); /* live rows of this tile */
-    if (a.S > 1) {
-        /* partial -> ws[split]; the last block of the tile sums them in split order */
-        float *wp = a.ws + (size_t)split * a.T * a.N;
+    if (nseg > 1) {
+        /* partial -> ws[seg]; the last block of the tile sums them in segment order */
+        float *wp = a.ws + (size_t)seg * a.T * a.N;
         for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
             const int t = i / RN, r = i % RN;
             if (r < nt)
@@ -81,7 +85,7 @@ __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int t
         __threadfence();
         __syncthreads();
         if (threadIdx.x == 0)
-            *last = atomicAdd(&a.tickets[tile], 1) == a.S - 1;
+            *last = atomicAdd(&a.tickets[tile], 1) == nseg - 1;
         __syncthreads();
         if (!*last)
             return;
@@ -90,7 +94,7 @@ __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int t
             const int t = i / RN, r = i % RN;
             if (r < nt) {
                 float v = 0.0f;
-                for (int sp = 0; sp < a.S; sp++)
+                for (int sp = 0; sp < nseg; sp++)
                     v += __ldcg(a.ws + ((size_t)sp * a.T + t) * a.N + n0 + r);
                 red[t * RS + r] = v;
             }
