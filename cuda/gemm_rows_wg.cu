@@ -397,8 +397,7 @@ int sk_block_h(int64_t u, int64_t U, int G) { return (int)(((u + 1) * G - 1) / U
 /* The stream-K block count for a planned launch: every resident block
  * (at most one per unit), where the workspace holds the most segments any
  * tile gets (x T x N partials) and there is a ticket per tile; 0 (split-K
- * as planned by plan_splits) otherwise or where the units divide evenly
- * over the tiles' blocks anyway. */
+ * as planned by plan_splits) otherwise. */
 int sk_plan(unsigned resident, unsigned tiles, const RowsArgs &a, size_t ws_floats, int n_tickets)
 {
     const int64_t ks = a.kstages, U = (int64_t)tiles * ks;

@@ -293,16 +293,16 @@ rowswg)
     # stop 36: the up-to-64-row products on Hopper's wgmma (gemm_rows_wg.cu,
     # DSQ_CUDA_ROWS_WG): both kernels' tests against the CPU products (bf16,
     # Q8, Q4; the timing tables' "rows wg" columns), the e2e tests through
-    # it, then batch-8/64 rows with it against the defaults, interleaved.
+    # it, then batch-64/8 rows with it against the defaults, interleaved.
     # Prebuilt only.
     prebuilt_stage rowswg
-    DEADLINE=${DEADLINE:-560}
-    GTEST_TIMEOUT=200 gtest test_cuda_quant
-    grep -E "worst|kernel|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
-    GTEST_TIMEOUT=200 gtest test_cuda_kernels
+    DEADLINE=${DEADLINE:-420}
+    GTEST_TIMEOUT=150 gtest test_cuda_quant
+    grep -E "worst|kernel|SKIP|^ +q[48] .* (8|16|64) " "$OUT/test_cuda_quant.log" | head -40
+    GTEST_TIMEOUT=150 gtest test_cuda_kernels
     grep -E "gemm_rows bf16|SKIP|^ +(qkv|o |gate|down|lm_head).* (8|16|64) " "$OUT/test_cuda_kernels.log" | head -30
-    LOGSUFFIX=_wg gtest test_cuda_quant_e2e DSQ_CUDA_ROWS_WG=2
-    LOGSUFFIX=_wg gtest test_cuda_e2e DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG=2
+    LOGSUFFIX=_wg GTEST_TIMEOUT=60 gtest test_cuda_quant_e2e DSQ_CUDA_ROWS_WG=2
+    LOGSUFFIX=_wg GTEST_TIMEOUT=60 gtest test_cuda_e2e DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG=2
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     bench_row def_b64 1024 64 --kv f16
@@ -315,8 +315,6 @@ rowswg)
     DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG=1 bench_row wg_b8 512 8 --kv f16
     bench_row def_b8_q4 512 8 --kv f16 --quantize q4
     DSQ_CUDA_ROWS_WG=2 bench_row wg_b8_q4 512 8 --kv f16 --quantize q4
-    bench_row def_b64_r2 1024 64 --kv f16
-    DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG=1 bench_row wg_b64_r2 1024 64 --kv f16
     bench_row def_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     DSQ_CUDA_Q8_SMALL=128 bench_row w128_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     ;;
