@@ -331,7 +331,6 @@ static RowsArgs make_args(const dsq_bf16 *x, const void *w, const void *scales, 
     a.K = K;
     a.S = 1;
     a.kstages = K / XK;
-    a.G = 0;
     return a;
 }
 

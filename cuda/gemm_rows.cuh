@@ -33,7 +33,6 @@ struct RowsArgs {
     float *ws;              /* fp32 [S][T][N] partials (S > 1) */
     int32_t *tickets;       /* [tiles] (S > 1): zero between launches */
     int T, N, K, S, kstages;
-    int G;                  /* gemm_rows_wg.cu: > 0 stream-K over G blocks (S unused), 0 split-K by S */
 };
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
@@ -61,8 +60,7 @@ __device__ __forceinline__ void store_one(const RowsArgs &a, int t, int n, float
 
 /* The end of a tile: red [T][RS] fp32 holds the block's sums (before any
  * bias / residual / SiLU*mul) for W rows n0 .. n0 + RN - 1 over its part
- * of K: segment seg of the tile's nseg (the split of a split-K launch, or
- * of gemm_rows_wg.cu's stream-K ranges).  With nseg > 1 the partial goes to
+ * of K: segment seg of the tile's nseg (its split of a split-K launch).  With nseg > 1 the partial goes to
  * ws[seg], the block takes a ticket and the last block of the tile sums
  * the partials in segment order (a fixed
  * order: the result does not depend on which block finished first), runs

@@ -16,7 +16,10 @@
  * Layout.  Tiles of RN = 64 W rows, K in stages of XK = 128 (one Q4 group)
  * and split-K exactly as gemm_rows.cu (gemm_rows.cuh: plan_splits,
  * finish_tile), so workspace, tickets and results' summation order per
- * split are alike (the order of the additions inside a stage differs).  A
+ * split are alike (the order of the additions inside a stage differs).
+ * (Stream-K -- every resident block given an equal range of the (tile,
+ * stage) units, tiles cut into segments -- was tried at stop 36 and
+ * measured 2-4x slower than split-K on the H100: docs/performance.md.)  A
  * ring of WG_SLOTS stage slots, each [x tile | W bytes]:
  *   x tile   bf16 [64 tokens][128 k], swizzled (sw()): rows >= T zero
  *   W bytes  bf16: the B tile [64 rows][128 k], swizzled, by cp.async;
@@ -164,17 +167,11 @@ __device__ __forceinline__ void convert_q(const unsigned char *raw, unsigned cha
     }
 }
 
-/* The first block whose stream-K range holds unit u (block b holds units
- * [b U / G, (b + 1) U / G)). */
-__device__ __forceinline__ int sk_block(int64_t u, int64_t U, int G) { return (int)(((u + 1) * G - 1) / U); }
-
-/* Stages s0 .. s1 - 1 of tile `tile`: segment seg of the tile's nseg.
- * first: the block's first segment (it runs the PDL wait after requesting
- * its first weights).  Ends in finish_tile; the caller's barrier follows
- * before the shared memory is used again. */
+/* Stages s0 .. s1 - 1 of tile `tile`: split seg of the tile's nseg; the
+ * PDL wait after the first weights are requested; ends in finish_tile. */
 template <int WF, int EPI>
 __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm, int tile, int s0, int s1, int seg,
-                                           int nseg, bool first, float (*qsc)[RN], int *last)
+                                           int nseg, float (*qsc)[RN], int *last)
 {
     using L = WgLayout<WF>;
     constexpr bool QW = WF != W_BF16;
@@ -193,13 +190,10 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
     float scv = 0.0f;
     if constexpr (WF == W_Q4)
         load_zs(a, my_n, s0, zq, scv);
-    if (first) {
-        dsq_pdl_wait();
-        dsq_pdl_trigger();
-    }
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
 
-    /* rows >= T of every slot's x tile: zero, never copied over (the
-     * previous segment's epilogue tile may have used slot 0) */
+    /* rows >= T of every slot's x tile: zero, never copied over */
     const int zrows = RN - a.T;
     for (int i = tid; i < zrows * 16 * WG_SLOTS; i += RW * 32) {
         const int sl = i / (zrows * 16), rem = i % (zrows * 16);
@@ -305,11 +299,7 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
     finish_tile<EPI>(a, red, tile, seg, nseg, n0, last);
 }
 
-/* One block: split-K (a.G == 0: tile blockIdx.x / S, split blockIdx.x %
- * S) or stream-K (a.G > 0: the units [b U / G, (b + 1) U / G) of the
- * tile-major (tile, stage) space, U = tiles x kstages, cut at tile
- * boundaries into segments; a tile's segments are numbered by the blocks
- * holding them, so the summation order is fixed by U and G). */
+/* One block: tile blockIdx.x / S, split blockIdx.x % S of K. */
 template <int WF, int EPI>
 __global__ void __launch_bounds__(RW * 32, 2) wg_kernel(RowsArgs a)
 {
@@ -318,26 +308,9 @@ __global__ void __launch_bounds__(RW * 32, 2) wg_kernel(RowsArgs a)
     unsigned char *sm = wg_smem + ((1024 - ((uint32_t)__cvta_generic_to_shared(wg_smem) & 1023)) & 1023);
     __shared__ float qsc[2][RN]; /* Q4: group scale per W row, by B tile */
     __shared__ int last;
-    if (a.G == 0) {
-        const int tile = blockIdx.x / a.S, split = blockIdx.x % a.S;
-        const int s0 = (int)((int64_t)split * a.kstages / a.S), s1 = (int)((int64_t)(split + 1) * a.kstages / a.S);
-        wg_segment<WF, EPI>(a, sm, tile, s0, s1, split, a.S, true, qsc, &last);
-        return;
-    }
-    const int64_t ks = a.kstages, U = (int64_t)((a.N + RN - 1) / RN) * ks;
-    const int b = blockIdx.x;
-    int64_t u = (int64_t)b * U / a.G;
-    const int64_t u1 = (int64_t)(b + 1) * U / a.G; /* > u: the host keeps G <= U */
-    bool first = true;
-    while (u < u1) {
-        const int tile = (int)(u / ks), s0 = (int)(u % ks);
-        const int s1 = (int)min((int64_t)ks, s0 + (u1 - u));
-        const int bf = sk_block((int64_t)tile * ks, U, a.G), bl = sk_block((int64_t)tile * ks + ks - 1, U, a.G);
-        wg_segment<WF, EPI>(a, sm, tile, s0, s1, b - bf, bl - bf + 1, first, qsc, &last);
-        first = false;
-        u += s1 - s0;
-        __syncthreads(); /* the next segment reuses the shared memory */
-    }
+    const int tile = blockIdx.x / a.S, split = blockIdx.x % a.S;
+    const int s0 = (int)((int64_t)split * a.kstages / a.S), s1 = (int)((int64_t)(split + 1) * a.kstages / a.S);
+    wg_segment<WF, EPI>(a, sm, tile, s0, s1, split, a.S, qsc, &last);
 #else
     (void)a;
     __trap(); /* never launched: rows_wg_use() asks the probe */
@@ -391,29 +364,6 @@ cudaError_t wg_init(int dev)
     return e;
 }
 
-/* Host twin of sk_block. */
-int sk_block_h(int64_t u, int64_t U, int G) { return (int)(((u + 1) * G - 1) / U); }
-
-/* The stream-K block count for a planned launch: every resident block
- * (at most one per unit), where the workspace holds the most segments any
- * tile gets (x T x N partials) and there is a ticket per tile; 0 (split-K
- * as planned by plan_splits) otherwise. */
-int sk_plan(unsigned resident, unsigned tiles, const RowsArgs &a, size_t ws_floats, int n_tickets)
-{
-    const int64_t ks = a.kstages, U = (int64_t)tiles * ks;
-    const int G = (int)((int64_t)resident < U ? (int64_t)resident : U);
-    if (G <= 1 || !a.ws || !a.tickets || (int64_t)tiles > n_tickets)
-        return 0;
-    int most = 1;
-    for (unsigned t = 0; t < tiles; t++) {
-        const int n = sk_block_h((int64_t)t * ks + ks - 1, U, G) - sk_block_h((int64_t)t * ks, U, G) + 1;
-        most = n > most ? n : most;
-    }
-    if ((size_t)most * a.T * a.N > ws_floats)
-        return 0;
-    return G;
-}
-
 template <int WF, int EPI>
 cudaError_t launch_wg_t(RowsArgs a, int splits, size_t ws_floats, int n_tickets, cudaStream_t s)
 {
@@ -423,9 +373,6 @@ cudaError_t launch_wg_t(RowsArgs a, int splits, size_t ws_floats, int n_tickets,
     const unsigned res =
         splits > 0 ? 0 : dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI>, RW * 32, smem, &occ);
     const size_t row_bytes = WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
-    a.G = splits > 0 ? 0 : sk_plan(res, tiles, a, ws_floats, n_tickets);
-    if (a.G > 0)
-        return dsq_launch_pdl(wg_kernel<WF, EPI>, dim3((unsigned)a.G), dim3(RW * 32), smem, s, a);
     a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes);
     return dsq_launch_pdl(wg_kernel<WF, EPI>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
 }
