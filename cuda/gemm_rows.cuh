@@ -159,7 +159,7 @@ static inline int plan_splits(int splits, unsigned resident, unsigned tiles, con
 /* Whether gemm_rows_wg.cu's kernel runs a T-row product on the current
  * device: the device runs this build's sm_90a code (a probe at first use)
  * and DSQ_CUDA_ROWS_WG (read per call) allows it: 0 never, 2 every T,
- * 1 T >= 9; unset: the default (see gemm_rows_wg.cu). */
+ * 1 (the default) T >= 32 (gemm_rows_wg.cu says why). */
 bool rows_wg_use(int T);
 /* Launch it (the launch_* checks of gemm_rows.cu done); wf W_*. */
 cudaError_t rows_wg_launch(int wf, dsq_epilogue epi, RowsArgs a, int splits, size_t ws_floats, int n_tickets,

@@ -20,14 +20,14 @@
  * (Stream-K -- every resident block given an equal range of the (tile,
  * stage) units, tiles cut into segments -- was tried at stop 36 and
  * measured 2-4x slower than split-K on the H100: docs/performance.md.)  A
- * ring of WG_SLOTS stage slots, each [x tile | W bytes]:
+ * ring of 3 stage slots (4 for Q4), each [x tile | W bytes]:
  *   x tile   bf16 [64 tokens][128 k], swizzled (sw()): rows >= T zero
  *   W bytes  bf16: the B tile [64 rows][128 k], swizzled, by cp.async;
  *            Q8: raw int8 [64][128]; Q4: raw codes [64][64 bytes]
  * and, for quantized W, two converted B tiles [2][64][128] bf16 (swizzled)
- * that alternate by stage.  Stage s + WG_SLOTS - 1 is copied (cp.async)
- * while stage s computes, so two stages' bytes are in flight per block and
- * two blocks fit an SM (~96-105 KB each).
+ * that alternate by stage.  Stage s + slots - 1 is copied (cp.async)
+ * while stage s computes, so two (Q4: three) stages' bytes are in flight
+ * per block and two blocks fit an SM (95-113 KB each).
  *
  * Quantized codes become bf16 exactly (small integers, quant_decode.cuh):
  * thread t converts half (64 k) of row t / 2 of the next stage, from the
@@ -51,15 +51,17 @@ namespace {
 
 using namespace dsq_attn; /* the wgmma wrappers */
 
-constexpr int WG_SLOTS = 3;          /* ring slots: stages in flight + 1 */
 constexpr int TILE_B = RN * XK * 2;  /* bytes of one swizzled [64][128] bf16 tile: 16 KB */
 
 /* Shared-memory bytes by weight format (after 1024-byte alignment). */
 template <int WF> struct WgLayout {
+    /* ring slots (stages in flight + 1): Q4's are small enough for 4 at two
+     * blocks per SM */
+    static constexpr int SLOTS = WF == W_Q4 ? 4 : 3;
     static constexpr int RAW = WF == W_BF16 ? TILE_B : WF == W_Q8 ? RN * XK : RN * XK / 2; /* W bytes per stage */
     static constexpr int SLOT = TILE_B + RAW;
     static constexpr int QB = WF == W_BF16 ? 0 : 2 * TILE_B; /* converted B tiles */
-    static constexpr int BYTES = 1024 + WG_SLOTS * SLOT + QB;
+    static constexpr int BYTES = 1024 + SLOTS * SLOT + QB;
     static_assert(RN * RS * 4 <= SLOT, "the epilogue tile reuses slot 0");
 };
 
@@ -174,8 +176,9 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
                                            int nseg, float (*qsc)[RN], int *last)
 {
     using L = WgLayout<WF>;
+    constexpr int NS = L::SLOTS;
     constexpr bool QW = WF != W_BF16;
-    unsigned char *qb = sm + WG_SLOTS * L::SLOT; /* quantized: B tiles [2][TILE_B] */
+    unsigned char *qb = sm + NS * L::SLOT; /* quantized: B tiles [2][TILE_B] */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const int ns = s1 - s0; /* >= 1 */
     const int n0 = tile * RN;
@@ -183,7 +186,7 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
     auto slot = [&](int i) { return sm + i * L::SLOT; };
 
 #pragma unroll
-    for (int d = 0; d < WG_SLOTS - 1; d++)
+    for (int d = 0; d < NS - 1; d++)
         if (d < ns)
             load_w<WF>(a, s0 + d, n0, slot(d) + TILE_B);
     uint32_t zq = 0; /* Q4: the next stage to convert: zero pair and scale of my_n */
@@ -195,17 +198,17 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
 
     /* rows >= T of every slot's x tile: zero, never copied over */
     const int zrows = RN - a.T;
-    for (int i = tid; i < zrows * 16 * WG_SLOTS; i += RW * 32) {
+    for (int i = tid; i < zrows * 16 * NS; i += RW * 32) {
         const int sl = i / (zrows * 16), rem = i % (zrows * 16);
         *reinterpret_cast<uint4 *>(slot(sl) + sw(a.T + rem / 16, rem % 16)) = make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int d = 0; d < WG_SLOTS - 1; d++) {
+    for (int d = 0; d < NS - 1; d++) {
         if (d < ns)
             load_x(a, s0 + d, slot(d));
         cp_async_commit(); /* one group per stage (the W bytes above join group 0) */
     }
-    cp_async_wait<WG_SLOTS - 2>(); /* stage s0 (this thread's copies) */
+    cp_async_wait<NS - 2>(); /* stage s0 (this thread's copies) */
     if constexpr (QW) {
         convert_q<WF>(slot(0) + TILE_B, qb, zq);
         if (WF == W_Q4 && (tid & 1) == 0)
@@ -224,7 +227,7 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
 
     for (int i = 0; i < ns; i++) {
         const int s = s0 + i, bb = i & 1;
-        unsigned char *cur = slot(i % WG_SLOTS);
+        unsigned char *cur = slot(i % NS);
         if constexpr (WF == W_Q4)
             if (i + 1 < ns)
                 load_zs(a, my_n, s + 1, zq, scv);
@@ -241,19 +244,19 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
                 wgmma_m64n64k16_ss_bf16(acc, da, db, 1);
         }
         wgmma_commit();
-        /* while they run: stage s + WG_SLOTS - 1 into the slot stage s - 1
+        /* while they run: stage s + NS - 1 into the slot stage s - 1
          * used (its MMAs ended before the barrier closing the last
          * iteration), and the next stage's codes converted */
-        if (i + WG_SLOTS - 1 < ns) {
-            unsigned char *nx = slot((i + WG_SLOTS - 1) % WG_SLOTS);
-            load_w<WF>(a, s + WG_SLOTS - 1, n0, nx + TILE_B);
-            load_x(a, s + WG_SLOTS - 1, nx);
+        if (i + NS - 1 < ns) {
+            unsigned char *nx = slot((i + NS - 1) % NS);
+            load_w<WF>(a, s + NS - 1, n0, nx + TILE_B);
+            load_x(a, s + NS - 1, nx);
         }
         cp_async_commit();
-        cp_async_wait<WG_SLOTS - 2>(); /* stage s + 1 (this thread's copies) */
+        cp_async_wait<NS - 2>(); /* stage s + 1 (this thread's copies) */
         if constexpr (QW) {
             if (i + 1 < ns) {
-                convert_q<WF>(slot((i + 1) % WG_SLOTS) + TILE_B, qb + (bb ^ 1) * TILE_B, zq);
+                convert_q<WF>(slot((i + 1) % NS) + TILE_B, qb + (bb ^ 1) * TILE_B, zq);
                 if (WF == W_Q4 && (tid & 1) == 0)
                     qsc[bb ^ 1][tid >> 1] = scv;
             }
@@ -390,9 +393,16 @@ cudaError_t launch_wg_w(dsq_epilogue epi, const RowsArgs &a, int splits, size_t 
 
 } // namespace
 
-/* DSQ_CUDA_ROWS_WG unset: off (kDefault) until measured against
- * gemm_rows.cu's kernel and cuBLASLt on the GPU. */
-static const int kDefault = 0;
+/* DSQ_CUDA_ROWS_WG unset (kDefault = 1): from kMinRows rows.  H100,
+ * stop 36 (test_cuda_quant / _kernels timing, split-K as planned): at 64
+ * rows Q4 qkv 14.6 vs 17.1 us (mma.sync), gate/up 31.5 vs 48.5, down 38.0
+ * vs 43.0, and the batch-64 step with 4-bit weights 4.79 vs 5.71-5.77 ms;
+ * at 16 rows slower (qkv 9.6 vs 8.0, gate/up 27.2 vs 21.6, down 21.0 vs
+ * 17.4) and at 8 rows the batch-8 4-bit step 2.61 vs 1.81 ms.  bf16
+ * products stay with cuBLASLt by default (DSQ_CUDA_GEMM_ROWS off): at 64
+ * rows it wins (gate/up 26.0 vs 31.7 us, down 15.4 vs 35.3). */
+static const int kDefault = 1;
+static const int kMinRows = 32;
 
 bool rows_wg_use(int T)
 {
@@ -400,7 +410,7 @@ bool rows_wg_use(int T)
     const int v = e && e[0] ? e[0] - '0' : kDefault;
     if (v != 1 && v != 2)
         return false;
-    if (v == 1 && T < 9)
+    if (v == 1 && T < kMinRows)
         return false;
     int dev = 0;
     if (dsq_cu_once_per_device(&wg_once, wg_init, &dev) != cudaSuccess) {

@@ -205,8 +205,8 @@ dsq_status dsq_cu_gemv_mma_norm(const float *xr, const int32_t *rows, const floa
 dsq_status dsq_cu_gemm_rows_init(void);
 /* 1 where a T-row product of dsq_cu_gemm_rows / _q8 / _q4 runs the Hopper
  * kernel (gemm_rows_wg.cu) on the current device: sm_90a code and the
- * knob DSQ_CUDA_ROWS_WG (read per call; 0 never, 1 from 9 rows, 2 every
- * T; unset: off until measured); 0 where gemm_rows.cu's mma.sync kernel. */
+ * knob DSQ_CUDA_ROWS_WG (read per call; 0 never, 1 (the default) from 32
+ * rows, 2 every T); 0 where gemm_rows.cu's mma.sync kernel. */
 int dsq_cu_gemm_rows_wg(int32_t T);
 int dsq_cu_gemm_rows_ok(int32_t T, int32_t K, const void *x, const dsq_bf16 *w);
 size_t dsq_cu_gemm_rows_ws_floats(int32_t T, int32_t N, int32_t splits);

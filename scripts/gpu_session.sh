@@ -318,6 +318,29 @@ rowswg)
     bench_row def_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     DSQ_CUDA_Q8_SMALL=128 bench_row w128_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     ;;
+rowswg2)
+    # stop 36: the default after rowswg (gemm_rows_wg.cu from 32 rows; Q4
+    # with a 4-slot ring): the quantized tests, then batch-64 rows with the
+    # default against DSQ_CUDA_ROWS_WG=0 (gemm_rows.cu's kernel), twice,
+    # interleaved.  Prebuilt only.
+    prebuilt_stage rowswg2
+    DEADLINE=${DEADLINE:-300}
+    GTEST_TIMEOUT=150 gtest test_cuda_quant
+    grep -E "worst|SKIP|^ +q4 .* (16|64) " "$OUT/test_cuda_quant.log" | head -30
+    gtest test_cuda_quant_e2e
+    LOGSUFFIX=_wg gtest test_cuda_quant_e2e DSQ_CUDA_ROWS_WG=2
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        bench_row def_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+        DSQ_CUDA_ROWS_WG=0 bench_row mma_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+    done
+    bench_row def_b64_q8 1024 64 --kv f16 --quantize int8
+    DSQ_CUDA_ROWS_WG=0 bench_row mma_b64_q8 1024 64 --kv f16 --quantize int8
+    bench_row def_b64 1024 64 --kv f16
+    bench_row def_b64_q4_none 1024 64 --kv f16 --quantize q4 --sampling none
+    bench_row def_b8_q4 512 8 --kv f16 --quantize q4
+    ;;
 q8shape)
     # stop 35: gemv.cu's C wrappers sharing one argument packer (the GEMV
     # tests) and the small Q8 products' shape at 1-2 rows
