@@ -20,14 +20,14 @@
  * (Stream-K -- every resident block given an equal range of the (tile,
  * stage) units, tiles cut into segments -- was tried at stop 36 and
  * measured 2-4x slower than split-K on the H100: docs/performance.md.)  A
- * ring of 3 stage slots (4 for Q4), each [x tile | W bytes]:
+ * ring of 3 stage slots, each [x tile | W bytes]:
  *   x tile   bf16 [64 tokens][128 k], swizzled (sw()): rows >= T zero
  *   W bytes  bf16: the B tile [64 rows][128 k], swizzled, by cp.async;
  *            Q8: raw int8 [64][128]; Q4: raw codes [64][64 bytes]
  * and, for quantized W, two converted B tiles [2][64][128] bf16 (swizzled)
  * that alternate by stage.  Stage s + slots - 1 is copied (cp.async)
- * while stage s computes, so two (Q4: three) stages' bytes are in flight
- * per block and two blocks fit an SM (95-113 KB each).
+ * while stage s computes, so two stages' bytes are in flight per block and
+ * two blocks fit an SM (95-108 KB each).
  *
  * Quantized codes become bf16 exactly (small integers, quant_decode.cuh):
  * thread t converts half (64 k) of row t / 2 of the next stage, from the
@@ -55,9 +55,9 @@ constexpr int TILE_B = RN * XK * 2;  /* bytes of one swizzled [64][128] bf16 til
 
 /* Shared-memory bytes by weight format (after 1024-byte alignment). */
 template <int WF> struct WgLayout {
-    /* ring slots (stages in flight + 1): Q4's are small enough for 4 at two
-     * blocks per SM */
-    static constexpr int SLOTS = WF == W_Q4 ? 4 : 3;
+    /* ring slots (stages in flight + 1).  Q4's are small enough for 4 at
+     * two blocks per SM: tag q4slots-wip-stop36, compiled, not yet run */
+    static constexpr int SLOTS = 3;
     static constexpr int RAW = WF == W_BF16 ? TILE_B : WF == W_Q8 ? RN * XK : RN * XK / 2; /* W bytes per stage */
     static constexpr int SLOT = TILE_B + RAW;
     static constexpr int QB = WF == W_BF16 ? 0 : 2 * TILE_B; /* converted B tiles */

@@ -319,8 +319,9 @@ rowswg)
     DSQ_CUDA_Q8_SMALL=128 bench_row w128_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     ;;
 rowswg2)
-    # stop 36: the default after rowswg (gemm_rows_wg.cu from 32 rows; Q4
-    # with a 4-slot ring): the quantized tests, then batch-64 rows with the
+    # stop 36: the default after rowswg (gemm_rows_wg.cu from 32 rows; on
+    # tag q4slots-wip-stop36 Q4 with a 4-slot ring): the quantized tests,
+    # then batch-64 rows with the
     # default against DSQ_CUDA_ROWS_WG=0 (gemm_rows.cu's kernel), twice,
     # interleaved.  Prebuilt only.
     prebuilt_stage rowswg2
