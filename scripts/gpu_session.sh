@@ -321,9 +321,8 @@ rowswg)
 rowswg2)
     # stop 36: the default after rowswg (gemm_rows_wg.cu from 32 rows; on
     # tag q4slots-wip-stop36 Q4 with a 4-slot ring): the quantized tests,
-    # then batch-64 rows with the
-    # default against DSQ_CUDA_ROWS_WG=0 (gemm_rows.cu's kernel), twice,
-    # interleaved.  Prebuilt only.
+    # then batch-64 rows with the default against DSQ_CUDA_ROWS_WG=0
+    # (gemm_rows.cu's kernel), twice, interleaved.  Prebuilt only.
     prebuilt_stage rowswg2
     DEADLINE=${DEADLINE:-300}
     GTEST_TIMEOUT=150 gtest test_cuda_quant
