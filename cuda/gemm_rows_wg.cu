@@ -54,15 +54,16 @@ using namespace dsq_attn; /* the wgmma wrappers */
 constexpr int TILE_B = RN * XK * 2;  /* bytes of one swizzled [64][128] bf16 tile: 16 KB */
 
 /* Shared-memory bytes by weight format (after 1024-byte alignment). */
-template <int WF> struct WgLayout {
-    /* ring slots (stages in flight + 1).  Q4's are small enough for 4 at
-     * two blocks per SM: tag q4slots-wip-stop36, compiled, not yet run */
-    static constexpr int SLOTS = 3;
+template <int WF, int NSL> struct WgLayout {
+    static constexpr int SLOTS = NSL; /* ring slots: stages in flight + 1 (2..4) */
     static constexpr int RAW = WF == W_BF16 ? TILE_B : WF == W_Q8 ? RN * XK : RN * XK / 2; /* W bytes per stage */
     static constexpr int SLOT = TILE_B + RAW;
     static constexpr int QB = WF == W_BF16 ? 0 : 2 * TILE_B; /* converted B tiles */
     static constexpr int BYTES = 1024 + SLOTS * SLOT + QB;
+    /* blocks per SM the shared memory allows (227 KB, ~1 KB reserved each), at most 3 */
+    static constexpr int PER_SM = 232448 / (BYTES + 1024 + 1024) >= 3 ? 3 : 232448 / (BYTES + 1024 + 1024);
     static_assert(RN * RS * 4 <= SLOT, "the epilogue tile reuses slot 0");
+    static_assert(PER_SM >= 1, "one block per SM at least");
 };
 
 /* Byte offset of 16-byte chunk c (k = 8c .. 8c + 7, c < 16) of row r (< 64)
@@ -171,11 +172,11 @@ __device__ __forceinline__ void convert_q(const unsigned char *raw, unsigned cha
 
 /* Stages s0 .. s1 - 1 of tile `tile`: split seg of the tile's nseg; the
  * PDL wait after the first weights are requested; ends in finish_tile. */
-template <int WF, int EPI>
+template <int WF, int EPI, int NSL>
 __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm, int tile, int s0, int s1, int seg,
                                            int nseg, float (*qsc)[RN], int *last)
 {
-    using L = WgLayout<WF>;
+    using L = WgLayout<WF, NSL>;
     constexpr int NS = L::SLOTS;
     constexpr bool QW = WF != W_BF16;
     unsigned char *qb = sm + NS * L::SLOT; /* quantized: B tiles [2][TILE_B] */
@@ -303,8 +304,8 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
 }
 
 /* One block: tile blockIdx.x / S, split blockIdx.x % S of K. */
-template <int WF, int EPI>
-__global__ void __launch_bounds__(RW * 32, 2) wg_kernel(RowsArgs a)
+template <int WF, int EPI, int NSL>
+__global__ void __launch_bounds__(RW * 32, WgLayout<WF, NSL>::PER_SM) wg_kernel(RowsArgs a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) unsigned char wg_smem[];
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(RW * 32, 2) wg_kernel(RowsArgs a)
     __shared__ int last;
     const int tile = blockIdx.x / a.S, split = blockIdx.x % a.S;
     const int s0 = (int)((int64_t)split * a.kstages / a.S), s1 = (int)((int64_t)(split + 1) * a.kstages / a.S);
-    wg_segment<WF, EPI>(a, sm, tile, s0, s1, split, a.S, qsc, &last);
+    wg_segment<WF, EPI, NSL>(a, sm, tile, s0, s1, split, a.S, qsc, &last);
 #else
     (void)a;
     __trap(); /* never launched: rows_wg_use() asks the probe */
@@ -334,18 +335,27 @@ __global__ void wg_probe_kernel(int *out)
 int g_wg[DSQ_CU_MAX_DEVICES]; /* per device: 1 = the kernel runs there */
 dsq_cu_once wg_once;
 
-template <int WF, int EPI> cudaError_t wg_attr()
+template <int WF, int EPI, int NSL> cudaError_t wg_attr()
 {
-    return cudaFuncSetAttribute(wg_kernel<WF, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, WgLayout<WF>::BYTES);
+    return cudaFuncSetAttribute(wg_kernel<WF, EPI, NSL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                WgLayout<WF, NSL>::BYTES);
+}
+
+template <int WF, int NSL> cudaError_t wg_attrs_n()
+{
+    cudaError_t e;
+    if ((e = wg_attr<WF, DSQ_EPI_STORE, NSL>()) != cudaSuccess) return e;
+    if ((e = wg_attr<WF, DSQ_EPI_BIAS, NSL>()) != cudaSuccess) return e;
+    if ((e = wg_attr<WF, DSQ_EPI_ADD, NSL>()) != cudaSuccess) return e;
+    return wg_attr<WF, DSQ_EPI_SILU_MUL, NSL>();
 }
 
 template <int WF> cudaError_t wg_attrs()
 {
     cudaError_t e;
-    if ((e = wg_attr<WF, DSQ_EPI_STORE>()) != cudaSuccess) return e;
-    if ((e = wg_attr<WF, DSQ_EPI_BIAS>()) != cudaSuccess) return e;
-    if ((e = wg_attr<WF, DSQ_EPI_ADD>()) != cudaSuccess) return e;
-    return wg_attr<WF, DSQ_EPI_SILU_MUL>();
+    if ((e = wg_attrs_n<WF, 2>()) != cudaSuccess) return e;
+    if ((e = wg_attrs_n<WF, 3>()) != cudaSuccess) return e;
+    return wg_attrs_n<WF, 4>();
 }
 
 cudaError_t wg_init(int dev)
@@ -367,27 +377,46 @@ cudaError_t wg_init(int dev)
     return e;
 }
 
-template <int WF, int EPI>
+template <int WF, int EPI, int NSL>
 cudaError_t launch_wg_t(RowsArgs a, int splits, size_t ws_floats, int n_tickets, cudaStream_t s)
 {
     static int64_t occ; /* blocks per SM, dsq_cu_resident_blocks */
     const unsigned tiles = (unsigned)((a.N + RN - 1) / RN);
-    const size_t smem = WgLayout<WF>::BYTES;
+    const size_t smem = WgLayout<WF, NSL>::BYTES;
     const unsigned res =
-        splits > 0 ? 0 : dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI>, RW * 32, smem, &occ);
+        splits > 0 ? 0 : dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI, NSL>, RW * 32, smem, &occ);
     const size_t row_bytes = WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
     a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes);
-    return dsq_launch_pdl(wg_kernel<WF, EPI>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
+    return dsq_launch_pdl(wg_kernel<WF, EPI, NSL>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
+}
+
+/* DSQ_CUDA_ROWS_WG_SLOTS=2|3|4 (a measurement knob, read per launch):
+ * the ring's slots; default 3. */
+static int wg_slots(void)
+{
+    const char *e = getenv("DSQ_CUDA_ROWS_WG_SLOTS");
+    const int v = e && e[0] ? e[0] - '0' : 3;
+    return v == 2 || v == 4 ? v : 3;
+}
+
+template <int WF, int EPI>
+cudaError_t launch_wg_e(const RowsArgs &a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
+{
+    switch (wg_slots()) { /* runtime knob -> the ring depth of the instance */
+    case 2: return launch_wg_t<WF, EPI, 2>(a, splits, wsf, n_tickets, s);
+    case 4: return launch_wg_t<WF, EPI, 4>(a, splits, wsf, n_tickets, s);
+    default: return launch_wg_t<WF, EPI, 3>(a, splits, wsf, n_tickets, s);
+    }
 }
 
 template <int WF>
 cudaError_t launch_wg_w(dsq_epilogue epi, const RowsArgs &a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
 {
     switch (epi) {
-    case DSQ_EPI_STORE: return launch_wg_t<WF, DSQ_EPI_STORE>(a, splits, wsf, n_tickets, s);
-    case DSQ_EPI_BIAS: return launch_wg_t<WF, DSQ_EPI_BIAS>(a, splits, wsf, n_tickets, s);
-    case DSQ_EPI_ADD: return launch_wg_t<WF, DSQ_EPI_ADD>(a, splits, wsf, n_tickets, s);
-    default: return launch_wg_t<WF, DSQ_EPI_SILU_MUL>(a, splits, wsf, n_tickets, s);
+    case DSQ_EPI_STORE: return launch_wg_e<WF, DSQ_EPI_STORE>(a, splits, wsf, n_tickets, s);
+    case DSQ_EPI_BIAS: return launch_wg_e<WF, DSQ_EPI_BIAS>(a, splits, wsf, n_tickets, s);
+    case DSQ_EPI_ADD: return launch_wg_e<WF, DSQ_EPI_ADD>(a, splits, wsf, n_tickets, s);
+    default: return launch_wg_e<WF, DSQ_EPI_SILU_MUL>(a, splits, wsf, n_tickets, s);
     }
 }
 

@@ -341,6 +341,31 @@ rowswg2)
     bench_row def_b64_q4_none 1024 64 --kv f16 --quantize q4 --sampling none
     bench_row def_b8_q4 512 8 --kv f16 --quantize q4
     ;;
+wgslots)
+    # stop 36 (tag wgslots-wip-stop36): gemm_rows_wg.cu's ring depth
+    # (DSQ_CUDA_ROWS_WG_SLOTS 2 / 3 / 4; 2 slots fit three blocks per SM
+    # for bf16 and Q4): the tests run every depth, the quantized timing
+    # table prints 2 / 4 beside 3, then batch-64 rows per depth,
+    # interleaved, against the mma.sync kernel.  Prebuilt only.
+    prebuilt_stage wgslots
+    DEADLINE=${DEADLINE:-400}
+    GTEST_TIMEOUT=200 gtest test_cuda_quant
+    grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
+    GTEST_TIMEOUT=150 gtest test_cuda_kernels
+    grep -E "gemm_rows bf16|SKIP|FAIL" "$OUT/test_cuda_kernels.log" | head -10
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        for sl in 2 3 4; do
+            DSQ_CUDA_ROWS_WG_SLOTS=$sl bench_row s${sl}_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+        done
+        DSQ_CUDA_ROWS_WG=0 bench_row mma_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+    done
+    for sl in 2 3 4; do
+        DSQ_CUDA_ROWS_WG_SLOTS=$sl bench_row s${sl}_b64_q8 1024 64 --kv f16 --quantize int8
+    done
+    bench_row def_b64 1024 64 --kv f16
+    ;;
 q8shape)
     # stop 35: gemv.cu's C wrappers sharing one argument packer (the GEMV
     # tests) and the small Q8 products' shape at 1-2 rows
