@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(RW * 32) gemm_rows_kernel(RowsArgs a)
         }
     }
     __syncthreads();
-    finish_tile<EPI>(a, red, tile, split, a.S, n0, &last);
+    finish_tile<EPI, 0>(a, red, tile, split, a.S, n0, &last);
 }
 
 template <int NT8> static size_t smem_bytes() { return (size_t)2 * NT8 * 8 * XS * 2; }

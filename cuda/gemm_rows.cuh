@@ -58,6 +58,65 @@ __device__ __forceinline__ void store_one(const RowsArgs &a, int t, int n, float
     *yo = v;
 }
 
+/* The tile's sums over every split, in split order, into red: the last
+ * block of a split tile reads S partials per output from L2.  Whole tiles
+ * with 16-byte rows (N % 4 == 0) go four outputs at a time, FG float4 per
+ * thread (FG = 4: the wgmma kernel; gemm_rows.cu passes 0, the scalar
+ * loops only, which keeps its registers as they were) and two splits per round in flight (S = 8, T = 64: 8 rounds of L2
+ * latency where one output at a time took ~64; stop 37); the summation order
+ * per output is the scalar loop's, ((p0 + p1) + p2) + ... */
+__device__ __forceinline__ void add4(float4 &a, const float4 b)
+{
+    a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+}
+template <int FG>
+__device__ __forceinline__ void sum_splits_vec(const RowsArgs &a, float *red, int nseg, int n0)
+{
+    constexpr int V = RN / 4, NT = RW * 32; /* float4 per token row of the tile; threads */
+    const size_t ss = (size_t)a.T * a.N / 4;   /* float4 between splits' partials */
+    const int nv = a.T * V;
+    for (int base = threadIdx.x; base < nv; base += FG * NT) {
+        float4 acc[FG];
+        const float4 *src[FG];
+        bool ok[FG];
+#pragma unroll
+        for (int g = 0; g < FG; g++) {
+            const int i = base + g * NT, t = i / V, c = i % V;
+            ok[g] = i < nv;
+            src[g] = reinterpret_cast<const float4 *>(a.ws + (size_t)(ok[g] ? t : 0) * a.N + n0) + c;
+            acc[g] = ok[g] ? __ldcg(src[g]) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        int sp = 1;
+        for (; sp + 1 < nseg; sp += 2) {
+            float4 u[FG], w[FG];
+#pragma unroll
+            for (int g = 0; g < FG; g++)
+                if (ok[g]) {
+                    u[g] = __ldcg(src[g] + sp * ss);
+                    w[g] = __ldcg(src[g] + (sp + 1) * ss);
+                }
+#pragma unroll
+            for (int g = 0; g < FG; g++)
+                if (ok[g]) {
+                    add4(acc[g], u[g]);
+                    add4(acc[g], w[g]);
+                }
+        }
+        if (sp < nseg) {
+#pragma unroll
+            for (int g = 0; g < FG; g++)
+                if (ok[g])
+                    add4(acc[g], __ldcg(src[g] + sp * ss));
+        }
+#pragma unroll
+        for (int g = 0; g < FG; g++)
+            if (ok[g]) {
+                const int i = base + g * NT;
+                *reinterpret_cast<float4 *>(red + (i / V) * RS + 4 * (i % V)) = acc[g];
+            }
+    }
+}
+
 /* The end of a tile: red [T][RS] fp32 holds the block's sums (before any
  * bias / residual / SiLU*mul) for W rows n0 .. n0 + RN - 1 over its part
  * of K: segment seg of the tile's nseg (its split of a split-K launch).  With nseg > 1 the partial goes to
@@ -66,19 +125,30 @@ __device__ __forceinline__ void store_one(const RowsArgs &a, int t, int n, float
  * order: the result does not depend on which block finished first), runs
  * the epilogue and returns the ticket to zero (graph replays find it so).
  * All RW * 32 threads call it after a barrier that published red; `last`
- * is a __shared__ int. */
-template <int EPI>
+ * is a __shared__ int.  red must be 16-byte aligned (RS * 4 is a multiple
+ * of 16: the float4 path). */
+template <int EPI, int FG = 4>
 __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int tile, int seg, int nseg, int n0,
                                             int *last)
 {
+    static_assert(RS % 4 == 0, "float4 rows of red");
     const int nt = min(RN, a.N - n0); /* live rows of this tile */
     if (nseg > 1) {
         /* partial -> ws[seg]; the last block of the tile sums them in segment order */
+        const bool vec = FG > 0 && nt == RN && (a.N & 3) == 0 && ((uintptr_t)a.ws & 15) == 0; /* whole tile, 16-byte rows */
         float *wp = a.ws + (size_t)seg * a.T * a.N;
-        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
-            const int t = i / RN, r = i % RN;
-            if (r < nt)
-                wp[(size_t)t * a.N + n0 + r] = red[t * RS + r];
+        if (FG > 0 && vec) {
+            for (int i = threadIdx.x; i < a.T * (RN / 4); i += RW * 32) {
+                const int t = i / (RN / 4), c = i % (RN / 4);
+                __stcg(reinterpret_cast<float4 *>(wp + (size_t)t * a.N + n0) + c,
+                       *reinterpret_cast<const float4 *>(red + t * RS + 4 * c));
+            }
+        } else {
+            for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
+                const int t = i / RN, r = i % RN;
+                if (r < nt)
+                    wp[(size_t)t * a.N + n0 + r] = red[t * RS + r];
+            }
         }
         __threadfence();
         __syncthreads();
@@ -88,13 +158,17 @@ __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int t
         if (!*last)
             return;
         __threadfence(); /* the other splits' partials, written before their tickets */
-        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
-            const int t = i / RN, r = i % RN;
-            if (r < nt) {
-                float v = 0.0f;
-                for (int sp = 0; sp < nseg; sp++)
-                    v += __ldcg(a.ws + ((size_t)sp * a.T + t) * a.N + n0 + r);
-                red[t * RS + r] = v;
+        if (FG > 0 && vec) {
+            sum_splits_vec<(FG > 0 ? FG : 1)>(a, red, nseg, n0);
+        } else {
+            for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
+                const int t = i / RN, r = i % RN;
+                if (r < nt) {
+                    float v = 0.0f;
+                    for (int sp = 0; sp < nseg; sp++)
+                        v += __ldcg(a.ws + ((size_t)sp * a.T + t) * a.N + n0 + r);
+                    red[t * RS + r] = v;
+                }
             }
         }
         if (threadIdx.x == 0)

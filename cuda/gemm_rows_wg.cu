@@ -54,15 +54,18 @@ using namespace dsq_attn; /* the wgmma wrappers */
 constexpr int TILE_B = RN * XK * 2;  /* bytes of one swizzled [64][128] bf16 tile: 16 KB */
 
 /* Shared-memory bytes by weight format (after 1024-byte alignment). */
-template <int WF> struct WgLayout {
-    /* ring slots (stages in flight + 1).  Q4's are small enough for 4 at
-     * two blocks per SM: tag q4slots-wip-stop36, compiled, not yet run */
-    static constexpr int SLOTS = 3;
-    static constexpr int RAW = WF == W_BF16 ? TILE_B : WF == W_Q8 ? RN * XK : RN * XK / 2; /* W bytes per stage */
+template <int WF, int NSL> struct WgLayout {
+    static constexpr int SLOTS = NSL; /* ring slots: stages in flight + 1 (2..4) */
+    /* W bytes per stage in the slot: bf16's B tile; quantized W stays in
+     * registers (WReg) until converted */
+    static constexpr int RAW = WF == W_BF16 ? TILE_B : 0;
     static constexpr int SLOT = TILE_B + RAW;
     static constexpr int QB = WF == W_BF16 ? 0 : 2 * TILE_B; /* converted B tiles */
     static constexpr int BYTES = 1024 + SLOTS * SLOT + QB;
-    static_assert(RN * RS * 4 <= SLOT, "the epilogue tile reuses slot 0");
+    /* blocks per SM the shared memory allows (227 KB, ~1 KB reserved each), at most 3 */
+    static constexpr int PER_SM = 232448 / (BYTES + 1024 + 1024) >= 3 ? 3 : 232448 / (BYTES + 1024 + 1024);
+    static_assert(RN * RS * 4 <= SLOTS * SLOT, "the epilogue tile reuses the ring");
+    static_assert(PER_SM >= 1, "one block per SM at least");
 };
 
 /* Byte offset of 16-byte chunk c (k = 8c .. 8c + 7, c < 16) of row r (< 64)
@@ -87,31 +90,42 @@ __device__ __forceinline__ void load_x(const RowsArgs &a, int s, unsigned char *
     }
 }
 
-/* Stage s's W bytes of rows n0 .. n0 + 63 (clamped to N - 1: those columns
- * are never stored) into wt.  bf16: the swizzled B tile; quantized: thread
- * t copies the raw bytes of half t % 2 of row t / 2, which it converts
- * itself (convert_q). */
-template <int WF>
+/* bf16 stage s's B tile, W rows n0 .. n0 + 63 (clamped to N - 1: those
+ * columns are never stored), swizzled into wt. */
 __device__ __forceinline__ void load_w(const RowsArgs &a, int s, int n0, unsigned char *wt)
 {
     const int t = threadIdx.x;
-    if constexpr (WF == W_BF16) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int i = t + j * RW * 32, r = i >> 4, c = i & 15;
-            const int n = min(n0 + r, a.N - 1);
-            cp_async16(wt + sw(r, c), static_cast<const uint16_t *>(a.w) + (size_t)n * a.K + (size_t)s * XK + c * 8,
-                       16);
-        }
-    } else {
-        constexpr int B = WF == W_Q8 ? 64 : 32; /* bytes per half row per stage */
-        const int r = t >> 1, h = t & 1, n = min(n0 + r, a.N - 1);
-        const size_t row = WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
-        const unsigned char *src = static_cast<const unsigned char *>(a.w) + (size_t)n * row + (size_t)s * 2 * B + h * B;
-#pragma unroll
-        for (int u = 0; u < B / 16; u++)
-            cp_async16(wt + r * 2 * B + h * B + u * 16, src + u * 16, 16);
+    for (int j = 0; j < 8; j++) {
+        const int i = t + j * RW * 32, r = i >> 4, c = i & 15;
+        const int n = min(n0 + r, a.N - 1);
+        cp_async16(wt + sw(r, c), static_cast<const uint16_t *>(a.w) + (size_t)n * a.K + (size_t)s * XK + c * 8, 16);
     }
+}
+
+/* Quantized W in registers: thread t holds half t % 2 of W row t / 2 for
+ * PD stages ahead of the one it converts (Q4 32 bytes a stage, Q8 64), so
+ * that PD stages of weight bytes per block are in flight from memory
+ * whatever the x ring's depth (the shared-memory slots held only 2 with a
+ * 3-slot ring: stop 36's kernel). */
+constexpr int PD = 4;
+template <int WF> struct WReg {
+    static constexpr int B = WF == W_Q8 ? 64 : 32; /* bytes per thread per stage */
+    static constexpr int N4 = B / 16;
+};
+
+/* Stage s's bytes of this thread's half row into r (streaming loads). */
+template <int WF>
+__device__ __forceinline__ void load_wr(const RowsArgs &a, int s, int n0, uint4 (&r)[WReg<WF>::N4])
+{
+    constexpr int B = WReg<WF>::B;
+    const int t = threadIdx.x, n = min(n0 + (t >> 1), a.N - 1);
+    const size_t row = WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
+    const uint4 *src = reinterpret_cast<const uint4 *>(static_cast<const unsigned char *>(a.w) + (size_t)n * row +
+                                                       (size_t)s * 2 * B + (t & 1) * B);
+#pragma unroll
+    for (int u = 0; u < B / 16; u++)
+        r[u] = __ldcs(src + u);
 }
 
 /* Q4: the zero pair (dsq_qd_q4_zero_bf16x2) and the scale of row n's group s. */
@@ -129,14 +143,13 @@ __device__ __forceinline__ uint32_t bf16x2_sub(uint32_t x, uint32_t y)
     return *reinterpret_cast<const uint32_t *>(&d);
 }
 
-/* The raw bytes this thread copied (half h of row r) -> its 8 chunks of the
- * B tile bt, as bf16 (Q4: code - zero, zq the zero pair). */
+/* This thread's raw bytes of a stage (half h of row r, load_wr) -> its 8
+ * chunks of the B tile bt, as bf16 (Q4: code - zero, zq the zero pair). */
 template <int WF>
-__device__ __forceinline__ void convert_q(const unsigned char *raw, unsigned char *bt, uint32_t zq)
+__device__ __forceinline__ void convert_q(const uint4 (&src)[WReg<WF>::N4], unsigned char *bt, uint32_t zq)
 {
     const int r = threadIdx.x >> 1, h = threadIdx.x & 1;
     if constexpr (WF == W_Q4) {
-        const uint4 *src = reinterpret_cast<const uint4 *>(raw + r * 64 + h * 32);
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const uint4 v = src[u];
@@ -154,7 +167,6 @@ __device__ __forceinline__ void convert_q(const unsigned char *raw, unsigned cha
         }
     } else {
         (void)zq;
-        const uint4 *src = reinterpret_cast<const uint4 *>(raw + r * 128 + h * 64);
 #pragma unroll
         for (int u = 0; u < 4; u++) { /* 16 codes: chunks 2u, 2u + 1 of the half */
             const uint4 v = src[u];
@@ -171,11 +183,11 @@ __device__ __forceinline__ void convert_q(const unsigned char *raw, unsigned cha
 
 /* Stages s0 .. s1 - 1 of tile `tile`: split seg of the tile's nseg; the
  * PDL wait after the first weights are requested; ends in finish_tile. */
-template <int WF, int EPI>
+template <int WF, int EPI, int NSL>
 __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm, int tile, int s0, int s1, int seg,
                                            int nseg, float (*qsc)[RN], int *last)
 {
-    using L = WgLayout<WF>;
+    using L = WgLayout<WF, NSL>;
     constexpr int NS = L::SLOTS;
     constexpr bool QW = WF != W_BF16;
     unsigned char *qb = sm + NS * L::SLOT; /* quantized: B tiles [2][TILE_B] */
@@ -185,14 +197,30 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
     const int my_n = min(n0 + (tid >> 1), a.N - 1); /* the W row this thread converts (quantized) */
     auto slot = [&](int i) { return sm + i * L::SLOT; };
 
+    /* quantized: stages s0 .. s0 + PD - 1 into registers (wr[d] holds
+     * stages s0 + d + PD j); bf16: the B tiles of the first NS - 1 stages */
+    uint4 wr[QW ? PD : 1][QW ? WReg<WF>::N4 : 1];
+    if constexpr (QW) {
 #pragma unroll
-    for (int d = 0; d < NS - 1; d++)
-        if (d < ns)
-            load_w<WF>(a, s0 + d, n0, slot(d) + TILE_B);
-    uint32_t zq = 0; /* Q4: the next stage to convert: zero pair and scale of my_n */
-    float scv = 0.0f;
-    if constexpr (WF == W_Q4)
+        for (int d = 0; d < PD; d++)
+            if (d < ns)
+                load_wr<WF>(a, s0 + d, n0, wr[d]);
+    } else {
+#pragma unroll
+        for (int d = 0; d < NS - 1; d++)
+            if (d < ns)
+                load_w(a, s0 + d, n0, slot(d) + TILE_B);
+    }
+    /* Q4: zero pair and scale of my_n for the next stage to convert (zq,
+     * scv) and the one after (zq_n, sc_n: requested a stage ahead, so that
+     * the conversion never waits on these loads) */
+    uint32_t zq = 0, zq_n = 0;
+    float scv = 0.0f, sc_n = 0.0f;
+    if constexpr (WF == W_Q4) {
         load_zs(a, my_n, s0, zq, scv);
+        if (ns > 1)
+            load_zs(a, my_n, s0 + 1, zq_n, sc_n);
+    }
     dsq_pdl_wait();
     dsq_pdl_trigger();
 
@@ -206,13 +234,15 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
     for (int d = 0; d < NS - 1; d++) {
         if (d < ns)
             load_x(a, s0 + d, slot(d));
-        cp_async_commit(); /* one group per stage (the W bytes above join group 0) */
+        cp_async_commit(); /* one group per stage (bf16: the W bytes above join group 0) */
     }
     cp_async_wait<NS - 2>(); /* stage s0 (this thread's copies) */
     if constexpr (QW) {
-        convert_q<WF>(slot(0) + TILE_B, qb, zq);
+        convert_q<WF>(wr[0], qb, zq);
         if (WF == W_Q4 && (tid & 1) == 0)
             qsc[0][tid >> 1] = scv;
+        if (PD < ns)
+            load_wr<WF>(a, s0 + PD, n0, wr[0]);
     }
     fence_proxy_async(); /* generic-proxy writes (zeros, converted codes) -> wgmma */
     __syncthreads();
@@ -225,12 +255,20 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
     for (int j = 0; j < (WF == W_Q4 ? 8 : 1); j++)
         gacc[j][0] = gacc[j][1] = gacc[j][2] = gacc[j][3] = 0.0f;
 
-    for (int i = 0; i < ns; i++) {
+    /* unrolled by PD, so that wr[] is indexed by constants (registers) */
+    for (int i0 = 0; i0 < ns; i0 += PD) {
+#pragma unroll
+    for (int d = 0; d < PD; d++) {
+        const int i = i0 + d;
+        if (i >= ns)
+            break;
         const int s = s0 + i, bb = i & 1;
         unsigned char *cur = slot(i % NS);
-        if constexpr (WF == W_Q4)
-            if (i + 1 < ns)
-                load_zs(a, my_n, s + 1, zq, scv);
+        if constexpr (WF == W_Q4) {
+            zq = zq_n, scv = sc_n; /* stage s + 1's */
+            if (i + 2 < ns)
+                load_zs(a, my_n, s + 2, zq_n, sc_n);
+        }
         const uint32_t xa = (uint32_t)__cvta_generic_to_shared(cur);
         const uint32_t ba = (uint32_t)__cvta_generic_to_shared(QW ? qb + bb * TILE_B : cur + TILE_B);
         wgmma_fence();
@@ -249,16 +287,20 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
          * iteration), and the next stage's codes converted */
         if (i + NS - 1 < ns) {
             unsigned char *nx = slot((i + NS - 1) % NS);
-            load_w<WF>(a, s + NS - 1, n0, nx + TILE_B);
+            if constexpr (!QW)
+                load_w(a, s + NS - 1, n0, nx + TILE_B);
             load_x(a, s + NS - 1, nx);
         }
         cp_async_commit();
         cp_async_wait<NS - 2>(); /* stage s + 1 (this thread's copies) */
         if constexpr (QW) {
             if (i + 1 < ns) {
-                convert_q<WF>(slot((i + 1) % NS) + TILE_B, qb + (bb ^ 1) * TILE_B, zq);
+                const int nd = (d + 1) % PD; /* wr slot of stage s + 1 */
+                convert_q<WF>(wr[nd], qb + (bb ^ 1) * TILE_B, zq);
                 if (WF == W_Q4 && (tid & 1) == 0)
                     qsc[bb ^ 1][tid >> 1] = scv;
+                if (i + 1 + PD < ns)
+                    load_wr<WF>(a, s + 1 + PD, n0, wr[nd]);
             }
         }
         wgmma_wait0();
@@ -277,6 +319,7 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
         }
         fence_proxy_async();
         __syncthreads(); /* stage s + 1 published; slot of stage s free */
+    }
     }
     cp_async_wait_all(); /* only empty groups can be pending here */
 
@@ -303,8 +346,8 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
 }
 
 /* One block: tile blockIdx.x / S, split blockIdx.x % S of K. */
-template <int WF, int EPI>
-__global__ void __launch_bounds__(RW * 32, 2) wg_kernel(RowsArgs a)
+template <int WF, int EPI, int NSL>
+__global__ void __launch_bounds__(RW * 32, WgLayout<WF, NSL>::PER_SM) wg_kernel(RowsArgs a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) unsigned char wg_smem[];
@@ -313,7 +356,7 @@ __global__ void __launch_bounds__(RW * 32, 2) wg_kernel(RowsArgs a)
     __shared__ int last;
     const int tile = blockIdx.x / a.S, split = blockIdx.x % a.S;
     const int s0 = (int)((int64_t)split * a.kstages / a.S), s1 = (int)((int64_t)(split + 1) * a.kstages / a.S);
-    wg_segment<WF, EPI>(a, sm, tile, s0, s1, split, a.S, qsc, &last);
+    wg_segment<WF, EPI, NSL>(a, sm, tile, s0, s1, split, a.S, qsc, &last);
 #else
     (void)a;
     __trap(); /* never launched: rows_wg_use() asks the probe */
@@ -334,18 +377,27 @@ __global__ void wg_probe_kernel(int *out)
 int g_wg[DSQ_CU_MAX_DEVICES]; /* per device: 1 = the kernel runs there */
 dsq_cu_once wg_once;
 
-template <int WF, int EPI> cudaError_t wg_attr()
+template <int WF, int EPI, int NSL> cudaError_t wg_attr()
 {
-    return cudaFuncSetAttribute(wg_kernel<WF, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, WgLayout<WF>::BYTES);
+    return cudaFuncSetAttribute(wg_kernel<WF, EPI, NSL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                WgLayout<WF, NSL>::BYTES);
+}
+
+template <int WF, int NSL> cudaError_t wg_attrs_n()
+{
+    cudaError_t e;
+    if ((e = wg_attr<WF, DSQ_EPI_STORE, NSL>()) != cudaSuccess) return e;
+    if ((e = wg_attr<WF, DSQ_EPI_BIAS, NSL>()) != cudaSuccess) return e;
+    if ((e = wg_attr<WF, DSQ_EPI_ADD, NSL>()) != cudaSuccess) return e;
+    return wg_attr<WF, DSQ_EPI_SILU_MUL, NSL>();
 }
 
 template <int WF> cudaError_t wg_attrs()
 {
     cudaError_t e;
-    if ((e = wg_attr<WF, DSQ_EPI_STORE>()) != cudaSuccess) return e;
-    if ((e = wg_attr<WF, DSQ_EPI_BIAS>()) != cudaSuccess) return e;
-    if ((e = wg_attr<WF, DSQ_EPI_ADD>()) != cudaSuccess) return e;
-    return wg_attr<WF, DSQ_EPI_SILU_MUL>();
+    if ((e = wg_attrs_n<WF, 2>()) != cudaSuccess) return e;
+    if ((e = wg_attrs_n<WF, 3>()) != cudaSuccess) return e;
+    return wg_attrs_n<WF, 4>();
 }
 
 cudaError_t wg_init(int dev)
@@ -367,27 +419,46 @@ cudaError_t wg_init(int dev)
     return e;
 }
 
-template <int WF, int EPI>
+template <int WF, int EPI, int NSL>
 cudaError_t launch_wg_t(RowsArgs a, int splits, size_t ws_floats, int n_tickets, cudaStream_t s)
 {
     static int64_t occ; /* blocks per SM, dsq_cu_resident_blocks */
     const unsigned tiles = (unsigned)((a.N + RN - 1) / RN);
-    const size_t smem = WgLayout<WF>::BYTES;
+    const size_t smem = WgLayout<WF, NSL>::BYTES;
     const unsigned res =
-        splits > 0 ? 0 : dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI>, RW * 32, smem, &occ);
+        splits > 0 ? 0 : dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI, NSL>, RW * 32, smem, &occ);
     const size_t row_bytes = WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
     a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes);
-    return dsq_launch_pdl(wg_kernel<WF, EPI>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
+    return dsq_launch_pdl(wg_kernel<WF, EPI, NSL>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
+}
+
+/* DSQ_CUDA_ROWS_WG_SLOTS=2|3|4 (a measurement knob, read per launch):
+ * the ring's slots; default 3. */
+static int wg_slots(void)
+{
+    const char *e = getenv("DSQ_CUDA_ROWS_WG_SLOTS");
+    const int v = e && e[0] ? e[0] - '0' : 3;
+    return v == 2 || v == 4 ? v : 3;
+}
+
+template <int WF, int EPI>
+cudaError_t launch_wg_e(const RowsArgs &a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
+{
+    switch (wg_slots()) { /* runtime knob -> the ring depth of the instance */
+    case 2: return launch_wg_t<WF, EPI, 2>(a, splits, wsf, n_tickets, s);
+    case 4: return launch_wg_t<WF, EPI, 4>(a, splits, wsf, n_tickets, s);
+    default: return launch_wg_t<WF, EPI, 3>(a, splits, wsf, n_tickets, s);
+    }
 }
 
 template <int WF>
 cudaError_t launch_wg_w(dsq_epilogue epi, const RowsArgs &a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
 {
     switch (epi) {
-    case DSQ_EPI_STORE: return launch_wg_t<WF, DSQ_EPI_STORE>(a, splits, wsf, n_tickets, s);
-    case DSQ_EPI_BIAS: return launch_wg_t<WF, DSQ_EPI_BIAS>(a, splits, wsf, n_tickets, s);
-    case DSQ_EPI_ADD: return launch_wg_t<WF, DSQ_EPI_ADD>(a, splits, wsf, n_tickets, s);
-    default: return launch_wg_t<WF, DSQ_EPI_SILU_MUL>(a, splits, wsf, n_tickets, s);
+    case DSQ_EPI_STORE: return launch_wg_e<WF, DSQ_EPI_STORE>(a, splits, wsf, n_tickets, s);
+    case DSQ_EPI_BIAS: return launch_wg_e<WF, DSQ_EPI_BIAS>(a, splits, wsf, n_tickets, s);
+    case DSQ_EPI_ADD: return launch_wg_e<WF, DSQ_EPI_ADD>(a, splits, wsf, n_tickets, s);
+    default: return launch_wg_e<WF, DSQ_EPI_SILU_MUL>(a, splits, wsf, n_tickets, s);
     }
 }
 

@@ -296,7 +296,7 @@ rowswg)
     # it, then batch-64/8 rows with it against the defaults, interleaved.
     # Prebuilt only.
     prebuilt_stage rowswg
-    DEADLINE=${DEADLINE:-420}
+    DEADLINE=420
     GTEST_TIMEOUT=150 gtest test_cuda_quant
     grep -E "worst|kernel|SKIP|^ +q[48] .* (8|16|64) " "$OUT/test_cuda_quant.log" | head -40
     GTEST_TIMEOUT=150 gtest test_cuda_kernels
@@ -340,6 +340,71 @@ rowswg2)
     bench_row def_b64 1024 64 --kv f16
     bench_row def_b64_q4_none 1024 64 --kv f16 --quantize q4 --sampling none
     bench_row def_b8_q4 512 8 --kv f16 --quantize q4
+    ;;
+fixup)
+    # stop 37: the wgmma kernel (gemm_rows_wg.cu) three ways, same card,
+    # interleaved: base = tag wgslots-wip-stop36's build, alt = (+ the split-K fix-up four outputs at a
+    # time and Q4 scales a stage ahead), new = this tree (+ quantized W
+    # held in registers 4 stages ahead); the ring depths on the new tree;
+    # no-logits rows.  Prebuilt only.
+    prebuilt_stage fixup
+    DEADLINE=300
+    GTEST_TIMEOUT=200 gtest test_cuda_quant
+    grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
+    # .gpu/trees.tar.xz: base/ and alt/ (library + CLI each; one archive,
+    # so that xz stores the two libraries' common bytes once)
+    [ -f .gpu/trees.tar.xz ] || { echo "fixup: needs .gpu/trees.tar.xz"; exit 1; }
+    mkdir -p /tmp/gs_trees && tar xJf .gpu/trees.tar.xz -C /tmp/gs_trees
+    base_row() { LD_LIBRARY_PATH=/tmp/gs_trees/base:$LD_LIBRARY_PATH B=/tmp/gs_trees/base bench_row "$@"; }
+    alt_row() { LD_LIBRARY_PATH=/tmp/gs_trees/alt:$LD_LIBRARY_PATH B=/tmp/gs_trees/alt bench_row "$@"; }
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    DEADLINE=420
+    bench_row new_b64_q4_r1 1024 64 --kv f16 --quantize q4
+    base_row base_b64_q4_r1 1024 64 --kv f16 --quantize q4
+    alt_row alt_b64_q4_r1 1024 64 --kv f16 --quantize q4
+    bench_row new_b64_q8 1024 64 --kv f16 --quantize int8
+    base_row base_b64_q8 1024 64 --kv f16 --quantize int8
+    bench_row def_b64 1024 64 --kv f16
+    bench_row new_b64_q4_none 1024 64 --kv f16 --quantize q4 --sampling none
+    bench_row new_b64_q4_r2 1024 64 --kv f16 --quantize q4
+    base_row base_b64_q4_r2 1024 64 --kv f16 --quantize q4
+    for sl in 2 4; do
+        DSQ_CUDA_ROWS_WG_SLOTS=$sl bench_row s${sl}_b64_q4 1024 64 --kv f16 --quantize q4
+    done
+    alt_row alt_b64_q8 1024 64 --kv f16 --quantize int8
+    DSQ_CUDA_GEMM_ROWS=64 base_row base_b64_bf16wg 1024 64 --kv f16
+    DSQ_CUDA_GEMM_ROWS=64 bench_row new_b64_bf16wg 1024 64 --kv f16
+    bench_row def_b64_none 1024 64 --kv f16 --sampling none
+    DEADLINE=500
+    GTEST_TIMEOUT=150 gtest test_cuda_kernels
+    grep -E "gemm_rows bf16|gemm-rows|SKIP|FAIL" "$OUT/test_cuda_kernels.log" | head -12
+    gtest test_cuda_quant_e2e DSQ_CUDA_ROWS_WG=2
+    ;;
+wgslots)
+    # stop 36 (tag wgslots-wip-stop36): gemm_rows_wg.cu's ring depth
+    # (DSQ_CUDA_ROWS_WG_SLOTS 2 / 3 / 4; 2 slots fit three blocks per SM
+    # for bf16 and Q4): the tests run every depth, the quantized timing
+    # table prints 2 / 4 beside 3, then batch-64 rows per depth,
+    # interleaved, against the mma.sync kernel.  Prebuilt only.
+    prebuilt_stage wgslots
+    DEADLINE=${DEADLINE:-400}
+    GTEST_TIMEOUT=200 gtest test_cuda_quant
+    grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
+    GTEST_TIMEOUT=150 gtest test_cuda_kernels
+    grep -E "gemm_rows bf16|SKIP|FAIL" "$OUT/test_cuda_kernels.log" | head -10
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        for sl in 2 3 4; do
+            DSQ_CUDA_ROWS_WG_SLOTS=$sl bench_row s${sl}_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+        done
+        DSQ_CUDA_ROWS_WG=0 bench_row mma_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+    done
+    for sl in 2 3 4; do
+        DSQ_CUDA_ROWS_WG_SLOTS=$sl bench_row s${sl}_b64_q8 1024 64 --kv f16 --quantize int8
+    done
+    bench_row def_b64 1024 64 --kv f16
     ;;
 q8shape)
     # stop 35: gemv.cu's C wrappers sharing one argument packer (the GEMV

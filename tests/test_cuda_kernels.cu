@@ -702,7 +702,7 @@ static void gemm_rows_cases(void);
 static void test_gemm_rows(void **state)
 {
     (void)state;
-    for (int wg = 0; wg < 2; wg++)
+    for (int wg = 0; wg < ROWS_KERNELS; wg++)
         if (rows_kernel_select(wg, "gemm_rows bf16"))
             gemm_rows_cases();
     rows_kernel_reset();

@@ -463,7 +463,7 @@ static void run_rows_tests(int is_q4, int wg)
 static void test_gemm_rows_q8(void **state)
 {
     (void)state;
-    for (int wg = 0; wg < 2; wg++)
+    for (int wg = 0; wg < ROWS_KERNELS; wg++)
         if (rows_kernel_select(wg, "gemm_rows q8"))
             run_rows_tests(0, wg);
     rows_kernel_reset();
@@ -472,7 +472,7 @@ static void test_gemm_rows_q8(void **state)
 static void test_gemm_rows_q4(void **state)
 {
     (void)state;
-    for (int wg = 0; wg < 2; wg++)
+    for (int wg = 0; wg < ROWS_KERNELS; wg++)
         if (rows_kernel_select(wg, "gemm_rows q4"))
             run_rows_tests(1, wg);
     rows_kernel_reset();
@@ -915,17 +915,27 @@ static void test_quant_product_timing(void **state)
                     if (urb < 0 || u < urb)
                         urb = u, rbs = sp;
                 }
-                float uwg = -1;
+                float uwg = -1, uw2 = -1, uw4 = -1; /* the 3-slot ring (default), 2 and 4 slots */
                 if (have_wg) {
                     setenv("DSQ_CUDA_ROWS_WG", "2", 1);
                     uwg = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1, ws,
                                  ws_bytes, tickets, n_tickets);
+                    if (T >= 16) {
+                        setenv("DSQ_CUDA_ROWS_WG_SLOTS", "2", 1);
+                        uw2 = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1, ws,
+                                     ws_bytes, tickets, n_tickets);
+                        setenv("DSQ_CUDA_ROWS_WG_SLOTS", "4", 1);
+                        uw4 = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1, ws,
+                                     ws_bytes, tickets, n_tickets);
+                        unsetenv("DSQ_CUDA_ROWS_WG_SLOTS");
+                    }
                     setenv("DSQ_CUDA_ROWS_WG", "0", 1);
                 }
                 if (T > DSQ_GEMV_MAX_TOKENS) {
-                    printf("  %-4s %-20s %3d %14s %22s %7.1f (%4.0f) %7.1f (%4.0f) %2d %7.1f (%4.0f)\n",
+                    printf("  %-4s %-20s %3d %14s %22s %7.1f (%4.0f) %7.1f (%4.0f) %2d %7.1f (%4.0f)   "
+                           "2 / 4 slots %6.1f %6.1f\n",
                            q4 ? "q4" : "q8", sh[si].name, T, "", "", urows, wb / (urows * 1e3), urb, wb / (urb * 1e3),
-                           rbs, uwg, uwg > 0 ? wb / (uwg * 1e3) : 0.0);
+                           rbs, uwg, uwg > 0 ? wb / (uwg * 1e3) : 0.0, uw2, uw4);
                     continue;
                 }
                 const float ud = time_q(q4, 0, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
