@@ -20,21 +20,23 @@
  * (Stream-K -- every resident block given an equal range of the (tile,
  * stage) units, tiles cut into segments -- was tried at stop 36 and
  * measured 2-4x slower than split-K on the H100: docs/performance.md.)  A
- * ring of 3 stage slots, each [x tile | W bytes]:
+ * ring of 2, 3 or 4 stage slots (launch_wg_e chooses), each [x tile | W]:
  *   x tile   bf16 [64 tokens][128 k], swizzled (sw()): rows >= T zero
- *   W bytes  bf16: the B tile [64 rows][128 k], swizzled, by cp.async;
- *            Q8: raw int8 [64][128]; Q4: raw codes [64][64 bytes]
+ *   W        bf16: the B tile [64 rows][128 k], swizzled, by cp.async;
+ *            quantized: nothing (the codes wait in registers, below)
  * and, for quantized W, two converted B tiles [2][64][128] bf16 (swizzled)
  * that alternate by stage.  Stage s + slots - 1 is copied (cp.async)
- * while stage s computes, so two stages' bytes are in flight per block and
- * two blocks fit an SM (95-108 KB each).
+ * while stage s computes: slots - 1 stages of x in flight per block.
  *
- * Quantized codes become bf16 exactly (small integers, quant_decode.cuh):
- * thread t converts half (64 k) of row t / 2 of the next stage, from the
- * bytes it copied itself (its own cp.async wait suffices), while the
- * current stage's MMAs run.  Q4: code - zero in the B tile, the group's
- * MMAs go to a separate accumulator that is added times the group scale
- * (per W row: the scales sit in qsc[]); Q8: the row scale multiplies the
+ * Quantized codes: thread t holds half (64 k) of W row t / 2 for the PD = 4
+ * stages after the one it converts next, in registers (load_wr: Q4 32
+ * bytes a stage, Q8 64), so that the weight bytes in flight do not depend
+ * on the ring (stop 37: staged in the slots, only the ring's two were).
+ * They become bf16 exactly (small integers, quant_decode.cuh) in the
+ * converted B tile of the next stage while the current stage's MMAs run.
+ * Q4: code - zero in the B tile, the group's MMAs go to a separate
+ * accumulator that is added times the group scale (per W row: the scales
+ * sit in qsc[], loaded a stage ahead); Q8: the row scale multiplies the
  * sum at the end.  The arithmetic differs from the CPU product only in the
  * order and grouping of fp32 additions.
  *
@@ -419,35 +421,69 @@ cudaError_t wg_init(int dev)
     return e;
 }
 
-template <int WF, int EPI, int NSL>
-cudaError_t launch_wg_t(RowsArgs a, int splits, size_t ws_floats, int n_tickets, cudaStream_t s)
+/* Resident blocks of one instance (cached per instance). */
+template <int WF, int EPI, int NSL> unsigned wg_resident()
 {
     static int64_t occ; /* blocks per SM, dsq_cu_resident_blocks */
-    const unsigned tiles = (unsigned)((a.N + RN - 1) / RN);
-    const size_t smem = WgLayout<WF, NSL>::BYTES;
-    const unsigned res =
-        splits > 0 ? 0 : dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI, NSL>, RW * 32, smem, &occ);
-    const size_t row_bytes = WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
-    a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes);
-    return dsq_launch_pdl(wg_kernel<WF, EPI, NSL>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
+    return dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI, NSL>, RW * 32, WgLayout<WF, NSL>::BYTES, &occ);
 }
 
-/* DSQ_CUDA_ROWS_WG_SLOTS=2|3|4 (a measurement knob, read per launch):
- * the ring's slots; default 3. */
+template <int WF, int EPI, int NSL> cudaError_t launch_wg_t(RowsArgs a, unsigned tiles, cudaStream_t s)
+{
+    return dsq_launch_pdl(wg_kernel<WF, EPI, NSL>, dim3(tiles * (unsigned)a.S), dim3(RW * 32),
+                          (size_t)WgLayout<WF, NSL>::BYTES, s, a);
+}
+
+/* DSQ_CUDA_ROWS_WG_SLOTS=2|3|4 (a measurement knob, read per launch): the
+ * ring's slots for every product; unset, the choice below. */
 static int wg_slots(void)
 {
     const char *e = getenv("DSQ_CUDA_ROWS_WG_SLOTS");
-    const int v = e && e[0] ? e[0] - '0' : 3;
-    return v == 2 || v == 4 ? v : 3;
+    const int v = e && e[0] ? e[0] - '0' : 0;
+    return v >= 2 && v <= 4 ? v : 0;
 }
 
-template <int WF, int EPI>
-cudaError_t launch_wg_e(const RowsArgs &a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
+/* DSQ_CUDA_ROWS_WG_PLAN=1 (a measurement knob, read per launch): stop 36's
+ * split plan for quantized W (plan_splits' partial-bytes cap, made for the
+ * one-output-at-a-time fix-up). */
+static bool wg_plan_capped(void)
 {
-    switch (wg_slots()) { /* runtime knob -> the ring depth of the instance */
-    case 2: return launch_wg_t<WF, EPI, 2>(a, splits, wsf, n_tickets, s);
-    case 4: return launch_wg_t<WF, EPI, 4>(a, splits, wsf, n_tickets, s);
-    default: return launch_wg_t<WF, EPI, 3>(a, splits, wsf, n_tickets, s);
+    const char *e = getenv("DSQ_CUDA_ROWS_WG_PLAN");
+    return e && e[0] == '1';
+}
+
+/* The ring depth and split count.  3 slots (two x stages in flight) unless
+ * the launch needs more than one wave of 3-slot blocks and fits one of
+ * 2-slot blocks (three per SM): gate/up at 64 rows, 280 tiles over 264 or
+ * 396 resident blocks, 25.6 vs 31.1 us (Q4, H100, stop 37) while qkv, o and
+ * down were faster on 3 (13.4 vs 16.1 us for qkv).  Splits as plan_splits
+ * plans bf16 (about half the resident blocks): the float4 fix-up
+ * (gemm_rows.cuh) made partials cheap enough to drop the quantized cap,
+ * unless DSQ_CUDA_ROWS_WG_PLAN=1. */
+template <int WF, int EPI>
+cudaError_t launch_wg_e(RowsArgs a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
+{
+    const unsigned tiles = (unsigned)((a.N + RN - 1) / RN);
+    const size_t rb = !wg_plan_capped() || WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
+    int sl = wg_slots();
+    unsigned res = 0;
+    if (sl == 0) {
+        sl = 3;
+        res = wg_resident<WF, EPI, 3>();
+        const int s3 = plan_splits(splits, res, tiles, a, wsf, n_tickets, rb);
+        if (tiles * (unsigned)s3 > res) {
+            const unsigned r2 = wg_resident<WF, EPI, 2>();
+            if (tiles * (unsigned)plan_splits(splits, r2, tiles, a, wsf, n_tickets, rb) <= r2)
+                sl = 2, res = r2;
+        }
+    } else {
+        res = sl == 2 ? wg_resident<WF, EPI, 2>() : sl == 4 ? wg_resident<WF, EPI, 4>() : wg_resident<WF, EPI, 3>();
+    }
+    a.S = plan_splits(splits, res, tiles, a, wsf, n_tickets, rb);
+    switch (sl) { /* runtime choice -> the ring depth of the instance */
+    case 2: return launch_wg_t<WF, EPI, 2>(a, tiles, s);
+    case 4: return launch_wg_t<WF, EPI, 4>(a, tiles, s);
+    default: return launch_wg_t<WF, EPI, 3>(a, tiles, s);
     }
 }
 
@@ -471,7 +507,11 @@ cudaError_t launch_wg_w(dsq_epilogue epi, const RowsArgs &a, int splits, size_t 
  * at 16 rows slower (qkv 9.6 vs 8.0, gate/up 27.2 vs 21.6, down 21.0 vs
  * 17.4) and at 8 rows the batch-8 4-bit step 2.61 vs 1.81 ms.  bf16
  * products stay with cuBLASLt by default (DSQ_CUDA_GEMM_ROWS off): at 64
- * rows it wins (gate/up 26.0 vs 31.7 us, down 15.4 vs 35.3). */
+ * rows it wins (gate/up 26.0 vs 31.7 us, down 15.4 vs 35.3).  Stop 37
+ * (fix-up, W in registers, depth and plan; H100): the batch-32 4-bit step
+ * 3.01 ms vs 3.85 on mma.sync, batch 64 3.92-3.96 vs 4.75 (stop 36's
+ * kernel); at 16 rows still mixed (Q4 down 25.6 vs 20.8 us, gate/up 22.2
+ * vs 25.5), at 8 rows slower (gate/up 26.8 vs 17.1): the threshold stays. */
 static const int kDefault = 1;
 static const int kMinRows = 32;
 

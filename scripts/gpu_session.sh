@@ -341,6 +341,45 @@ rowswg2)
     bench_row def_b64_q4_none 1024 64 --kv f16 --quantize q4 --sampling none
     bench_row def_b8_q4 512 8 --kv f16 --quantize q4
     ;;
+plan)
+    # stop 37, second call: gemm_rows_wg.cu's ring depth chosen per launch
+    # and splits planned without the quantized cap (this tree) against
+    # base = tag wgslots-wip-stop36's build and alt = the first call's new
+    # tree (float4 fix-up, Q4 scales ahead, W in registers; 3 slots,
+    # capped plan), from .gpu/trees.tar.xz; DSQ_CUDA_ROWS_WG_PLAN=1 rows;
+    # the golden e2e checks with the kernel at every row count.  Prebuilt only.
+    prebuilt_stage plan
+    DEADLINE=300
+    GTEST_TIMEOUT=200 gtest test_cuda_quant
+    grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
+    [ -f .gpu/trees.tar.xz ] || { echo "plan: needs .gpu/trees.tar.xz"; exit 1; }
+    mkdir -p /tmp/gs_trees && tar xJf .gpu/trees.tar.xz -C /tmp/gs_trees
+    base_row() { LD_LIBRARY_PATH=/tmp/gs_trees/base:$LD_LIBRARY_PATH B=/tmp/gs_trees/base bench_row "$@"; }
+    alt_row() { LD_LIBRARY_PATH=/tmp/gs_trees/alt:$LD_LIBRARY_PATH B=/tmp/gs_trees/alt bench_row "$@"; }
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    DEADLINE=360
+    for rep in 1 2; do
+        bench_row new_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+        alt_row alt_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+    done
+    DSQ_CUDA_ROWS_WG_PLAN=1 bench_row cap_b64_q4 1024 64 --kv f16 --quantize q4
+    bench_row new_b64_q8 1024 64 --kv f16 --quantize int8
+    alt_row alt_b64_q8 1024 64 --kv f16 --quantize int8
+    base_row base_b64_q4 1024 64 --kv f16 --quantize q4
+    bench_row def_b64 1024 64 --kv f16
+    bench_row new_b64_q4_none 1024 64 --kv f16 --quantize q4 --sampling none
+    bench_row def_b64_none 1024 64 --kv f16 --sampling none
+    bench_row new_b32_q4 1024 32 --kv f16 --quantize q4
+    alt_row alt_b32_q4 1024 32 --kv f16 --quantize q4
+    DSQ_CUDA_ROWS_WG=0 bench_row mma_b32_q4 1024 32 --kv f16 --quantize q4
+    DSQ_CUDA_GEMM_ROWS=64 bench_row new_b64_bf16wg 1024 64 --kv f16
+    DEADLINE=460
+    GTEST_TIMEOUT=150 gtest test_cuda_kernels
+    grep -E "SKIP|FAIL" "$OUT/test_cuda_kernels.log" | head -12
+    gtest test_cuda_quant_e2e DSQ_CUDA_ROWS_WG=2
+    gtest test_cuda_e2e DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG=2
+    ;;
 fixup)
     # stop 37: the wgmma kernel (gemm_rows_wg.cu) three ways, same card,
     # interleaved: base = tag wgslots-wip-stop36's build, alt = (+ the split-K fix-up four outputs at a

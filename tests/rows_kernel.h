@@ -16,13 +16,16 @@
 static const char *const kRowsKernelName[ROWS_KERNELS] = {"mma.sync kernel", "wgmma kernel",
                                                           "wgmma kernel, 2-slot ring", "wgmma kernel, 4-slot ring"};
 
-/* 1 if kernel k (0 mma.sync, 1 wgmma, 2 / 3 wgmma with DSQ_CUDA_ROWS_WG_SLOTS
- * 2 / 4) now runs every T; 0 (with a visible SKIP line, not a pass) where
+/* 1 if kernel k (0 mma.sync, 1 wgmma at the depth it chooses, 2 / 3 wgmma
+ * with DSQ_CUDA_ROWS_WG_SLOTS 2 / 4) now runs every T; 0 (with a visible SKIP line, not a pass) where
  * this device has no sm_90a code. */
 static inline int rows_kernel_select(int k, const char *test)
 {
     setenv("DSQ_CUDA_ROWS_WG", k ? "2" : "0", 1);
-    setenv("DSQ_CUDA_ROWS_WG_SLOTS", k == 2 ? "2" : k == 3 ? "4" : "3", 1);
+    if (k == 2 || k == 3)
+        setenv("DSQ_CUDA_ROWS_WG_SLOTS", k == 2 ? "2" : "4", 1);
+    else
+        unsetenv("DSQ_CUDA_ROWS_WG_SLOTS"); /* the library's choice of depth */
     if (k && !dsq_cu_gemm_rows_wg(1)) {
         printf("  SKIP %s with the %s: the device does not run this build's sm_90a code\n", test,
                kRowsKernelName[k]);
