@@ -199,6 +199,17 @@ base_tree() {
 # bench_row with the base tree's binaries
 base_row() { LD_LIBRARY_PATH=/tmp/gs_base:$LD_LIBRARY_PATH B=/tmp/gs_base bench_row "$@"; }
 
+# Two more trees' binaries for one stage, from .gpu/trees.tar.xz (base/
+# and alt/, library + CLI each; one archive, so that xz stores the two
+# libraries' common bytes once and the carry stays under its limit):
+# base_row (redefined) and alt_row run bench_row with them.
+two_trees() { # stage name
+    [ -f .gpu/trees.tar.xz ] || { echo "$1: needs .gpu/trees.tar.xz"; exit 1; }
+    mkdir -p /tmp/gs_trees && tar xJf .gpu/trees.tar.xz -C /tmp/gs_trees
+    base_row() { LD_LIBRARY_PATH=/tmp/gs_trees/base:$LD_LIBRARY_PATH B=/tmp/gs_trees/base bench_row "$@"; }
+    alt_row() { LD_LIBRARY_PATH=/tmp/gs_trees/alt:$LD_LIBRARY_PATH B=/tmp/gs_trees/alt bench_row "$@"; }
+}
+
 # bench_mixed_step (63 decodes at 1,024 + a 2,048-token prompt in 512-token
 # chunks) with the build in $2 and the environment settings after it, into
 # $OUT/mixed_$1.log; prints its RESULT lines
@@ -352,10 +363,7 @@ plan)
     DEADLINE=300
     GTEST_TIMEOUT=200 gtest test_cuda_quant
     grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
-    [ -f .gpu/trees.tar.xz ] || { echo "plan: needs .gpu/trees.tar.xz"; exit 1; }
-    mkdir -p /tmp/gs_trees && tar xJf .gpu/trees.tar.xz -C /tmp/gs_trees
-    base_row() { LD_LIBRARY_PATH=/tmp/gs_trees/base:$LD_LIBRARY_PATH B=/tmp/gs_trees/base bench_row "$@"; }
-    alt_row() { LD_LIBRARY_PATH=/tmp/gs_trees/alt:$LD_LIBRARY_PATH B=/tmp/gs_trees/alt bench_row "$@"; }
+    two_trees plan
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     DEADLINE=360
@@ -390,12 +398,7 @@ fixup)
     DEADLINE=300
     GTEST_TIMEOUT=200 gtest test_cuda_quant
     grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
-    # .gpu/trees.tar.xz: base/ and alt/ (library + CLI each; one archive,
-    # so that xz stores the two libraries' common bytes once)
-    [ -f .gpu/trees.tar.xz ] || { echo "fixup: needs .gpu/trees.tar.xz"; exit 1; }
-    mkdir -p /tmp/gs_trees && tar xJf .gpu/trees.tar.xz -C /tmp/gs_trees
-    base_row() { LD_LIBRARY_PATH=/tmp/gs_trees/base:$LD_LIBRARY_PATH B=/tmp/gs_trees/base bench_row "$@"; }
-    alt_row() { LD_LIBRARY_PATH=/tmp/gs_trees/alt:$LD_LIBRARY_PATH B=/tmp/gs_trees/alt bench_row "$@"; }
+    two_trees fixup
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     DEADLINE=420
