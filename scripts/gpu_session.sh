@@ -806,6 +806,9 @@ targets)
     bench_row b64_4096_int8 4096 64 --kv int8
     bench_row b1_512_q8h 512 1 --kv f16 --quantize int8 --quantize-head
     bench_row b1_512_q4 512 1 --kv f16 --quantize q4
+    bench_row b64_1024_q4 1024 64 --kv f16 --quantize q4      # issue 10: >= b64_1024
+    bench_row b64_1024_q4_none 1024 64 --kv f16 --quantize q4 --sampling none
+    bench_row b64_1024_q8 1024 64 --kv f16 --quantize int8
     mixed_row step $B
     bench_row b1_32768 32768 1 --kv f16 --kv-layout paged
     ;;
