@@ -69,10 +69,10 @@ __device__ __forceinline__ void add4(float4 &a, const float4 b)
 {
     a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
 }
-template <int FG>
+template <int FG, int TR, int NT, int RSX>
 __device__ __forceinline__ void sum_splits_vec(const RowsArgs &a, float *red, int nseg, int n0)
 {
-    constexpr int V = RN / 4, NT = RW * 32; /* float4 per token row of the tile; threads */
+    constexpr int V = TR / 4; /* float4 per token row of the tile */
     const size_t ss = (size_t)a.T * a.N / 4;   /* float4 between splits' partials */
     const int nv = a.T * V;
     for (int base = threadIdx.x; base < nv; base += FG * NT) {
@@ -112,42 +112,44 @@ __device__ __forceinline__ void sum_splits_vec(const RowsArgs &a, float *red, in
         for (int g = 0; g < FG; g++)
             if (ok[g]) {
                 const int i = base + g * NT;
-                *reinterpret_cast<float4 *>(red + (i / V) * RS + 4 * (i % V)) = acc[g];
+                *reinterpret_cast<float4 *>(red + (i / V) * RSX + 4 * (i % V)) = acc[g];
             }
     }
 }
 
-/* The end of a tile: red [T][RS] fp32 holds the block's sums (before any
- * bias / residual / SiLU*mul) for W rows n0 .. n0 + RN - 1 over its part
+/* The end of a tile: red [T][RSX] fp32 holds the block's sums (before any
+ * bias / residual / SiLU*mul) for W rows n0 .. n0 + TR - 1 over its part
  * of K: segment seg of the tile's nseg (its split of a split-K launch).  With nseg > 1 the partial goes to
  * ws[seg], the block takes a ticket and the last block of the tile sums
  * the partials in segment order (a fixed
  * order: the result does not depend on which block finished first), runs
  * the epilogue and returns the ticket to zero (graph replays find it so).
- * All RW * 32 threads call it after a barrier that published red; `last`
- * is a __shared__ int.  red must be 16-byte aligned (RS * 4 is a multiple
- * of 16: the float4 path). */
-template <int EPI, int FG = 4>
+ * All NT threads call it after a barrier that published red; `last`
+ * is a __shared__ int.  red must be 16-byte aligned (RSX * 4 is a multiple
+ * of 16: the float4 path).  TR / NT / RSX: tile rows, threads, red's row
+ * stride (the 64-row tiles of 4 warps by default; the wgmma kernel's
+ * 128-row tiles take 128 / 256 / 132). */
+template <int EPI, int FG = 4, int TR = RN, int NT = RW * 32, int RSX = RS>
 __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int tile, int seg, int nseg, int n0,
                                             int *last)
 {
-    static_assert(RS % 4 == 0, "float4 rows of red");
-    const int nt = min(RN, a.N - n0); /* live rows of this tile */
+    static_assert(RSX % 4 == 0, "float4 rows of red");
+    const int nt = min(TR, a.N - n0); /* live rows of this tile */
     if (nseg > 1) {
         /* partial -> ws[seg]; the last block of the tile sums them in segment order */
-        const bool vec = FG > 0 && nt == RN && (a.N & 3) == 0 && ((uintptr_t)a.ws & 15) == 0; /* whole tile, 16-byte rows */
+        const bool vec = FG > 0 && nt == TR && (a.N & 3) == 0 && ((uintptr_t)a.ws & 15) == 0; /* whole tile, 16-byte rows */
         float *wp = a.ws + (size_t)seg * a.T * a.N;
         if (FG > 0 && vec) {
-            for (int i = threadIdx.x; i < a.T * (RN / 4); i += RW * 32) {
-                const int t = i / (RN / 4), c = i % (RN / 4);
+            for (int i = threadIdx.x; i < a.T * (TR / 4); i += NT) {
+                const int t = i / (TR / 4), c = i % (TR / 4);
                 __stcg(reinterpret_cast<float4 *>(wp + (size_t)t * a.N + n0) + c,
-                       *reinterpret_cast<const float4 *>(red + t * RS + 4 * c));
+                       *reinterpret_cast<const float4 *>(red + t * RSX + 4 * c));
             }
         } else {
-            for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
-                const int t = i / RN, r = i % RN;
+            for (int i = threadIdx.x; i < a.T * TR; i += NT) {
+                const int t = i / TR, r = i % TR;
                 if (r < nt)
-                    wp[(size_t)t * a.N + n0 + r] = red[t * RS + r];
+                    wp[(size_t)t * a.N + n0 + r] = red[t * RSX + r];
             }
         }
         __threadfence();
@@ -159,15 +161,15 @@ __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int t
             return;
         __threadfence(); /* the other splits' partials, written before their tickets */
         if (FG > 0 && vec) {
-            sum_splits_vec<(FG > 0 ? FG : 1)>(a, red, nseg, n0);
+            sum_splits_vec<(FG > 0 ? FG : 1), TR, NT, RSX>(a, red, nseg, n0);
         } else {
-            for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
-                const int t = i / RN, r = i % RN;
+            for (int i = threadIdx.x; i < a.T * TR; i += NT) {
+                const int t = i / TR, r = i % TR;
                 if (r < nt) {
                     float v = 0.0f;
                     for (int sp = 0; sp < nseg; sp++)
                         v += __ldcg(a.ws + ((size_t)sp * a.T + t) * a.N + n0 + r);
-                    red[t * RS + r] = v;
+                    red[t * RSX + r] = v;
                 }
             }
         }
@@ -178,19 +180,19 @@ __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int t
     if (EPI == DSQ_EPI_SILU_MUL) {
         /* rows 2p, 2p+1 of the tile are gate p, up p (n0 is even) */
         uint16_t *yo = static_cast<uint16_t *>(a.y);
-        for (int i = threadIdx.x; i < a.T * (RN / 2); i += RW * 32) {
-            const int t = i / (RN / 2), p = i % (RN / 2);
+        for (int i = threadIdx.x; i < a.T * (TR / 2); i += NT) {
+            const int t = i / (TR / 2), p = i % (TR / 2);
             if (2 * p + 1 < nt) {
-                const float gs = red[t * RS + 2 * p], us = red[t * RS + 2 * p + 1];
+                const float gs = red[t * RSX + 2 * p], us = red[t * RSX + 2 * p + 1];
                 const float sl = gs / (1.0f + expf(-gs));
                 yo[(size_t)t * (a.N / 2) + n0 / 2 + p] = dsq_f2bf(sl * us);
             }
         }
     } else {
-        for (int i = threadIdx.x; i < a.T * RN; i += RW * 32) {
-            const int t = i / RN, r = i % RN;
+        for (int i = threadIdx.x; i < a.T * TR; i += NT) {
+            const int t = i / TR, r = i % TR;
             if (r < nt)
-                store_one<EPI>(a, t, n0 + r, red[t * RS + r]);
+                store_one<EPI>(a, t, n0 + r, red[t * RSX + r]);
         }
     }
 }

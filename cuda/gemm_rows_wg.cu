@@ -43,6 +43,7 @@
  * Weights are constant, so the first stages' W bytes are requested before
  * dsq_pdl_wait() (pdl.cuh); x after it. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "gemm_rows.cuh"
 #include "quant_decode.cuh"
@@ -55,18 +56,23 @@ using namespace dsq_attn; /* the wgmma wrappers */
 
 constexpr int TILE_B = RN * XK * 2;  /* bytes of one swizzled [64][128] bf16 tile: 16 KB */
 
-/* Shared-memory bytes by weight format (after 1024-byte alignment). */
-template <int WF, int NSL> struct WgLayout {
+/* Shared-memory bytes by weight format (after 1024-byte alignment), ring
+ * depth and warpgroups per block (NWG = 2: a 128-row tile, the two
+ * warpgroups' 64-row halves sharing each x stage). */
+template <int WF, int NSL, int NWG = 1> struct WgLayout {
     static constexpr int SLOTS = NSL; /* ring slots: stages in flight + 1 (2..4) */
-    /* W bytes per stage in the slot: bf16's B tile; quantized W stays in
-     * registers (WReg) until converted */
-    static constexpr int RAW = WF == W_BF16 ? TILE_B : 0;
+    static constexpr int TR = NWG * RN;         /* W rows per tile */
+    static constexpr int NT = NWG * RW * 32;    /* threads */
+    static constexpr int RSX = TR + 4;          /* epilogue tile row stride (floats) */
+    /* W bytes per stage in the slot: bf16's B tiles (one per warpgroup);
+     * quantized W stays in registers (WReg) until converted */
+    static constexpr int RAW = WF == W_BF16 ? NWG * TILE_B : 0;
     static constexpr int SLOT = TILE_B + RAW;
-    static constexpr int QB = WF == W_BF16 ? 0 : 2 * TILE_B; /* converted B tiles */
+    static constexpr int QB = WF == W_BF16 ? 0 : NWG * 2 * TILE_B; /* converted B tiles [NWG][2] */
     static constexpr int BYTES = 1024 + SLOTS * SLOT + QB;
     /* blocks per SM the shared memory allows (227 KB, ~1 KB reserved each), at most 3 */
     static constexpr int PER_SM = 232448 / (BYTES + 1024 + 1024) >= 3 ? 3 : 232448 / (BYTES + 1024 + 1024);
-    static_assert(RN * RS * 4 <= SLOTS * SLOT, "the epilogue tile reuses the ring");
+    static_assert(RN * RSX * 4 <= SLOTS * SLOT + QB, "the epilogue tile reuses the ring");
     static_assert(PER_SM >= 1, "one block per SM at least");
 };
 
@@ -83,20 +89,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* x rows < T of stage s into the tile at xt (rows >= T stay zero). */
-__device__ __forceinline__ void load_x(const RowsArgs &a, int s, unsigned char *xt)
+/* x rows < T of stage s into the tile at xt (rows >= T stay zero), by the
+ * block's NT threads. */
+template <int NT> __device__ __forceinline__ void load_x(const RowsArgs &a, int s, unsigned char *xt)
 {
-    for (int i = threadIdx.x; i < a.T * 16; i += RW * 32) {
+    for (int i = threadIdx.x; i < a.T * 16; i += NT) {
         const int r = i >> 4, c = i & 15;
         cp_async16(xt + sw(r, c), a.x + (size_t)r * a.K + (size_t)s * XK + c * 8, 16);
     }
 }
 
 /* bf16 stage s's B tile, W rows n0 .. n0 + 63 (clamped to N - 1: those
- * columns are never stored), swizzled into wt. */
-__device__ __forceinline__ void load_w(const RowsArgs &a, int s, int n0, unsigned char *wt)
+ * columns are never stored), swizzled into wt, by the warpgroup's 128
+ * threads (t: the thread's index in its warpgroup). */
+__device__ __forceinline__ void load_w(const RowsArgs &a, int s, int n0, unsigned char *wt, int t)
 {
-    const int t = threadIdx.x;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const int i = t + j * RW * 32, r = i >> 4, c = i & 15;
@@ -116,12 +123,13 @@ template <int WF> struct WReg {
     static constexpr int N4 = B / 16;
 };
 
-/* Stage s's bytes of this thread's half row into r (streaming loads). */
+/* Stage s's bytes of this thread's half row into r (streaming loads; t:
+ * the thread's index in its warpgroup, n0 the warpgroup's first row). */
 template <int WF>
-__device__ __forceinline__ void load_wr(const RowsArgs &a, int s, int n0, uint4 (&r)[WReg<WF>::N4])
+__device__ __forceinline__ void load_wr(const RowsArgs &a, int s, int n0, uint4 (&r)[WReg<WF>::N4], int t)
 {
     constexpr int B = WReg<WF>::B;
-    const int t = threadIdx.x, n = min(n0 + (t >> 1), a.N - 1);
+    const int n = min(n0 + (t >> 1), a.N - 1);
     const size_t row = WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
     const uint4 *src = reinterpret_cast<const uint4 *>(static_cast<const unsigned char *>(a.w) + (size_t)n * row +
                                                        (size_t)s * 2 * B + (t & 1) * B);
@@ -148,9 +156,9 @@ __device__ __forceinline__ uint32_t bf16x2_sub(uint32_t x, uint32_t y)
 /* This thread's raw bytes of a stage (half h of row r, load_wr) -> its 8
  * chunks of the B tile bt, as bf16 (Q4: code - zero, zq the zero pair). */
 template <int WF>
-__device__ __forceinline__ void convert_q(const uint4 (&src)[WReg<WF>::N4], unsigned char *bt, uint32_t zq)
+__device__ __forceinline__ void convert_q(const uint4 (&src)[WReg<WF>::N4], unsigned char *bt, uint32_t zq, int t)
 {
-    const int r = threadIdx.x >> 1, h = threadIdx.x & 1;
+    const int r = t >> 1, h = t & 1;
     if constexpr (WF == W_Q4) {
 #pragma unroll
         for (int u = 0; u < 2; u++) {
@@ -185,19 +193,25 @@ __device__ __forceinline__ void convert_q(const uint4 (&src)[WReg<WF>::N4], unsi
 
 /* Stages s0 .. s1 - 1 of tile `tile`: split seg of the tile's nseg; the
  * PDL wait after the first weights are requested; ends in finish_tile. */
-template <int WF, int EPI, int NSL>
+template <int WF, int EPI, int NSL, int NWG>
 __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm, int tile, int s0, int s1, int seg,
                                            int nseg, float (*qsc)[RN], int *last)
 {
-    using L = WgLayout<WF, NSL>;
+    using L = WgLayout<WF, NSL, NWG>;
     constexpr int NS = L::SLOTS;
     constexpr bool QW = WF != W_BF16;
-    unsigned char *qb = sm + NS * L::SLOT; /* quantized: B tiles [2][TILE_B] */
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+    /* warpgroup wgi computes W rows n0 + 64 wgi .. + 63 of the tile with its
+     * own B tiles (bf16: slot + TILE_B (1 + wgi); quantized: qb [wgi][2])
+     * and accumulators; both read each stage's x tile */
+    const int tid = threadIdx.x, wgi = NWG == 1 ? 0 : tid >> 7, lt = NWG == 1 ? tid : tid & 127;
+    const int lane = lt & 31, warp = lt >> 5, g = lane >> 2, q = lane & 3;
+    unsigned char *qb = sm + NS * L::SLOT + wgi * 2 * TILE_B; /* quantized: this warpgroup's B tiles [2] */
+    float(*wq)[RN] = WF == W_Q4 ? qsc + 2 * wgi : qsc;        /* Q4: its scales [2][RN] */
     const int ns = s1 - s0; /* >= 1 */
-    const int n0 = tile * RN;
-    const int my_n = min(n0 + (tid >> 1), a.N - 1); /* the W row this thread converts (quantized) */
+    const int n0 = tile * L::TR, nw = n0 + wgi * RN;
+    const int my_n = min(nw + (lt >> 1), a.N - 1); /* the W row this thread converts (quantized) */
     auto slot = [&](int i) { return sm + i * L::SLOT; };
+    unsigned char *const wb = sm + TILE_B * (1 + wgi); /* bf16: this warpgroup's B tile in slot 0 */
 
     /* quantized: stages s0 .. s0 + PD - 1 into registers (wr[d] holds
      * stages s0 + d + PD j); bf16: the B tiles of the first NS - 1 stages */
@@ -206,12 +220,12 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
 #pragma unroll
         for (int d = 0; d < PD; d++)
             if (d < ns)
-                load_wr<WF>(a, s0 + d, n0, wr[d]);
+                load_wr<WF>(a, s0 + d, nw, wr[d], lt);
     } else {
 #pragma unroll
         for (int d = 0; d < NS - 1; d++)
             if (d < ns)
-                load_w(a, s0 + d, n0, slot(d) + TILE_B);
+                load_w(a, s0 + d, nw, wb + d * L::SLOT, lt);
     }
     /* Q4: zero pair and scale of my_n for the next stage to convert (zq,
      * scv) and the one after (zq_n, sc_n: requested a stage ahead, so that
@@ -228,23 +242,23 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
 
     /* rows >= T of every slot's x tile: zero, never copied over */
     const int zrows = RN - a.T;
-    for (int i = tid; i < zrows * 16 * NS; i += RW * 32) {
+    for (int i = tid; i < zrows * 16 * NS; i += L::NT) {
         const int sl = i / (zrows * 16), rem = i % (zrows * 16);
         *reinterpret_cast<uint4 *>(slot(sl) + sw(a.T + rem / 16, rem % 16)) = make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int d = 0; d < NS - 1; d++) {
         if (d < ns)
-            load_x(a, s0 + d, slot(d));
+            load_x<L::NT>(a, s0 + d, slot(d));
         cp_async_commit(); /* one group per stage (bf16: the W bytes above join group 0) */
     }
     cp_async_wait<NS - 2>(); /* stage s0 (this thread's copies) */
     if constexpr (QW) {
-        convert_q<WF>(wr[0], qb, zq);
-        if (WF == W_Q4 && (tid & 1) == 0)
-            qsc[0][tid >> 1] = scv;
+        convert_q<WF>(wr[0], qb, zq, lt);
+        if (WF == W_Q4 && (lt & 1) == 0)
+            wq[0][lt >> 1] = scv;
         if (PD < ns)
-            load_wr<WF>(a, s0 + PD, n0, wr[0]);
+            load_wr<WF>(a, s0 + PD, nw, wr[0], lt);
     }
     fence_proxy_async(); /* generic-proxy writes (zeros, converted codes) -> wgmma */
     __syncthreads();
@@ -272,7 +286,7 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
                 load_zs(a, my_n, s + 2, zq_n, sc_n);
         }
         const uint32_t xa = (uint32_t)__cvta_generic_to_shared(cur);
-        const uint32_t ba = (uint32_t)__cvta_generic_to_shared(QW ? qb + bb * TILE_B : cur + TILE_B);
+        const uint32_t ba = (uint32_t)__cvta_generic_to_shared(QW ? qb + bb * TILE_B : cur + TILE_B * (1 + wgi));
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < XK / 16; kk++) {
@@ -290,19 +304,19 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
         if (i + NS - 1 < ns) {
             unsigned char *nx = slot((i + NS - 1) % NS);
             if constexpr (!QW)
-                load_w(a, s + NS - 1, n0, nx + TILE_B);
-            load_x(a, s + NS - 1, nx);
+                load_w(a, s + NS - 1, nw, nx + TILE_B * (1 + wgi), lt);
+            load_x<L::NT>(a, s + NS - 1, nx);
         }
         cp_async_commit();
         cp_async_wait<NS - 2>(); /* stage s + 1 (this thread's copies) */
         if constexpr (QW) {
             if (i + 1 < ns) {
                 const int nd = (d + 1) % PD; /* wr slot of stage s + 1 */
-                convert_q<WF>(wr[nd], qb + (bb ^ 1) * TILE_B, zq);
-                if (WF == W_Q4 && (tid & 1) == 0)
-                    qsc[bb ^ 1][tid >> 1] = scv;
+                convert_q<WF>(wr[nd], qb + (bb ^ 1) * TILE_B, zq, lt);
+                if (WF == W_Q4 && (lt & 1) == 0)
+                    wq[bb ^ 1][lt >> 1] = scv;
                 if (i + 1 + PD < ns)
-                    load_wr<WF>(a, s + 1 + PD, n0, wr[nd]);
+                    load_wr<WF>(a, s + 1 + PD, nw, wr[nd], lt);
             }
         }
         wgmma_wait0();
@@ -310,7 +324,7 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
             wgmma_pin<8>(gacc);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const float c0 = qsc[bb][8 * j + 2 * q], c1 = qsc[bb][8 * j + 2 * q + 1];
+                const float c0 = wq[bb][8 * j + 2 * q], c1 = wq[bb][8 * j + 2 * q + 1];
                 acc[j][0] = fmaf(c0, gacc[j][0], acc[j][0]);
                 acc[j][1] = fmaf(c1, gacc[j][1], acc[j][1]);
                 acc[j][2] = fmaf(c0, gacc[j][2], acc[j][2]);
@@ -325,13 +339,15 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
     }
     cp_async_wait_all(); /* only empty groups can be pending here */
 
-    /* accumulators -> red [64][RS]: acc[j][0..1] = token 16 warp + g, W rows
-     * 8j + 2q, 8j + 2q + 1; acc[j][2..3] = token + 8; Q8's row scales here */
+    /* accumulators -> red [64][RSX]: acc[j][0..1] = token 16 warp + g, W
+     * rows 64 wgi + 8j + 2q, + 1 of the tile; acc[j][2..3] = token + 8; Q8's
+     * row scales here */
     float *red = reinterpret_cast<float *>(sm);
+    constexpr int RS = L::RSX; /* (shadows gemm_rows.cuh's 64-row stride) */
     const int t = warp * 16 + g;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        const int r = 8 * j + 2 * q;
+        const int r = wgi * RN + 8 * j + 2 * q;
         float c0 = 1.0f, c1 = 1.0f;
         if constexpr (WF == W_Q8) {
             const float *rs = static_cast<const float *>(a.wscale);
@@ -344,21 +360,21 @@ __device__ __forceinline__ void wg_segment(const RowsArgs &a, unsigned char *sm,
         red[(t + 8) * RS + r + 1] = acc[j][3] * c1;
     }
     __syncthreads();
-    finish_tile<EPI>(a, red, tile, seg, nseg, n0, last);
+    finish_tile<EPI, 4, L::TR, L::NT, L::RSX>(a, red, tile, seg, nseg, n0, last);
 }
 
 /* One block: tile blockIdx.x / S, split blockIdx.x % S of K. */
-template <int WF, int EPI, int NSL>
-__global__ void __launch_bounds__(RW * 32, WgLayout<WF, NSL>::PER_SM) wg_kernel(RowsArgs a)
+template <int WF, int EPI, int NSL, int NWG>
+__global__ void __launch_bounds__(NWG * RW * 32, NWG == 1 ? WgLayout<WF, NSL, NWG>::PER_SM : 1) wg_kernel(RowsArgs a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) unsigned char wg_smem[];
     unsigned char *sm = wg_smem + ((1024 - ((uint32_t)__cvta_generic_to_shared(wg_smem) & 1023)) & 1023);
-    __shared__ float qsc[2][RN]; /* Q4: group scale per W row, by B tile */
+    __shared__ float qsc[WF == W_Q4 ? 2 * NWG : 1][RN]; /* Q4: group scale per W row, by warpgroup and B tile */
     __shared__ int last;
     const int tile = blockIdx.x / a.S, split = blockIdx.x % a.S;
     const int s0 = (int)((int64_t)split * a.kstages / a.S), s1 = (int)((int64_t)(split + 1) * a.kstages / a.S);
-    wg_segment<WF, EPI, NSL>(a, sm, tile, s0, s1, split, a.S, qsc, &last);
+    wg_segment<WF, EPI, NSL, NWG>(a, sm, tile, s0, s1, split, a.S, qsc, &last);
 #else
     (void)a;
     __trap(); /* never launched: rows_wg_use() asks the probe */
@@ -379,27 +395,30 @@ __global__ void wg_probe_kernel(int *out)
 int g_wg[DSQ_CU_MAX_DEVICES]; /* per device: 1 = the kernel runs there */
 dsq_cu_once wg_once;
 
-template <int WF, int EPI, int NSL> cudaError_t wg_attr()
+template <int WF, int EPI, int NSL, int NWG> cudaError_t wg_attr()
 {
-    return cudaFuncSetAttribute(wg_kernel<WF, EPI, NSL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                WgLayout<WF, NSL>::BYTES);
+    return cudaFuncSetAttribute(wg_kernel<WF, EPI, NSL, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                WgLayout<WF, NSL, NWG>::BYTES);
 }
 
-template <int WF, int NSL> cudaError_t wg_attrs_n()
+template <int WF, int NSL, int NWG> cudaError_t wg_attrs_n()
 {
     cudaError_t e;
-    if ((e = wg_attr<WF, DSQ_EPI_STORE, NSL>()) != cudaSuccess) return e;
-    if ((e = wg_attr<WF, DSQ_EPI_BIAS, NSL>()) != cudaSuccess) return e;
-    if ((e = wg_attr<WF, DSQ_EPI_ADD, NSL>()) != cudaSuccess) return e;
-    return wg_attr<WF, DSQ_EPI_SILU_MUL, NSL>();
+    if ((e = wg_attr<WF, DSQ_EPI_STORE, NSL, NWG>()) != cudaSuccess) return e;
+    if ((e = wg_attr<WF, DSQ_EPI_BIAS, NSL, NWG>()) != cudaSuccess) return e;
+    if ((e = wg_attr<WF, DSQ_EPI_ADD, NSL, NWG>()) != cudaSuccess) return e;
+    return wg_attr<WF, DSQ_EPI_SILU_MUL, NSL, NWG>();
 }
 
+/* the instances: 64-row tiles at 2, 3 or 4 slots, 128-row tiles at 2 or 3 */
 template <int WF> cudaError_t wg_attrs()
 {
     cudaError_t e;
-    if ((e = wg_attrs_n<WF, 2>()) != cudaSuccess) return e;
-    if ((e = wg_attrs_n<WF, 3>()) != cudaSuccess) return e;
-    return wg_attrs_n<WF, 4>();
+    if ((e = wg_attrs_n<WF, 2, 1>()) != cudaSuccess) return e;
+    if ((e = wg_attrs_n<WF, 3, 1>()) != cudaSuccess) return e;
+    if ((e = wg_attrs_n<WF, 4, 1>()) != cudaSuccess) return e;
+    if ((e = wg_attrs_n<WF, 2, 2>()) != cudaSuccess) return e;
+    return wg_attrs_n<WF, 3, 2>();
 }
 
 cudaError_t wg_init(int dev)
@@ -422,16 +441,26 @@ cudaError_t wg_init(int dev)
 }
 
 /* Resident blocks of one instance (cached per instance). */
-template <int WF, int EPI, int NSL> unsigned wg_resident()
+template <int WF, int EPI, int NSL, int NWG> unsigned wg_resident()
 {
     static int64_t occ; /* blocks per SM, dsq_cu_resident_blocks */
-    return dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI, NSL>, RW * 32, WgLayout<WF, NSL>::BYTES, &occ);
+    return dsq_cu_resident_blocks((const void *)wg_kernel<WF, EPI, NSL, NWG>, NWG * RW * 32,
+                                  WgLayout<WF, NSL, NWG>::BYTES, &occ);
 }
 
-template <int WF, int EPI, int NSL> cudaError_t launch_wg_t(RowsArgs a, unsigned tiles, cudaStream_t s)
+template <int WF, int EPI, int NSL, int NWG> cudaError_t launch_wg_t(RowsArgs a, unsigned tiles, cudaStream_t s)
 {
-    return dsq_launch_pdl(wg_kernel<WF, EPI, NSL>, dim3(tiles * (unsigned)a.S), dim3(RW * 32),
-                          (size_t)WgLayout<WF, NSL>::BYTES, s, a);
+    return dsq_launch_pdl(wg_kernel<WF, EPI, NSL, NWG>, dim3(tiles * (unsigned)a.S), dim3(NWG * RW * 32),
+                          (size_t)WgLayout<WF, NSL, NWG>::BYTES, s, a);
+}
+
+/* DSQ_CUDA_ROWS_WG_TILE=128 (a measurement knob, read per launch): 128-row
+ * tiles, two warpgroups per block sharing each x stage (half the x bytes
+ * per weight byte; written at stop 37, not yet run on a GPU). */
+static int wg_nwg(void)
+{
+    const char *e = getenv("DSQ_CUDA_ROWS_WG_TILE");
+    return e && !strcmp(e, "128") ? 2 : 1;
 }
 
 /* DSQ_CUDA_ROWS_WG_SLOTS=2|3|4 (a measurement knob, read per launch): the
@@ -460,31 +489,42 @@ static bool wg_plan_capped(void)
  * plans bf16 (about half the resident blocks): the float4 fix-up
  * (gemm_rows.cuh) made partials cheap enough to drop the quantized cap,
  * unless DSQ_CUDA_ROWS_WG_PLAN=1. */
-template <int WF, int EPI>
-cudaError_t launch_wg_e(RowsArgs a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
+template <int WF, int EPI, int NWG>
+cudaError_t launch_wg_n(RowsArgs a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
 {
-    const unsigned tiles = (unsigned)((a.N + RN - 1) / RN);
+    const unsigned tiles = (unsigned)((a.N + NWG * RN - 1) / (NWG * RN));
     const size_t rb = !wg_plan_capped() || WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2;
     int sl = wg_slots();
+    if (NWG == 2 && sl == 4)
+        sl = 3; /* 128-row tiles: 2 or 3 slots only */
     unsigned res = 0;
     if (sl == 0) {
         sl = 3;
-        res = wg_resident<WF, EPI, 3>();
+        res = wg_resident<WF, EPI, 3, NWG>();
         const int s3 = plan_splits(splits, res, tiles, a, wsf, n_tickets, rb);
         if (tiles * (unsigned)s3 > res) {
-            const unsigned r2 = wg_resident<WF, EPI, 2>();
+            const unsigned r2 = wg_resident<WF, EPI, 2, NWG>();
             if (tiles * (unsigned)plan_splits(splits, r2, tiles, a, wsf, n_tickets, rb) <= r2)
                 sl = 2, res = r2;
         }
     } else {
-        res = sl == 2 ? wg_resident<WF, EPI, 2>() : sl == 4 ? wg_resident<WF, EPI, 4>() : wg_resident<WF, EPI, 3>();
+        res = sl == 2 ? wg_resident<WF, EPI, 2, NWG>()
+              : sl == 4 ? wg_resident<WF, EPI, 4, 1>()
+                        : wg_resident<WF, EPI, 3, NWG>();
     }
     a.S = plan_splits(splits, res, tiles, a, wsf, n_tickets, rb);
     switch (sl) { /* runtime choice -> the ring depth of the instance */
-    case 2: return launch_wg_t<WF, EPI, 2>(a, tiles, s);
-    case 4: return launch_wg_t<WF, EPI, 4>(a, tiles, s);
-    default: return launch_wg_t<WF, EPI, 3>(a, tiles, s);
+    case 2: return launch_wg_t<WF, EPI, 2, NWG>(a, tiles, s);
+    case 4: return launch_wg_t<WF, EPI, 4, 1>(a, tiles, s);
+    default: return launch_wg_t<WF, EPI, 3, NWG>(a, tiles, s);
     }
+}
+
+template <int WF, int EPI>
+cudaError_t launch_wg_e(RowsArgs a, int splits, size_t wsf, int n_tickets, cudaStream_t s)
+{
+    return wg_nwg() == 2 ? launch_wg_n<WF, EPI, 2>(a, splits, wsf, n_tickets, s)
+                         : launch_wg_n<WF, EPI, 1>(a, splits, wsf, n_tickets, s);
 }
 
 template <int WF>

@@ -352,6 +352,37 @@ rowswg2)
     bench_row def_b64_q4_none 1024 64 --kv f16 --quantize q4 --sampling none
     bench_row def_b8_q4 512 8 --kv f16 --quantize q4
     ;;
+wg128)
+    # stop 37 (tag wg128-wip-stop37, compiled, not run): gemm_rows_wg.cu's
+    # 128-row tiles (DSQ_CUDA_ROWS_WG_TILE=128: two warpgroups per block
+    # sharing each x stage): the tests run them as a fifth kernel, the
+    # timing tables print a 128-row column; then batch-64 / 32 rows with
+    # and without, interleaved.  Prebuilt only (test_cuda_quant,
+    # test_cuda_kernels, test_cuda_quant_e2e, test_cuda_e2e, the CLI).
+    prebuilt_stage wg128
+    DEADLINE=300
+    GTEST_TIMEOUT=200 gtest test_cuda_quant
+    grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    DEADLINE=400
+    for rep in 1 2; do
+        bench_row def_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+        DSQ_CUDA_ROWS_WG_TILE=128 bench_row t128_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
+    done
+    bench_row def_b64_q8 1024 64 --kv f16 --quantize int8
+    DSQ_CUDA_ROWS_WG_TILE=128 bench_row t128_b64_q8 1024 64 --kv f16 --quantize int8
+    bench_row def_b32_q4 1024 32 --kv f16 --quantize q4
+    DSQ_CUDA_ROWS_WG_TILE=128 bench_row t128_b32_q4 1024 32 --kv f16 --quantize q4
+    bench_row def_b64 1024 64 --kv f16
+    DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG_TILE=128 bench_row t128_b64_bf16wg 1024 64 --kv f16
+    DSQ_CUDA_GEMM_ROWS=64 bench_row def_b64_bf16wg 1024 64 --kv f16
+    DEADLINE=500
+    GTEST_TIMEOUT=150 gtest test_cuda_kernels
+    grep -E "SKIP|FAIL|^ +(qkv|o|gate|down|lm).* 64 " "$OUT/test_cuda_kernels.log" | head -12
+    gtest test_cuda_quant_e2e DSQ_CUDA_ROWS_WG=2 DSQ_CUDA_ROWS_WG_TILE=128
+    gtest test_cuda_e2e DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG=2 DSQ_CUDA_ROWS_WG_TILE=128
+    ;;
 plan)
     # stop 37, second call: gemm_rows_wg.cu's ring depth chosen per launch
     # and splits planned without the quantized cap (this tree) against

@@ -1170,7 +1170,8 @@ static void test_product_timing(void **state)
            "  (threads x rows per block) of the shapes tried, tensor-core GEMV (best block, 0 = default),\n"
            "  gemm_rows.cu (its planned split count; best of the splits tried), cuBLASLt (the heuristic's\n"
            "  first choice; tuned = the fastest of its candidates, DSQ_CUDA_GEMM_TUNE=1), gemm_rows_wg.cu\n"
-           "  (Hopper wgmma: planned split; best forced split's us and count; - without sm_90a code)\n");
+           "  (Hopper wgmma: planned split; best forced split's us and count; 128-row tiles planned,\n"
+           "  DSQ_CUDA_ROWS_WG_TILE=128; - without sm_90a code)\n");
     setenv("DSQ_CUDA_ROWS_WG", "2", 1);
     const int have_wg = dsq_cu_gemm_rows_wg(1);
     setenv("DSQ_CUDA_ROWS_WG", "0", 1); /* the rows columns: gemm_rows.cu's kernel */
@@ -1206,11 +1207,14 @@ static void test_product_timing(void **state)
                         um = u, mnt = mts[a];
                 }
             }
-            float rp = -1, rb = -1, wp = -1, wb2 = -1;
+            float rp = -1, rb = -1, wp = -1, wb2 = -1, w128 = -1;
             int rbs = 0, wbs = 0;
             if (have_wg) { /* gemm_rows_wg.cu's kernel: planned, and the best forced split */
                 setenv("DSQ_CUDA_ROWS_WG", "2", 1);
                 wp = time_product(3, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                setenv("DSQ_CUDA_ROWS_WG_TILE", "128", 1); /* 128-row tiles, planned */
+                w128 = time_product(3, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
+                unsetenv("DSQ_CUDA_ROWS_WG_TILE");
                 const int sps[] = {1, 2, 4, 8, 12};
                 for (int a = 0; a < 5; a++) {
                     if (sps[a] > K / 128)
@@ -1235,9 +1239,9 @@ static void test_product_timing(void **state)
             uc = time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1);
             tune_for_table(gt, ts, dx, dw, dy, T, N, K);
             const float ut = time_product(4, 0, 0, gt, dx, dw, copies, wb, dy, T, N, K, e0, e1);
-            char a[32] = "-", b[40] = "-", c[32], m[40] = "-", rpa[32] = "-", rba[40] = "-", tu[32], wga[64] = "-";
+            char a[32] = "-", b[40] = "-", c[32], m[40] = "-", rpa[32] = "-", rba[40] = "-", tu[32], wga[80] = "-";
             if (wp >= 0)
-                snprintf(wga, sizeof wga, "%6.1f (%4.0f) %6.1f %2d", wp, wb / (wp * 1e3), wb2, wbs);
+                snprintf(wga, sizeof wga, "%6.1f (%4.0f) %6.1f %2d; 128-row %6.1f", wp, wb / (wp * 1e3), wb2, wbs, w128);
             snprintf(tu, sizeof tu, "%6.1f (%4.0f)", ut, wb / (ut * 1e3));
             if (rp >= 0) {
                 snprintf(rpa, sizeof rpa, "%6.1f (%4.0f)", rp, wb / (rp * 1e3));

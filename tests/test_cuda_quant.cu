@@ -886,7 +886,8 @@ static void test_quant_product_timing(void **state)
     printf("\n  quantized product timing, us per call (GB/s of quantized bytes); GEMV (1..8 rows): default block\n"
            "  shape and the best (threads x rows per block) tried; gemm_rows.cu (tensor cores, 1..64 rows)\n");
     printf("  rows wg: gemm_rows_wg.cu's Hopper kernel, its planned split count and ring depth (- where the device\n"
-           "  has no sm_90a); then 2 and 4 slots forced, and its best forced split count (1, 2, 4, 8) from 16 rows\n");
+           "  has no sm_90a); then 2 and 4 slots forced, its best forced split count (1, 2, 4, 8) from 16 rows,\n"
+           "  and 128-row tiles (DSQ_CUDA_ROWS_WG_TILE=128)\n");
     printf("  %-4s %-20s %3s %14s %22s %14s %18s %14s\n", "fmt", "shape", "T", "gemv default", "gemv best",
            "rows planned", "rows best (S)", "rows wg");
     setenv("DSQ_CUDA_ROWS_WG", "2", 1);
@@ -916,7 +917,7 @@ static void test_quant_product_timing(void **state)
                     if (urb < 0 || u < urb)
                         urb = u, rbs = sp;
                 }
-                float uwg = -1, uw2 = -1, uw4 = -1; /* the ring depth it chooses, 2 and 4 slots */
+                float uwg = -1, uw2 = -1, uw4 = -1, u128 = -1; /* the ring depth it chooses, 2 and 4 slots, 128-row tiles */
                 float uwb = -1; /* its best forced split count (and that count) */
                 int wbs = 0;
                 if (have_wg) {
@@ -939,14 +940,18 @@ static void test_quant_product_timing(void **state)
                         uw4 = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1, ws,
                                      ws_bytes, tickets, n_tickets);
                         unsetenv("DSQ_CUDA_ROWS_WG_SLOTS");
+                        setenv("DSQ_CUDA_ROWS_WG_TILE", "128", 1);
+                        u128 = time_q(q4, -1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1, ws,
+                                      ws_bytes, tickets, n_tickets);
+                        unsetenv("DSQ_CUDA_ROWS_WG_TILE");
                     }
                     setenv("DSQ_CUDA_ROWS_WG", "0", 1);
                 }
                 if (T > DSQ_GEMV_MAX_TOKENS) {
                     printf("  %-4s %-20s %3d %14s %22s %7.1f (%4.0f) %7.1f (%4.0f) %2d %7.1f (%4.0f)   "
-                           "2 / 4 slots %6.1f %6.1f   wg best %6.1f (S %d)\n",
+                           "2 / 4 slots %6.1f %6.1f   wg best %6.1f (S %d)   128-row %6.1f\n",
                            q4 ? "q4" : "q8", sh[si].name, T, "", "", urows, wb / (urows * 1e3), urb, wb / (urb * 1e3),
-                           rbs, uwg, uwg > 0 ? wb / (uwg * 1e3) : 0.0, uw2, uw4, uwb, wbs);
+                           rbs, uwg, uwg > 0 ? wb / (uwg * 1e3) : 0.0, uw2, uw4, uwb, wbs, u128);
                     continue;
                 }
                 const float ud = time_q(q4, 0, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
