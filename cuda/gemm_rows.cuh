@@ -1,8 +1,10 @@
 /* gemm_rows.cuh - what the two kernels of the up-to-64-row products share:
  * gemm_rows.cu's mma.sync kernel (every sm_80+ GPU) and gemm_rows_wg.cu's
- * Hopper kernel (sm_90a: wgmma, weights staged in shared memory).  Both
+ * Hopper kernel (sm_90a: wgmma, x and bf16 W staged in shared memory,
+ * quantized W in registers).  Both
  * cut W into tiles of RN = 64 rows and K into stages of XK = 128 (one Q4
- * group), split K the same way (plan_splits) and end a tile the same way
+ * group), split K the same way (plan_splits; the wgmma kernel without the
+ * quantized cap) and end a tile the same way
  * (finish_tile: split partials, tickets, epilogue), so the workspace and
  * ticket sizes of kernels.h hold for both. */
 #ifndef DSQ_CUDA_GEMM_ROWS_CUH
@@ -64,7 +66,8 @@ __device__ __forceinline__ void store_one(const RowsArgs &a, int t, int n, float
  * thread (FG = 4: the wgmma kernel; gemm_rows.cu passes 0, the scalar
  * loops only, which keeps its registers as they were) and two splits per round in flight (S = 8, T = 64: 8 rounds of L2
  * latency where one output at a time took ~64; stop 37); the summation order
- * per output is the scalar loop's, ((p0 + p1) + p2) + ... */
+ * per output is the scalar loop's, ((p0 + p1) + p2) + ... (which starts
+ * from 0.0f + p0: the two differ only in the sign of an all-zero sum) */
 __device__ __forceinline__ void add4(float4 &a, const float4 b)
 {
     a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
@@ -205,7 +208,8 @@ __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int t
  * 2026-12-05: e.g. 8 for qkv at 1-8 rows, 4 at 16, 1 at 64) but for Q4
  * down at 64 rows (5 where 8 was best) and Q8 qkv / o at 64 (2 where 1
  * was), where the plan alone measured 6.7 us against 4.2 (o, Q4, 1 row)
- * and 35.2 against 15.3 (qkv, Q8, 64 rows).  bf16 plans as before. */
+ * and 35.2 against 15.3 (qkv, Q8, 64 rows).  bf16 plans as before, and so
+ * do the wgmma kernel's quantized products (row_bytes 0; stop 37). */
 static inline int plan_splits(int splits, unsigned resident, unsigned tiles, const RowsArgs &a, size_t ws_floats,
                        int n_tickets, size_t row_bytes)
 {

@@ -14,9 +14,10 @@
  * shared memory in the 128-byte swizzled layout.
  *
  * Layout.  Tiles of RN = 64 W rows, K in stages of XK = 128 (one Q4 group)
- * and split-K exactly as gemm_rows.cu (gemm_rows.cuh: plan_splits,
- * finish_tile), so workspace, tickets and results' summation order per
- * split are alike (the order of the additions inside a stage differs).
+ * and split-K as gemm_rows.cu (gemm_rows.cuh: plan_splits, finish_tile),
+ * so workspace, tickets and results' summation order per split are alike
+ * (the order of the additions inside a stage differs); the split counts
+ * are planned here without the quantized cap (launch_wg_e).
  * (Stream-K -- every resident block given an equal range of the (tile,
  * stage) units, tiles cut into segments -- was tried at stop 36 and
  * measured 2-4x slower than split-K on the H100: docs/performance.md.)  A
@@ -28,8 +29,8 @@
  * that alternate by stage.  Stage s + slots - 1 is copied (cp.async)
  * while stage s computes: slots - 1 stages of x in flight per block.
  *
- * Quantized codes: thread t holds half (64 k) of W row t / 2 for the PD = 4
- * stages after the one it converts next, in registers (load_wr: Q4 32
+ * Quantized codes: thread t holds half (64 k) of W row t / 2 for the next
+ * stage it converts and the PD - 1 = 3 after it, in registers (load_wr: Q4 32
  * bytes a stage, Q8 64), so that the weight bytes in flight do not depend
  * on the ring (stop 37: staged in the slots, only the ring's two were).
  * They become bf16 exactly (small integers, quant_decode.cuh) in the
@@ -64,7 +65,8 @@ template <int WF, int NSL> struct WgLayout {
     static constexpr int SLOT = TILE_B + RAW;
     static constexpr int QB = WF == W_BF16 ? 0 : 2 * TILE_B; /* converted B tiles */
     static constexpr int BYTES = 1024 + SLOTS * SLOT + QB;
-    /* blocks per SM the shared memory allows (227 KB, ~1 KB reserved each), at most 3 */
+    /* blocks per SM the shared memory allows (227 KB; 1 KB reserved per block
+     * plus 1 KB of slack for the static qsc / last), at most 3 */
     static constexpr int PER_SM = 232448 / (BYTES + 1024 + 1024) >= 3 ? 3 : 232448 / (BYTES + 1024 + 1024);
     static_assert(RN * RS * 4 <= SLOTS * SLOT, "the epilogue tile reuses the ring");
     static_assert(PER_SM >= 1, "one block per SM at least");
@@ -106,7 +108,7 @@ __device__ __forceinline__ void load_w(const RowsArgs &a, int s, int n0, unsigne
 }
 
 /* Quantized W in registers: thread t holds half t % 2 of W row t / 2 for
- * PD stages ahead of the one it converts (Q4 32 bytes a stage, Q8 64), so
+ * the next PD stages it converts (Q4 32 bytes a stage, Q8 64), so
  * that PD stages of weight bytes per block are in flight from memory
  * whatever the x ring's depth (the shared-memory slots held only 2 with a
  * 3-slot ring: stop 36's kernel). */

@@ -885,8 +885,9 @@ static void test_quant_product_timing(void **state)
     CU(cudaEventCreate(&e1));
     printf("\n  quantized product timing, us per call (GB/s of quantized bytes); GEMV (1..8 rows): default block\n"
            "  shape and the best (threads x rows per block) tried; gemm_rows.cu (tensor cores, 1..64 rows)\n");
-    printf("  rows wg: gemm_rows_wg.cu's Hopper kernel, its planned split count and ring depth (- where the device\n"
-           "  has no sm_90a); then 2 and 4 slots forced, and its best forced split count (1, 2, 4, 8) from 16 rows\n");
+    printf("  rows wg: gemm_rows_wg.cu's Hopper kernel with the split count and ring depth it plans (- where the\n"
+           "  device has no sm_90a); then 2 and 4 slots forced, and its best forced split count (1, 2, 4, 8, as\n"
+           "  asked: the workspace may cap it, e.g. gate/up at 64 rows) from 16 rows\n");
     printf("  %-4s %-20s %3s %14s %22s %14s %18s %14s\n", "fmt", "shape", "T", "gemv default", "gemv best",
            "rows planned", "rows best (S)", "rows wg");
     setenv("DSQ_CUDA_ROWS_WG", "2", 1);
