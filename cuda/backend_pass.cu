@@ -39,6 +39,7 @@ static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
     e.rows_max = cc->rows_max;
     e.qrows_max = cc->qrows_max;
     e.qrows_q8_min = cc->qrows_q8_min;
+    e.qrows_q4_min = cc->qrows_q4_min;
     e.qtile_parts = cc->qtile_parts;
     e.rows_min = cc->rows_min;
     e.rows_ws = cc->rows_ws;

@@ -23,13 +23,22 @@
  * block then loops over row groups (grid = the blocks that fit at once), so
  * the norm is computed once per resident block, not once per row group.
  *
- * Q8_ROW weights (Q8 = true; int8 codes [N][K], fp32 row scales [N]): the
+ * Q8_ROW weights (WQ_Q8; int8 codes [N][K], fp32 row scales [N]): the
  * same kernel with 16-byte pieces of 16 codes (two pieces of x each),
  * codes turned into floats as gemv_quant.cu does (quant_decode.cuh) and
  * each row's sum multiplied by its scale in the epilogue.  Before stop 35
  * the 1..2-row INT8 products ran gemv_quant.cu's kernel, which has none of
  * the loads in flight, PDL or fused norm above (the INT8 batch-1 step
- * measured 1.21 ms for half of bf16's 1.32 ms worth of bytes). */
+ * measured 1.21 ms for half of bf16's 1.32 ms worth of bytes).
+ *
+ * Q4_G128 weights (WQ_Q4; codes [N][K/2], two per byte, low nibble first,
+ * fp16 scales and uint8 zero points [N][K/128]): 16-byte pieces of 32
+ * codes (a quarter of a group; four pieces of x each), each piece's group
+ * scale and zero loaded with its codes before the PDL wait, and the
+ * arithmetic of gemv_quant.cu's Q4 kernel (part = sum x (c - zero) over the
+ * piece, then acc += scale * part).  Before stop 38 the 1..2-row 4-bit
+ * products ran gemm_rows.cu's tensor-core kernel (gate/up at 1 row 13.9 us
+ * on the H100, 1.0 TB/s of codes) or gemv_quant.cu's GEMV (13.2 us). */
 #include <string.h>
 
 #include "common.cuh"
@@ -38,10 +47,13 @@
 #include "gemv_quant.h"
 #include "quant_decode.cuh"
 
-#define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (32 for Q8; a runtime choice) */
+#define GEMV_MAX_THREADS 256 /* blockDim.x is 64, 128 or 256 (32 for Q8 / Q4; a runtime choice) */
 #define GEMV_UNROLL 4
 
 namespace {
+
+/* weight formats of the kernel (template argument WQ) */
+enum { WQ_BF16 = 0, WQ_Q8 = 1, WQ_Q4 = 2 };
 
 struct GemvArgs {
     const uint16_t *x;   /* bf16 [T][K] (not NORM) */
@@ -49,8 +61,10 @@ struct GemvArgs {
     const int32_t *rows; /* NORM: row of xr for token t, or NULL (t) */
     const float *nw;     /* NORM: fp32 norm weight [K] */
     float eps;
-    const uint16_t *w; /* bf16 [N][K] (Q8: int8 codes [N][K]) */
-    const float *scales; /* Q8: fp32 row scales [N]; NULL for bf16 */
+    const uint16_t *w; /* bf16 [N][K] (Q8: int8 codes [N][K]; Q4: 4-bit codes [N][K/2]) */
+    const float *scales; /* Q8: fp32 row scales [N]; NULL otherwise */
+    const uint16_t *gscales; /* Q4: fp16 group scales [N][G], G = ceil(K / 128) */
+    const uint8_t *gzeros;   /* Q4: zero points [N][G] */
     const float *bias; /* fp32 [N] (BIAS) */
     int N, K;
     void *y;
@@ -58,38 +72,50 @@ struct GemvArgs {
 };
 
 /* W pieces v + u*NT (u < GEMV_UNROLL) of the R rows of group g; pieces
- * past the row (PW pieces: K / 8 bf16, K / 16 Q8) are zero. */
-template <int R, bool Q8>
-__device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], const GemvArgs &a, int g, int v, int K8)
+ * past the row (PW pieces: K / 8 bf16, K / 16 Q8, K / 32 Q4) are zero.
+ * Q4: sz gets each piece's group scale (fp16 bits, low half) and zero
+ * point (bits 16..23), raw, so nothing here waits for the loads. */
+template <int R, int WQ>
+__device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], uint32_t (&sz)[GEMV_UNROLL][R],
+                                       const GemvArgs &a, int g, int v, int PW)
 {
     const int NT = blockDim.x;
+    const size_t row_bytes = WQ == WQ_Q4 ? (size_t)a.K / 2 : (size_t)a.K * (WQ == WQ_Q8 ? 1 : 2);
+    const int G = (a.K + 127) / 128;
 #pragma unroll
     for (int r = 0; r < R; r++) { /* rows past N repeat the last one; never stored */
-        const size_t row_bytes = (size_t)a.K * (Q8 ? 1 : 2);
-        const uint4 *wr = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(a.w) +
-                                                          (size_t)min(g * R + r, a.N - 1) * row_bytes);
+        const size_t n = (size_t)min(g * R + r, a.N - 1);
+        const uint4 *wr = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(a.w) + n * row_bytes);
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++)
-            wv[u][r] = v + u * NT < K8 ? __ldcs(wr + v + u * NT) : make_uint4(0, 0, 0, 0);
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int p = v + u * NT;
+            wv[u][r] = p < PW ? __ldcs(wr + p) : make_uint4(0, 0, 0, 0);
+            if (WQ == WQ_Q4) /* 4 pieces per group of 128 */
+                sz[u][r] = p < PW ? (uint32_t)__ldg(a.gscales + n * G + (p >> 2)) |
+                                        (uint32_t)__ldg(a.gzeros + n * G + (p >> 2)) << 16
+                                  : 0u;
+        }
     }
 }
 
 /* 16-byte path: K % 8 == 0, x and W 16-byte aligned.  Block b computes row
  * groups b, b + gridDim.x, ... */
-template <int T, int R, int EPI, bool NORM, bool Q8>
+template <int T, int R, int EPI, bool NORM, int WQ>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
 {
     __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
     extern __shared__ uint4 xs_dyn[]; /* NORM: bf16 [T][K] */
     const int K8 = a.K / 8, NT = blockDim.x;
-    const int PW = Q8 ? a.K / 16 : K8; /* 16-byte pieces of a W row */
+    constexpr bool Q8 = WQ == WQ_Q8, Q4 = WQ == WQ_Q4;
+    const int PW = Q4 ? a.K / 32 : Q8 ? a.K / 16 : K8; /* 16-byte pieces of a W row */
     const int ngroups = (a.N + R - 1) / R;
     int g = blockIdx.x;
 
     uint4 wv[GEMV_UNROLL][R];
+    uint32_t sz[GEMV_UNROLL][R]; /* Q4 only */
     if (a.early)
         dsq_pdl_trigger();
-    load_w<R, Q8>(wv, a, g, threadIdx.x, PW); /* before the wait: weights are constant */
+    load_w<R, WQ>(wv, sz, a, g, threadIdx.x, PW); /* before the wait: weights are constant */
     dsq_pdl_wait();
     if (!a.early)
         dsq_pdl_trigger();
@@ -107,7 +133,45 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
         for (int v = threadIdx.x;;) {
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
-                if (Q8 && v + u * NT < PW) {
+                if (Q4 && v + u * NT < PW) {
+                    float part[T][R];
+#pragma unroll
+                    for (int t = 0; t < T; t++)
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+                            part[t][r] = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < 4; w++) { /* codes 8w .. 8w+7 of the piece: x piece 4 (v + u NT) + w */
+                        float cw[R][8];
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            const uint32_t word = w == 0 ? wv[u][r].x : w == 1 ? wv[u][r].y : w == 2 ? wv[u][r].z
+                                                                                                    : wv[u][r].w;
+                            const float zb = dsq_qd_zbias(sz[u][r] >> 16);
+#pragma unroll
+                            for (int j = 0; j < 8; j++)
+                                cw[r][j] = dsq_qd_u4(word, j, zb);
+                        }
+                        const int xi = 4 * (v + u * NT) + w;
+#pragma unroll
+                        for (int t = 0; t < T; t++) {
+                            float xf[8];
+                            dsq_unpack8(NORM ? xv[(size_t)t * K8 + xi] : __ldg(xv + (size_t)t * K8 + xi), xf);
+#pragma unroll
+                            for (int r = 0; r < R; r++)
+#pragma unroll
+                                for (int e = 0; e < 8; e++)
+                                    part[t][r] = fmaf(xf[e], cw[r][e], part[t][r]);
+                        }
+                    }
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const float sc = __half2float(__ushort_as_half((unsigned short)(sz[u][r] & 0xffffu)));
+#pragma unroll
+                        for (int t = 0; t < T; t++)
+                            acc[t][r] = fmaf(sc, part[t][r], acc[t][r]);
+                    }
+                } else if (Q8 && v + u * NT < PW) {
 #pragma unroll
                     for (int h = 0; h < 2; h++) { /* codes 8h .. 8h+7 of the piece: x piece 2 (v + u NT) + h */
                         float cw[R][8];
@@ -132,7 +196,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                                     acc[t][r] = fmaf(xf[e], cw[r][e], acc[t][r]);
                         }
                     }
-                } else if (!Q8 && v + u * NT < K8) {
+                } else if (WQ == WQ_BF16 && v + u * NT < K8) {
 #pragma unroll
                     for (int t = 0; t < T; t++) {
                         float xf[8];
@@ -152,13 +216,13 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
             v += GEMV_UNROLL * NT;
             if (v >= PW)
                 break;
-            load_w<R, Q8>(wv, a, g, v, PW);
+            load_w<R, WQ>(wv, sz, a, g, v, PW);
         }
         /* the next group's first weights go out before this group's
          * epilogue, so its reductions overlap the loads */
         const int next = g + gridDim.x;
         if (next < ngroups)
-            load_w<R, Q8>(wv, a, next, threadIdx.x, PW);
+            load_w<R, WQ>(wv, sz, a, next, threadIdx.x, PW);
         gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, Q8 ? a.scales : nullptr, a.bias, a.y);
         g = next;
         if (g >= ngroups)
@@ -222,13 +286,13 @@ static bool balance_enabled(void)
  * slower (gate/up 494 vs 485 us per step).  The occupancy is cached per
  * kernel instance and block size (it does not depend on the device's SM
  * count, which is read per call). */
-template <int T, int R, int EPI, bool NORM, bool Q8>
+template <int T, int R, int EPI, bool NORM, int WQ>
 static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
     if (!NORM && !balance_enabled())
         return groups;
-    static int64_t per_sm[4]; /* nt 64, 128, 256, 32 (Q8 only) */
-    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM, Q8>, nt, smem,
+    static int64_t per_sm[4]; /* nt 64, 128, 256, 32 (quantized only) */
+    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM, WQ>, nt, smem,
                                                 &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : nt == 256 ? 2 : 3]);
     if (groups <= cap)
         return groups;
@@ -238,50 +302,53 @@ static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
     return (groups + rounds - 1) / rounds;
 }
 
-template <int T, int R, int EPI, bool Q8>
+template <int T, int R, int EPI, int WQ>
 static cudaError_t launch_rows(bool vec, bool norm, int nt, const GemvArgs &a, cudaStream_t s)
 {
     const unsigned groups = (unsigned)((a.N + R - 1) / R);
     if constexpr (T <= DSQ_GEMV_NORM_MAX_TOKENS) {
         if (norm) {
             const size_t smem = (size_t)T * a.K * 2;
-            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true, Q8>,
-                                  dim3(gemv_grid<T, R, EPI, true, Q8>(nt, smem, groups)), dim3(nt), smem, s, a);
+            return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, true, WQ>,
+                                  dim3(gemv_grid<T, R, EPI, true, WQ>(nt, smem, groups)), dim3(nt), smem, s, a);
         }
     }
     if (vec)
-        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false, Q8>,
-                              dim3(gemv_grid<T, R, EPI, false, Q8>(nt, 0, groups)), dim3(nt), 0, s, a);
-    if (Q8) /* run() sends Q8 only where vec holds */
+        return dsq_launch_pdl(gemv_vec_kernel<T, R, EPI, false, WQ>,
+                              dim3(gemv_grid<T, R, EPI, false, WQ>(nt, 0, groups)), dim3(nt), 0, s, a);
+    if (WQ != WQ_BF16) /* run() sends quantized weights only where vec holds */
         return cudaErrorInvalidValue;
     gemv_scalar_kernel<T, R, EPI><<<groups, GEMV_MAX_THREADS, 0, s>>>(a.x, a.w, a.bias, a.N, a.K, a.y);
     return cudaGetLastError();
 }
 
-template <int T, int EPI, bool Q8>
+template <int T, int EPI, int WQ>
 static cudaError_t launch_gemv(bool vec, bool norm, int nt, int r, const GemvArgs &a, cudaStream_t s)
 {
-    /* rows per block: 8 only for 1-2 bf16 tokens (registers: Q8's decoded
-     * codes take R x 8 more), 2 or 4 otherwise */
-    if (r >= 8 && T <= 2 && !Q8)
-        return launch_rows<T, (T <= 2 ? 8 : 4), EPI, Q8>(vec, norm, nt, a, s);
+    /* rows per block: 8 only for 1-2 bf16 tokens (registers: quantized
+     * weights' decoded codes take R x 8 more, Q4's scales R x 4), 2 or 4
+     * otherwise */
+    if constexpr (T <= 2 && WQ == WQ_BF16) { /* (no 8-row instances of the others) */
+        if (r >= 8)
+            return launch_rows<T, 8, EPI, WQ>(vec, norm, nt, a, s);
+    }
     if (r >= 4)
-        return launch_rows<T, 4, EPI, Q8>(vec, norm, nt, a, s);
-    return launch_rows<T, 2, EPI, Q8>(vec, norm, nt, a, s);
+        return launch_rows<T, 4, EPI, WQ>(vec, norm, nt, a, s);
+    return launch_rows<T, 2, EPI, WQ>(vec, norm, nt, a, s);
 }
 
-template <int EPI, bool Q8>
+template <int EPI, int WQ>
 static cudaError_t dispatch_tokens(int T, bool vec, bool norm, int nt, int r, const GemvArgs &a, cudaStream_t s)
 {
     switch (T) {
-    case 1: return launch_gemv<1, EPI, Q8>(vec, norm, nt, r, a, s);
-    case 2: return launch_gemv<2, EPI, Q8>(vec, norm, nt, r, a, s);
-    case 3: return launch_gemv<3, EPI, Q8>(vec, norm, nt, r, a, s);
-    case 4: return launch_gemv<4, EPI, Q8>(vec, norm, nt, r, a, s);
-    case 5: return launch_gemv<5, EPI, Q8>(vec, false, nt, r, a, s);
-    case 6: return launch_gemv<6, EPI, Q8>(vec, false, nt, r, a, s);
-    case 7: return launch_gemv<7, EPI, Q8>(vec, false, nt, r, a, s);
-    default: return launch_gemv<8, EPI, Q8>(vec, false, nt, r, a, s);
+    case 1: return launch_gemv<1, EPI, WQ>(vec, norm, nt, r, a, s);
+    case 2: return launch_gemv<2, EPI, WQ>(vec, norm, nt, r, a, s);
+    case 3: return launch_gemv<3, EPI, WQ>(vec, norm, nt, r, a, s);
+    case 4: return launch_gemv<4, EPI, WQ>(vec, norm, nt, r, a, s);
+    case 5: return launch_gemv<5, EPI, WQ>(vec, false, nt, r, a, s);
+    case 6: return launch_gemv<6, EPI, WQ>(vec, false, nt, r, a, s);
+    case 7: return launch_gemv<7, EPI, WQ>(vec, false, nt, r, a, s);
+    default: return launch_gemv<8, EPI, WQ>(vec, false, nt, r, a, s);
     }
 }
 
@@ -351,65 +418,97 @@ static void q8_default_cfg(int T, int N, int K, int *nt, int *r)
     }
 }
 
-static dsq_status run(const GemvArgs &a, bool norm, bool q8, int32_t T, dsq_epilogue epi, int nt, int r,
+/* Q4 block shape from the 16-byte pieces of a row (32 codes each; 1,536:
+ * 48 pieces, 8,960: 280).  First guess, to be set from test_cuda_quant's
+ * timing table: one warp per block for short rows (each lane holding its
+ * one or two pieces of every row in flight before the PDL wait), 4 rows
+ * per block at 1-2 tokens where the matrix is narrow; 128 threads for long
+ * rows. */
+static void q4_default_cfg(int T, int N, int K, int *nt, int *r)
+{
+    const int P = K / 32;
+    if (P > 128) {
+        *nt = 128;
+        *r = 2;
+    } else if (P > 64) {
+        *nt = 64;
+        *r = 2;
+    } else {
+        *nt = 32;
+        *r = T <= 2 && N < 16384 ? 4 : 2;
+    }
+}
+
+static dsq_status run(const GemvArgs &a, bool norm, int wq, int32_t T, dsq_epilogue epi, int nt, int r,
                       cudaStream_t stream)
 {
     const int N = a.N, K = a.K;
+    const bool q8 = wq == WQ_Q8, q4 = wq == WQ_Q4, quant = q8 || q4;
+    const char *name = q4 ? "gemv q4" : q8 ? "gemv q8" : "gemv";
     if (T < 1 || T > DSQ_GEMV_MAX_TOKENS)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: %d rows; the kernel takes 1..%d", T, DSQ_GEMV_MAX_TOKENS);
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d rows; the kernel takes 1..%d", name, T, DSQ_GEMV_MAX_TOKENS);
     if (N < 1 || K < 1)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: empty matrix %d x %d", N, K);
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: empty matrix %d x %d", name, N, K);
     if (epi == DSQ_EPI_SILU_MUL && N % 2 != 0)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: silu*mul needs an even row count (got %d)", N);
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: silu*mul needs an even row count (got %d)", name, N);
     if (epi == DSQ_EPI_BIAS && !a.bias)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: bias epilogue without a bias");
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: bias epilogue without a bias", name);
     /* blocks loop over row groups, each reading every row of xr for its
      * norm: an ADD into the residual could change rows another block has
      * yet to read (the backend folds norms only into qkv and gate/up) */
     if (norm && epi == DSQ_EPI_ADD)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: the ADD epilogue is not supported");
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s+norm: the ADD epilogue is not supported", name);
     if (nt <= 0 || r <= 0) {
-        if (q8)
+        if (q4)
+            q4_default_cfg(T, N, K, &nt, &r);
+        else if (q8)
             q8_default_cfg(T, N, K, &nt, &r);
         else
             default_cfg(T, N, K, &nt, &r);
     }
     GemvArgs ea = a;
     ea.early = (dsq_pdl_early() & DSQ_PDL_EARLY_GEMV) != 0;
-    if (nt != 64 && nt != 128 && nt != 256 && !(q8 && nt == 32))
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv: block of %d threads (64, 128 or 256; 32 for Q8)", nt);
-    const bool vec = K % (q8 ? 16 : 8) == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;
-    if (q8 && !norm && !vec)
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv q8: needs K %% 16 == 0 and 16-byte aligned x and codes (K %d)", K);
+    if (nt != 64 && nt != 128 && nt != 256 && !(quant && nt == 32))
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: block of %d threads (64, 128 or 256; 32 for quantized weights)", name,
+                        nt);
+    const int piece = q4 ? 32 : q8 ? 16 : 8; /* weights per 16-byte piece */
+    const bool vec = K % piece == 0 && ((uintptr_t)a.x & 15) == 0 && ((uintptr_t)a.w & 15) == 0;
+    if (quant && !norm && !vec)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: needs K %% %d == 0 and 16-byte aligned x and codes (K %d)", name,
+                        piece, K);
     if (q8 && !a.scales)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv q8: no row scales");
-    if (norm && !(K % (q8 ? 16 : 8) == 0 && ((uintptr_t)a.xr & 15) == 0 && ((uintptr_t)a.nw & 15) == 0 &&
+    if (q4 && (!a.gscales || !a.gzeros))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv q4: no group scales or zero points");
+    if (norm && !(K % piece == 0 && ((uintptr_t)a.xr & 15) == 0 && ((uintptr_t)a.nw & 15) == 0 &&
                   ((uintptr_t)a.w & 15) == 0 && T <= DSQ_GEMV_NORM_MAX_TOKENS &&
                   (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM))
-        return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm: %d rows of %d (needs K %% 8 == 0, 16-byte aligned data, "
-                        "T <= %d, T*K*2 <= %d)", T, K, DSQ_GEMV_NORM_MAX_TOKENS, DSQ_GEMV_NORM_MAX_SMEM);
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s+norm: %d rows of %d (needs K %% %d == 0, 16-byte aligned data, "
+                        "T <= %d, T*K*2 <= %d)", name, T, K, piece, DSQ_GEMV_NORM_MAX_TOKENS, DSQ_GEMV_NORM_MAX_SMEM);
     cudaError_t e = cudaSuccess;
     switch (epi) {
 #define GCASE(E)                                                                                 \
     case E:                                                                                      \
-        e = q8 ? dispatch_tokens<E, true>(T, vec || norm, norm, nt, r, ea, stream)               \
-               : dispatch_tokens<E, false>(T, vec, norm, nt, r, ea, stream);                     \
+        e = q4   ? dispatch_tokens<E, WQ_Q4>(T, vec || norm, norm, nt, r, ea, stream)            \
+            : q8 ? dispatch_tokens<E, WQ_Q8>(T, vec || norm, norm, nt, r, ea, stream)            \
+                 : dispatch_tokens<E, WQ_BF16>(T, vec, norm, nt, r, ea, stream);                 \
         break;
         GCASE(DSQ_EPI_STORE)
         GCASE(DSQ_EPI_BIAS)
         GCASE(DSQ_EPI_ADD)
         GCASE(DSQ_EPI_SILU_MUL)
 #undef GCASE
-    default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
+    default: return dsq_fail(DSQ_ERR_INTERNAL, "%s: unknown epilogue %d", name, (int)epi);
     }
-    return dsq_cu_status(e, norm ? (q8 ? "gemv q8+norm kernel" : "gemv+norm kernel") : q8 ? "gemv q8 kernel"
-                                                                                       : "gemv kernel");
+    return dsq_cu_status(e, norm ? (q4 ? "gemv q4+norm kernel" : q8 ? "gemv q8+norm kernel" : "gemv+norm kernel")
+                                 : q4 ? "gemv q4 kernel" : q8 ? "gemv q8 kernel" : "gemv kernel");
 }
 
 } // namespace
 
 /* The arguments every C entry point below packs: x (bf16 rows) or, for
- * the norm variants, xr / rows / nw / eps; w bf16 or Q8 codes (scales). */
+ * the norm variants, xr / rows / nw / eps; w bf16 or Q8 codes (scales) or
+ * Q4 codes (set gscales / gzeros after). */
 static GemvArgs args_of(const dsq_bf16 *x, const float *xr, const int32_t *rows, const float *nw, float eps,
                         const void *w, const float *scales, const float *bias, int32_t N, int32_t K, void *y)
 {
@@ -438,7 +537,7 @@ extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, cons
                                       int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                                       cudaStream_t stream)
 {
-    return run(args_of(x, NULL, NULL, NULL, 0.0f, w, NULL, bias, N, K, y), false, false, T, epi, nt, r, stream);
+    return run(args_of(x, NULL, NULL, NULL, 0.0f, w, NULL, bias, N, K, y), false, WQ_BF16, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
@@ -451,7 +550,7 @@ extern "C" dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows,
                                            const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
                                            dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
 {
-    return run(args_of(NULL, xr, rows, nw, eps, w, NULL, bias, N, K, y), true, false, T, epi, nt, r, stream);
+    return run(args_of(NULL, xr, rows, nw, eps, w, NULL, bias, N, K, y), true, WQ_BF16, T, epi, nt, r, stream);
 }
 
 extern "C" int dsq_cu_gemv_q8_pdl_ok(int32_t T, int32_t K, const void *x, const int8_t *q)
@@ -469,7 +568,7 @@ extern "C" dsq_status dsq_cu_gemv_q8_pdl_cfg(const dsq_bf16 *x, const int8_t *q,
                                              const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
                                              void *y, int nt, int r, cudaStream_t stream)
 {
-    return run(args_of(x, NULL, NULL, NULL, 0.0f, q, scales, bias, N, K, y), false, true, T, epi, nt, r, stream);
+    return run(args_of(x, NULL, NULL, NULL, 0.0f, q, scales, bias, N, K, y), false, WQ_Q8, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
@@ -477,5 +576,37 @@ extern "C" dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *ro
                                               int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                                               cudaStream_t stream)
 {
-    return run(args_of(NULL, xr, rows, nw, eps, q, scales, bias, N, K, y), true, true, T, epi, nt, r, stream);
+    return run(args_of(NULL, xr, rows, nw, eps, q, scales, bias, N, K, y), true, WQ_Q8, T, epi, nt, r, stream);
+}
+
+extern "C" int dsq_cu_gemv_q4_pdl_ok(int32_t T, int32_t K, const void *x, const uint8_t *q)
+{
+    return T >= 1 && T <= DSQ_GEMV_MAX_TOKENS && K % 32 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 15) == 0;
+}
+
+extern "C" int dsq_cu_gemv_q4_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const uint8_t *q)
+{
+    return T >= 1 && T <= DSQ_GEMV_NORM_MAX_TOKENS && K % 32 == 0 && (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
+           ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && ((uintptr_t)q & 15) == 0;
+}
+
+extern "C" dsq_status dsq_cu_gemv_q4_pdl_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                                             const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
+                                             int32_t K, dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
+{
+    GemvArgs a = args_of(x, NULL, NULL, NULL, 0.0f, q, NULL, bias, N, K, y);
+    a.gscales = scales;
+    a.gzeros = zeros;
+    return run(a, false, WQ_Q4, T, epi, nt, r, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_q4_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                              const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                                              const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
+                                              void *y, int nt, int r, cudaStream_t stream)
+{
+    GemvArgs a = args_of(NULL, xr, rows, nw, eps, q, NULL, bias, N, K, y);
+    a.gscales = scales;
+    a.gzeros = zeros;
+    return run(a, true, WQ_Q4, T, epi, nt, r, stream);
 }

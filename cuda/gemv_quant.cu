@@ -413,6 +413,39 @@ extern "C" dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, co
                                          int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                                          cudaStream_t stream)
 {
+    /* as Q8: the 16-byte path runs gemv.cu's kernel unless the policy says
+     * otherwise for the default shape */
+    if (x && q && scales && zeros && y &&
+        (nt > 0 ? dsq_cu_gemv_q4_pdl_ok(T, K, x, q) : dsq_cu_gemv_q4_pdl_use(T, N, K, x, q)))
+        return dsq_cu_gemv_q4_pdl_cfg(x, q, scales, zeros, bias, T, N, K, epi, y, nt, r, stream);
+    return dsq_cu_gemv_q4_old_cfg(x, q, scales, zeros, bias, T, N, K, epi, y, nt, r, stream);
+}
+
+/* DSQ_CUDA_Q4_GEMV, read once: "old" keeps gemv_quant.cu's kernel for the
+ * default shape (a measurement knob, stop 38) */
+static int q4_old(void)
+{
+    static int v = -1;
+    int p = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (p < 0) {
+        const char *e = getenv("DSQ_CUDA_Q4_GEMV");
+        p = e && !strcmp(e, "old");
+        __atomic_store_n(&v, p, __ATOMIC_RELAXED);
+    }
+    return p;
+}
+
+extern "C" int dsq_cu_gemv_q4_pdl_use(int32_t T, int32_t N, int32_t K, const void *x, const uint8_t *q)
+{
+    (void)N;
+    return !q4_old() && dsq_cu_gemv_q4_pdl_ok(T, K, x, q);
+}
+
+extern "C" dsq_status dsq_cu_gemv_q4_old_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                                             const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
+                                             int32_t K, dsq_epilogue epi, void *y, int nt, int r,
+                                             cudaStream_t stream)
+{
     q_args a = {x, q, scales, zeros, bias, N, K, y};
     return run("gemv_q4", true, a, T, epi, nt, r, stream);
 }

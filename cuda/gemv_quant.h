@@ -89,6 +89,28 @@ dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *rows, const f
                                    int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                                    cudaStream_t stream);
 
+/* Q4_G128 products in gemv.cu's kernel (stop 38), as the Q8 ones above:
+ * dsq_cu_gemv_q4_cfg sends its 16-byte path (dsq_cu_gemv_q4_pdl_ok: K %
+ * 32 == 0, x and q 16-byte aligned) there for an explicit block shape and,
+ * for the default one, where dsq_cu_gemv_q4_pdl_use says
+ * (DSQ_CUDA_Q4_GEMV=old: never; default: always); dsq_cu_gemv_q4_old_cfg
+ * always runs gemv_quant.cu's kernel.  The norm variant as Q8's
+ * (dsq_cu_gemv_q4_norm_ok: T <= 4, K % 32 == 0, T*K*2 <= 40 KB; not with
+ * the ADD epilogue). */
+int dsq_cu_gemv_q4_pdl_ok(int32_t T, int32_t K, const void *x, const uint8_t *q);
+int dsq_cu_gemv_q4_pdl_use(int32_t T, int32_t N, int32_t K, const void *x, const uint8_t *q);
+dsq_status dsq_cu_gemv_q4_old_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                                  const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
+                                  int32_t K, dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);
+dsq_status dsq_cu_gemv_q4_pdl_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                                  const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
+                                  int32_t K, dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);
+int dsq_cu_gemv_q4_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const uint8_t *q);
+dsq_status dsq_cu_gemv_q4_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                   const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                                   const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
+                                   void *y, int nt, int r, cudaStream_t stream);
+
 /* Large batches: rows [n0, n1) of W dequantized into bf16 out [n1-n0][K]
  * (row stride K) for the cuBLASLt path (dsq_gemm_run) on a scratch tile of
  * rows: part 0, each weight's exact fp32 value w rounded to nearest even;

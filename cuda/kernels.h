@@ -299,10 +299,12 @@ typedef struct dsq_cu_linear_env {
      * even where the GEMV would take them (DSQ_CUDA_GEMM_ROWS_MIN) */
     int32_t rows_min;
     /* Q8_ROW / Q4_G128 products of T <= qrows_max rows through gemm_rows.cu
-     * (0: never; DSQ_CUDA_QROWS), Q8_ROW only from qrows_q8_min rows, with
-     * the same workspace */
+     * (0: never; DSQ_CUDA_QROWS), Q8_ROW only from qrows_q8_min rows,
+     * Q4_G128 only from qrows_q4_min rows (fewer: gemv.cu's GEMV), with the
+     * same workspace */
     int32_t qrows_max;
     int32_t qrows_q8_min;
+    int32_t qrows_q4_min;
     /* quantized products through the dequantization tile: 1 = the
      * weights rounded to bf16 (DSQ_CUDA_QTILE=1), else exact: Q8_ROW's
      * codes (exact in bf16) and the row scales in dsq_cu_scale_epilogue

@@ -79,7 +79,8 @@ static dsq_status dequant_part(const dsq_weight *W, int part, const dsq_cu_linea
 /* Whether linear_quant sends this product to gemm_rows.cu */
 static int quant_rows_path(const dsq_weight *W, const dsq_bf16 *x, int32_t T, const dsq_cu_linear_env *env)
 {
-    const int rows_ok = T <= env->qrows_max && (W->format != DSQ_WF_Q8_ROW || T >= env->qrows_q8_min);
+    const int rows_ok = T <= env->qrows_max && (W->format != DSQ_WF_Q8_ROW || T >= env->qrows_q8_min) &&
+                        (W->format != DSQ_WF_Q4_G128 || T >= env->qrows_q4_min);
     return rows_ok && dsq_cu_gemm_rows_q_ok(T, (int32_t)W->cols, x, W->data);
 }
 
@@ -204,6 +205,14 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
             return dsq_cu_gemv_q8_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
                                            (const int8_t *)W->data, (const float *)W->scales, bias, T,
                                            (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
+        /* Q4_G128 products on gemv.cu's GEMV (1..2 rows by default): the same */
+        if (W->format == DSQ_WF_Q4_G128 && env->norm_fuse && quant_gemv_path(W, x, T, env) &&
+            dsq_cu_gemv_q4_pdl_use(T, (int32_t)W->rows, K, x, (const uint8_t *)W->data) &&
+            dsq_cu_gemv_q4_norm_ok(T, K, env->norm_x, env->norm_w, (const uint8_t *)W->data))
+            return dsq_cu_gemv_q4_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
+                                           (const uint8_t *)W->data, (const uint16_t *)W->scales,
+                                           (const uint8_t *)W->zeros, bias, T, (int32_t)W->rows, K, epi, y, 0, 0,
+                                           env->stream);
         dsq_status st = dsq_cu_rmsnorm(env->norm_x, env->norm_rows, T, K, env->norm_w, env->norm_eps,
                                        (dsq_bf16 *)x, env->stream);
         if (st != DSQ_OK)

@@ -149,6 +149,9 @@ static dsq_status launch(const qmat *m, const uint16_t *dx, const float *dbias, 
                          void *dy, int nt, int r, int rows_splits)
 {
     if (rows_splits < 0) {
+        if (m->is_q4 && nt == 1) /* gemv_quant.cu's own Q4 kernel at its default shape */
+            return dsq_cu_gemv_q4_old_cfg(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz,
+                                          dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, 0, 0, 0);
         if (m->is_q4)
             return dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz,
                                       dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, nt, r, 0);
@@ -263,7 +266,7 @@ static void run_gemv_tests(int is_q4)
                 if (m.N % 2 == 0)
                     check_case(&m, T, DSQ_EPI_SILU_MUL, 0, 0, 0, &worst);
                 check_case(&m, T, DSQ_EPI_STORE, 0, 0, 1, &worst); /* misaligned x: scalar path */
-                if (!is_q4) { /* gemv_quant.cu's Q8 kernel (gate/up and the head by default) */
+                { /* gemv_quant.cu's kernels (Q8 gate/up and the head by default; Q4 with DSQ_CUDA_Q4_GEMV=old) */
                     check_case(&m, T, DSQ_EPI_STORE, 1, 0, 0, &worst);
                     if (m.N % 2 == 0)
                         check_case(&m, T, DSQ_EPI_SILU_MUL, 1, 0, 0, &worst);
@@ -293,14 +296,14 @@ static void test_gemv_q4(void **state)
     run_gemv_tests(1);
 }
 
-/* The Q8_ROW GEMV with the RMSNorm folded in (dsq_cu_gemv_q8_norm_cfg,
- * gemv.cu) against the CPU product of the exactly normalised rows: as the
+/* The Q8_ROW and Q4_G128 GEMVs with the RMSNorm folded in
+ * (dsq_cu_gemv_q8_norm_cfg / dsq_cu_gemv_q4_norm_cfg, gemv.cu) against the CPU product of the exactly normalised rows: as the
  * bf16 test in test_cuda_kernels, the kernel rounds the normalised row to
  * bf16, so each term may also be off by a bf16 rounding of x (2^-8 of
  * sum |x w| more tolerance).  Residual rows gathered or not, N up to the
  * gate/up shape (blocks loop over row groups), outputs NaN-poisoned. */
-static void run_gemv_q8_norm(int T, int64_t N, int64_t K, dsq_epilogue epi, int gather, int nt, int r,
-                             double *worst)
+static void run_gemv_q_norm(int is_q4, int T, int64_t N, int64_t K, dsq_epilogue epi, int gather, int nt, int r,
+                            double *worst)
 {
     const int Rr = T + 2;
     float *xr = (float *)malloc((size_t)(Rr * K) * 4), *nw = (float *)malloc((size_t)K * 4);
@@ -321,7 +324,7 @@ static void run_gemv_q8_norm(int T, int64_t N, int64_t K, dsq_epilogue epi, int 
         for (int64_t k = 0; k < K; k++)
             x[t * K + k] = (float)(nw[k] * (v[k] * inv));
     }
-    qmat m = make_qmat(0, N, K);
+    qmat m = make_qmat(is_q4, N, K);
     float *bias = (float *)malloc((size_t)N * 4), *y = (float *)malloc((size_t)(T * N) * 4);
     for (int64_t n = 0; n < N; n++)
         bias[n] = frand(0.5f);
@@ -331,14 +334,22 @@ static void run_gemv_q8_norm(int T, int64_t N, int64_t K, dsq_epilogue epi, int 
     void *drows = dev_copy(rows, sizeof rows), *dbias = dev_copy(bias, (size_t)N * 4);
     const size_t ybytes = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
     void *dy = dev_nan(ybytes);
-    assert_true(dsq_cu_gemv_q8_norm_ok(T, (int32_t)K, dxr, (const float *)dnw, (const int8_t *)m.dq));
-    const dsq_status st =
-        dsq_cu_gemv_q8_norm_cfg((const float *)dxr, gather ? (const int32_t *)drows : NULL, (const float *)dnw, 1e-6f,
-                                (const int8_t *)m.dq, (const float *)m.ds,
-                                epi == DSQ_EPI_BIAS ? (const float *)dbias : NULL, T, (int32_t)N, (int32_t)K, epi, dy,
-                                nt, r, 0);
+    const float *bp = epi == DSQ_EPI_BIAS ? (const float *)dbias : NULL;
+    const int32_t *rp = gather ? (const int32_t *)drows : NULL;
+    dsq_status st;
+    if (is_q4) {
+        assert_true(dsq_cu_gemv_q4_norm_ok(T, (int32_t)K, dxr, (const float *)dnw, (const uint8_t *)m.dq));
+        st = dsq_cu_gemv_q4_norm_cfg((const float *)dxr, rp, (const float *)dnw, 1e-6f, (const uint8_t *)m.dq,
+                                     (const uint16_t *)m.ds, (const uint8_t *)m.dz, bp, T, (int32_t)N, (int32_t)K, epi,
+                                     dy, nt, r, 0);
+    } else {
+        assert_true(dsq_cu_gemv_q8_norm_ok(T, (int32_t)K, dxr, (const float *)dnw, (const int8_t *)m.dq));
+        st = dsq_cu_gemv_q8_norm_cfg((const float *)dxr, rp, (const float *)dnw, 1e-6f, (const int8_t *)m.dq,
+                                     (const float *)m.ds, bp, T, (int32_t)N, (int32_t)K, epi, dy, nt, r, 0);
+    }
+    const char *fmt = is_q4 ? "q4+norm" : "q8+norm";
     if (st != DSQ_OK)
-        fail_msg("q8+norm %lldx%lld T=%d epi %d nt %d r %d: %s (%s)", (long long)N, (long long)K, T, (int)epi, nt, r,
+        fail_msg("%s %lldx%lld T=%d epi %d nt %d r %d: %s (%s)", fmt, (long long)N, (long long)K, T, (int)epi, nt, r,
                  dsq_status_string(st), dsq_last_error_message());
     void *got = malloc(ybytes);
     to_host(got, dy, ybytes);
@@ -354,7 +365,7 @@ static void run_gemv_q8_norm(int T, int64_t N, int64_t K, dsq_epilogue epi, int 
                 const double e = isnan(v) ? INFINITY : fabs(v - ref) / tol;
                 *worst = e > *worst ? e : *worst;
                 if (!(e <= 1.0))
-                    fail_msg("q8+norm %lldx%lld T=%d silu_mul nt %d r %d (%d,%lld): %g vs %g (tol %g)", (long long)N,
+                    fail_msg("%s %lldx%lld T=%d silu_mul nt %d r %d (%d,%lld): %g vs %g (tol %g)", fmt, (long long)N,
                              (long long)K, T, nt, r, t, (long long)i, v, ref, tol);
             }
             continue;
@@ -366,7 +377,7 @@ static void run_gemv_q8_norm(int T, int64_t N, int64_t K, dsq_epilogue epi, int 
             const double e = isnan(v) ? INFINITY : fabs(v - ref) / tol;
             *worst = e > *worst ? e : *worst;
             if (!(e <= 1.0))
-                fail_msg("q8+norm %lldx%lld T=%d epi %d nt %d r %d (%d,%lld): %g vs CPU %g (tol %g)", (long long)N,
+                fail_msg("%s %lldx%lld T=%d epi %d nt %d r %d (%d,%lld): %g vs CPU %g (tol %g)", fmt, (long long)N,
                          (long long)K, T, (int)epi, nt, r, t, (long long)n, v, ref, tol);
         }
     }
@@ -375,26 +386,33 @@ static void run_gemv_q8_norm(int T, int64_t N, int64_t K, dsq_epilogue epi, int 
     free_qmat(&m);
 }
 
-static void test_gemv_q8_norm(void **state)
+static void run_gemv_q_norm_tests(int is_q4)
 {
-    (void)state;
     double worst = 0;
-    const int64_t shapes[][2] = {{37, 16}, {33, 1536}, {18, 8960}, {2048, 1536}, {17920, 1536}};
+    const int64_t shapes[][2] = {{37, 16}, {33, 1536}, {18, 8960}, {2048, 1536}, {17920, 1536}, {11, 96}};
     for (int T = 1; T <= DSQ_GEMV_NORM_MAX_TOKENS; T++)
-        for (int s = 0; s < 5; s++) {
-            if ((shapes[s][0] > 10000 && T > 1) || (size_t)T * shapes[s][1] * 2 > DSQ_GEMV_NORM_MAX_SMEM)
+        for (int s = 0; s < 6; s++) {
+            if ((shapes[s][0] > 10000 && T > 1) || (size_t)T * shapes[s][1] * 2 > DSQ_GEMV_NORM_MAX_SMEM ||
+                shapes[s][1] % (is_q4 ? 32 : 16) != 0)
                 continue;
             for (int e : {(int)DSQ_EPI_STORE, (int)DSQ_EPI_BIAS, (int)DSQ_EPI_SILU_MUL}) {
                 if (shapes[s][1] > 4096 && T > 1 && e != DSQ_EPI_STORE)
                     continue;
-                run_gemv_q8_norm(T, shapes[s][0] + (e == DSQ_EPI_SILU_MUL && shapes[s][0] % 2), shapes[s][1],
-                                 (dsq_epilogue)e, (T + e) % 2, 0, 0, &worst);
+                run_gemv_q_norm(is_q4, T, shapes[s][0] + (e == DSQ_EPI_SILU_MUL && shapes[s][0] % 2), shapes[s][1],
+                                (dsq_epilogue)e, (T + e) % 2, 0, 0, &worst);
             }
         }
-    for (int nt : {64, 128, 256})
+    for (int nt : {32, 64, 128, 256})
         for (int r : {2, 4, 8})
-            run_gemv_q8_norm(1 + (nt + r) % DSQ_GEMV_NORM_MAX_TOKENS, 36, 1024, DSQ_EPI_SILU_MUL, 1, nt, r, &worst);
-    printf("  q8+norm: worst |gpu - cpu| / tol over all cases = %.3g\n", worst);
+            run_gemv_q_norm(is_q4, 1 + (nt + r) % DSQ_GEMV_NORM_MAX_TOKENS, 36, 1024, DSQ_EPI_SILU_MUL, 1, nt, r,
+                            &worst);
+    printf("  %s+norm: worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8", worst);
+}
+
+static void test_gemv_q8_norm(void **state)
+{
+    (void)state;
+    run_gemv_q_norm_tests(0);
     /* refusals: ADD (blocks read every residual row the ADD may write), K not a multiple of 16, T > 4 */
     const float *fp = (const float *)16;
     const int8_t *qp = (const int8_t *)16;
@@ -404,6 +422,26 @@ static void test_gemv_q8_norm(void **state)
     assert_false(dsq_cu_gemv_q8_norm_ok(1, 1544, (void *)16, fp, qp));
     assert_false(dsq_cu_gemv_q8_norm_ok(DSQ_GEMV_NORM_MAX_TOKENS + 1, 1536, (void *)16, fp, qp));
     assert_false(dsq_cu_gemv_q8_pdl_ok(1, 1536, (void *)24, qp));
+}
+
+static void test_gemv_q4_norm(void **state)
+{
+    (void)state;
+    run_gemv_q_norm_tests(1);
+    /* refusals: ADD, K not a multiple of 32, T > 4, misaligned x, no zero points */
+    const float *fp = (const float *)16;
+    const uint8_t *qp = (const uint8_t *)16;
+    const uint16_t *sp = (const uint16_t *)16;
+    assert_int_equal(dsq_cu_gemv_q4_norm_cfg(fp, NULL, fp, 1e-6f, qp, sp, qp, NULL, 1, 8, 1536, DSQ_EPI_ADD,
+                                             (void *)16, 0, 0, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemv_q4_pdl_cfg((const dsq_bf16 *)16, qp, sp, NULL, NULL, 1, 8, 1536, DSQ_EPI_STORE,
+                                            (void *)16, 0, 0, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_false(dsq_cu_gemv_q4_norm_ok(1, 1552, (void *)16, fp, qp));
+    assert_false(dsq_cu_gemv_q4_norm_ok(DSQ_GEMV_NORM_MAX_TOKENS + 1, 1536, (void *)16, fp, qp));
+    assert_false(dsq_cu_gemv_q4_pdl_ok(1, 1536, (void *)24, qp));
+    assert_false(dsq_cu_gemv_q4_pdl_ok(1, 1552, (void *)16, qp));
 }
 
 /* The tensor-core products of 1..64 rows (gemm_rows.cu) against the same
@@ -549,13 +587,15 @@ static void test_linear_qrows_dispatch(void **state)
         to_host(ha, da, (size_t)9 * N * 4);
         to_host(hb, db, (size_t)9 * N * 4);
         assert_memory_equal(ha, hb, (size_t)9 * N * 4);
-        /* qrows_q8_min 3 (the default): Q8 products of 1-2 rows take the
-         * GEMV, of 3 gemm_rows.cu; Q4 ones gemm_rows.cu from 1 row */
+        /* qrows_q8_min / qrows_q4_min 3 (the defaults): products of 1-2
+         * rows take the GEMV, of 3 gemm_rows.cu (above, with both 0, Q4
+         * ones took gemm_rows.cu from 1 row) */
         env.qrows_max = TM;
         env.qrows_q8_min = 3;
+        env.qrows_q4_min = 3;
         for (int T = 1; T <= 3; T++) {
             DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_STORE, da, &env));
-            if (is_q4 || T >= 3)
+            if (T >= 3)
                 DS(is_q4 ? dsq_cu_gemm_rows_q4((const dsq_bf16 *)dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds,
                                                (const uint8_t *)m.dz, NULL, T, N, K, DSQ_EPI_STORE, db, (float *)dws,
                                                wsb, (int32_t *)dtk, 64, 0, 0)
@@ -568,7 +608,7 @@ static void test_linear_qrows_dispatch(void **state)
             to_host(hb, db, (size_t)T * N * 4);
             assert_memory_equal(ha, hb, (size_t)T * N * 4);
         }
-        printf("  dsq_cu_linear %s, qrows_max 64 (T 1, 7, 9, 64), 0 (T 3), 8 (T 9), 64 with q8 from 3 rows (T 1-3): "
+        printf("  dsq_cu_linear %s, qrows_max 64 (T 1, 7, 9, 64), 0 (T 3), 8 (T 9), 64 from 3 rows (T 1-3): "
                "bit-identical to the direct launches\n", is_q4 ? "q4" : "q8");
         free(x), free(ha), free(hb);
         cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(dws), cudaFree(dtk);
@@ -834,6 +874,10 @@ static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_
         else if (nt < 0)
             DS(dsq_cu_gemm_rows_q8(dx, (const int8_t *)w, (const float *)(w + codes), NULL, T, N, K, DSQ_EPI_STORE, dy,
                                    ws, ws_bytes, tickets, n_tickets, splits, 0));
+        else if (q4 && nt == 1) /* gemv_quant.cu's own Q4 kernel, default shape */
+            DS(dsq_cu_gemv_q4_old_cfg(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
+                                      (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE,
+                                      dy, 0, 0, 0));
         else if (q4)
             DS(dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
                                   (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE,
@@ -963,18 +1007,15 @@ static void test_quant_product_timing(void **state)
                         if (ub < 0 || u < ub)
                             ub = u, bnt = nts[a], br = rs[b];
                     }
-                /* Q8: also gemv_quant.cu's kernel at its own default (the
-                 * "best" column's shapes are gemv.cu's since stop 35) */
-                const float uo =
-                    q4 ? 0.0f : time_q(q4, 1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
+                /* also gemv_quant.cu's kernel at its own default (the
+                 * "best" column's shapes are gemv.cu's since stop 35 for
+                 * Q8, stop 38 for Q4) */
+                const float uo = time_q(q4, 1, 0, (const uint16_t *)dx, pool, wb_al, copies, dy, T, N, K, e0, e1);
                 printf("  %-4s %-20s %3d %7.1f (%4.0f) %7.1f (%4.0f) %3dx%d %7.1f (%4.0f) %7.1f (%4.0f) %2d", q4 ? "q4" : "q8",
                        sh[si].name, T, ud, wb / (ud * 1e3), ub, wb / (ub * 1e3), bnt, br, urows, wb / (urows * 1e3), urb,
                        wb / (urb * 1e3), rbs);
                 printf(" %7.1f (%4.0f)", uwg, uwg > 0 ? wb / (uwg * 1e3) : 0.0);
-                if (q4)
-                    printf("\n");
-                else
-                    printf("   old kernel %6.1f (%4.0f)\n", uo, wb / (uo * 1e3));
+                printf("   old kernel %6.1f (%4.0f)\n", uo, wb / (uo * 1e3));
             }
         }
     rows_kernel_reset();
@@ -1003,6 +1044,7 @@ int main(void)
         cmocka_unit_test(test_gemv_q8),
         cmocka_unit_test(test_gemv_q4),
         cmocka_unit_test(test_gemv_q8_norm),
+        cmocka_unit_test(test_gemv_q4_norm),
         cmocka_unit_test(test_gemm_rows_q8),
         cmocka_unit_test(test_gemm_rows_q4),
         cmocka_unit_test(test_linear_qrows_dispatch),
