@@ -44,6 +44,7 @@
 #include "common.cuh"
 #include "gemv_epilogue.cuh"
 #include "gemv_norm.cuh"
+#include "gemv_q4_piece.cuh"
 #include "gemv_quant.h"
 #include "quant_decode.cuh"
 
@@ -134,36 +135,18 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 if (Q4 && v + u * NT < PW) {
-                    float part[T][R];
+                    const int p = v + u * NT;
+                    float zb[R], part[T][R];
 #pragma unroll
-                    for (int t = 0; t < T; t++)
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-                            part[t][r] = 0.0f;
-#pragma unroll
-                    for (int w = 0; w < 4; w++) { /* codes 8w .. 8w+7 of the piece: x piece 4 (v + u NT) + w */
-                        float cw[R][8];
-#pragma unroll
-                        for (int r = 0; r < R; r++) {
-                            const uint32_t word = w == 0 ? wv[u][r].x : w == 1 ? wv[u][r].y : w == 2 ? wv[u][r].z
-                                                                                                    : wv[u][r].w;
-                            const float zb = dsq_qd_zbias(sz[u][r] >> 16);
-#pragma unroll
-                            for (int j = 0; j < 8; j++)
-                                cw[r][j] = dsq_qd_u4(word, j, zb);
-                        }
-                        const int xi = 4 * (v + u * NT) + w;
-#pragma unroll
-                        for (int t = 0; t < T; t++) {
-                            float xf[8];
-                            dsq_unpack8(NORM ? xv[(size_t)t * K8 + xi] : __ldg(xv + (size_t)t * K8 + xi), xf);
-#pragma unroll
-                            for (int r = 0; r < R; r++)
-#pragma unroll
-                                for (int e = 0; e < 8; e++)
-                                    part[t][r] = fmaf(xf[e], cw[r][e], part[t][r]);
-                        }
-                    }
+                    for (int r = 0; r < R; r++)
+                        zb[r] = dsq_qd_zbias(sz[u][r] >> 16);
+                    /* codes 8w .. 8w+7 of the piece: x piece 4 p + w */
+                    dsq_q4_piece<T, R>(
+                        wv[u], zb,
+                        [&](int t, int w) {
+                            return NORM ? xv[(size_t)t * K8 + 4 * p + w] : __ldg(xv + (size_t)t * K8 + 4 * p + w);
+                        },
+                        part);
 #pragma unroll
                     for (int r = 0; r < R; r++) {
                         const float sc = __half2float(__ushort_as_half((unsigned short)(sz[u][r] & 0xffffu)));
@@ -439,6 +422,21 @@ static void q4_default_cfg(int T, int N, int K, int *nt, int *r)
     }
 }
 
+/* What the 16-byte path needs, `piece` weights per 16 bytes (8 bf16, 16
+ * Q8, 32 Q4): without the norm, and with it (T * K * 2 bytes of shared
+ * memory for the normalised rows) */
+static int vec_ok(int32_t T, int32_t K, int piece, const void *x, const void *w)
+{
+    return T >= 1 && T <= DSQ_GEMV_MAX_TOKENS && K % piece == 0 && ((uintptr_t)x & 15) == 0 &&
+           ((uintptr_t)w & 15) == 0;
+}
+
+static int norm_ok(int32_t T, int32_t K, int piece, const void *xr, const float *nw, const void *w)
+{
+    return T >= 1 && T <= DSQ_GEMV_NORM_MAX_TOKENS && K % piece == 0 && (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
+           ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && ((uintptr_t)w & 15) == 0;
+}
+
 static dsq_status run(const GemvArgs &a, bool norm, int wq, int32_t T, dsq_epilogue epi, int nt, int r,
                       cudaStream_t stream)
 {
@@ -480,9 +478,7 @@ static dsq_status run(const GemvArgs &a, bool norm, int wq, int32_t T, dsq_epilo
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv q8: no row scales");
     if (q4 && (!a.gscales || !a.gzeros))
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv q4: no group scales or zero points");
-    if (norm && !(K % piece == 0 && ((uintptr_t)a.xr & 15) == 0 && ((uintptr_t)a.nw & 15) == 0 &&
-                  ((uintptr_t)a.w & 15) == 0 && T <= DSQ_GEMV_NORM_MAX_TOKENS &&
-                  (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM))
+    if (norm && !norm_ok(T, K, piece, a.xr, a.nw, a.w))
         return dsq_fail(DSQ_ERR_INTERNAL, "%s+norm: %d rows of %d (needs K %% %d == 0, 16-byte aligned data, "
                         "T <= %d, T*K*2 <= %d)", name, T, K, piece, DSQ_GEMV_NORM_MAX_TOKENS, DSQ_GEMV_NORM_MAX_SMEM);
     cudaError_t e = cudaSuccess;
@@ -529,8 +525,7 @@ static GemvArgs args_of(const dsq_bf16 *x, const float *xr, const int32_t *rows,
 
 extern "C" int dsq_cu_gemv_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const dsq_bf16 *w)
 {
-    return T >= 1 && T <= DSQ_GEMV_NORM_MAX_TOKENS && K % 8 == 0 && (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
-           ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && ((uintptr_t)w & 15) == 0;
+    return norm_ok(T, K, 8, xr, nw, w);
 }
 
 extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
@@ -555,13 +550,12 @@ extern "C" dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows,
 
 extern "C" int dsq_cu_gemv_q8_pdl_ok(int32_t T, int32_t K, const void *x, const int8_t *q)
 {
-    return T >= 1 && T <= DSQ_GEMV_MAX_TOKENS && K % 16 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 15) == 0;
+    return vec_ok(T, K, 16, x, q);
 }
 
 extern "C" int dsq_cu_gemv_q8_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const int8_t *q)
 {
-    return T >= 1 && T <= DSQ_GEMV_NORM_MAX_TOKENS && K % 16 == 0 && (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
-           ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && ((uintptr_t)q & 15) == 0;
+    return norm_ok(T, K, 16, xr, nw, q);
 }
 
 extern "C" dsq_status dsq_cu_gemv_q8_pdl_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
@@ -581,13 +575,12 @@ extern "C" dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *ro
 
 extern "C" int dsq_cu_gemv_q4_pdl_ok(int32_t T, int32_t K, const void *x, const uint8_t *q)
 {
-    return T >= 1 && T <= DSQ_GEMV_MAX_TOKENS && K % 32 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 15) == 0;
+    return vec_ok(T, K, 32, x, q);
 }
 
 extern "C" int dsq_cu_gemv_q4_norm_ok(int32_t T, int32_t K, const void *xr, const float *nw, const uint8_t *q)
 {
-    return T >= 1 && T <= DSQ_GEMV_NORM_MAX_TOKENS && K % 32 == 0 && (size_t)T * K * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
-           ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && ((uintptr_t)q & 15) == 0;
+    return norm_ok(T, K, 32, xr, nw, q);
 }
 
 extern "C" dsq_status dsq_cu_gemv_q4_pdl_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,

@@ -25,15 +25,11 @@
 
 #include "common.cuh"
 #include "gemv_epilogue.cuh"
+#include "gemv_q4_piece.cuh"
 #include "gemv_quant.h"
 #include "quant_decode.cuh"
 
 #define QG_MAX_THREADS 256
-
-__device__ __forceinline__ uint32_t u4_word(const uint4 &v, int i)
-{
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
 
 /* ---- Q8_ROW -------------------------------------------------------------------- */
 
@@ -67,7 +63,7 @@ gemv_q8_vec(const uint16_t *__restrict__ x, const int8_t *__restrict__ q,
             float cw[R][8];
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const uint32_t lo = u4_word(wv[r], 2 * h), hi = u4_word(wv[r], 2 * h + 1);
+                const uint32_t lo = dsq_u4_word(wv[r], 2 * h), hi = dsq_u4_word(wv[r], 2 * h + 1);
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     cw[r][j] = dsq_qd_s8(lo, j);
@@ -155,32 +151,7 @@ gemv_q4_vec(const uint16_t *__restrict__ x, const uint8_t *__restrict__ q,
             zb[r] = dsq_qd_zbias(__ldg(zr[r] + g));
         }
         float part[T][R];
-#pragma unroll
-        for (int t = 0; t < T; t++)
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                part[t][r] = 0.0f;
-#pragma unroll
-        for (int w = 0; w < 4; w++) { /* codes 8w .. 8w+7 of the piece */
-            float cw[R][8];
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const uint32_t word = u4_word(wv[r], w);
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    cw[r][j] = dsq_qd_u4(word, j, zb[r]);
-            }
-#pragma unroll
-            for (int t = 0; t < T; t++) {
-                float xf[8];
-                dsq_unpack8(__ldg(xv + (size_t)t * K8 + 4 * v + w), xf);
-#pragma unroll
-                for (int r = 0; r < R; r++)
-#pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        part[t][r] = fmaf(xf[e], cw[r][e], part[t][r]);
-            }
-        }
+        dsq_q4_piece<T, R>(wv, zb, [&](int t, int w) { return __ldg(xv + (size_t)t * K8 + 4 * v + w); }, part);
 #pragma unroll
         for (int t = 0; t < T; t++)
 #pragma unroll
