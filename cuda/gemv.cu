@@ -39,6 +39,7 @@
  * piece, then acc += scale * part).  Before stop 38 the 1..2-row 4-bit
  * products ran gemm_rows.cu's tensor-core kernel (gate/up at 1 row 13.9 us
  * on the H100, 1.0 TB/s of codes) or gemv_quant.cu's GEMV (13.2 us). */
+#include <stdio.h>
 #include <string.h>
 
 #include "common.cuh"
@@ -410,6 +411,21 @@ static void q8_default_cfg(int T, int N, int K, int *nt, int *r)
 static void q4_default_cfg(int T, int N, int K, int *nt, int *r)
 {
     const int P = K / 32;
+    /* DSQ_CUDA_Q4_GEMV_SHORT=NTxR (read once; a measurement knob): this
+     * shape for every product of short rows (P <= 64: qkv, o, gate/up) */
+    static int knob = -1; /* nt * 16 + r; 0 unset */
+    int kv = __atomic_load_n(&knob, __ATOMIC_RELAXED);
+    if (kv < 0) {
+        const char *e = getenv("DSQ_CUDA_Q4_GEMV_SHORT");
+        int a = 0, b = 0;
+        kv = e && sscanf(e, "%dx%d", &a, &b) == 2 && a > 0 && a <= 256 && b > 0 && b <= 8 ? a * 16 + b : 0;
+        __atomic_store_n(&knob, kv, __ATOMIC_RELAXED);
+    }
+    if (kv > 0 && P <= 64) {
+        *nt = kv / 16;
+        *r = kv % 16;
+        return;
+    }
     if (P > 128) {
         *nt = 128;
         *r = 2;

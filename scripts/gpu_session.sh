@@ -292,6 +292,9 @@ q4gemv)
         DSQ_CUDA_QROWS_Q4_MIN=1 bench_row rows_q4_r$rep 512 1 --kv f16 --quantize q4
     done
     DSQ_CUDA_Q4_GEMV=old bench_row oldgemv_q4 512 1 --kv f16 --quantize q4
+    for sh in 32x4 64x2 64x4 128x2; do
+        DSQ_CUDA_Q4_GEMV_SHORT=$sh bench_row short${sh}_q4 512 1 --kv f16 --quantize q4
+    done
     bench_row new_q4_none 512 1 --kv f16 --quantize q4 --sampling none
     DSQ_CUDA_QROWS_Q4_MIN=1 bench_row rows_q4_none 512 1 --kv f16 --quantize q4 --sampling none
     bench_row new_q4h 512 1 --kv f16 --quantize q4 --quantize-head
