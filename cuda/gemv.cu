@@ -39,6 +39,7 @@
  * piece, then acc += scale * part).  Before stop 38 the 1..2-row 4-bit
  * products ran gemm_rows.cu's tensor-core kernel (gate/up at 1 row 13.9 us
  * on the H100, 1.0 TB/s of codes) or gemv_quant.cu's GEMV (13.2 us). */
+#include <cuda_fp16.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -135,7 +136,10 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
         for (int v = threadIdx.x;;) {
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
-                if (Q4 && v + u * NT < PW) {
+                /* one format's branch per instance: the others are not compiled */
+                if constexpr (Q4) {
+                    if (v + u * NT >= PW)
+                        continue;
                     const int p = v + u * NT;
                     float zb[R], part[T][R];
 #pragma unroll
@@ -155,7 +159,9 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                         for (int t = 0; t < T; t++)
                             acc[t][r] = fmaf(sc, part[t][r], acc[t][r]);
                     }
-                } else if (Q8 && v + u * NT < PW) {
+                } else if constexpr (Q8) {
+                    if (v + u * NT >= PW)
+                        continue;
 #pragma unroll
                     for (int h = 0; h < 2; h++) { /* codes 8h .. 8h+7 of the piece: x piece 2 (v + u NT) + h */
                         float cw[R][8];
@@ -180,7 +186,9 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                                     acc[t][r] = fmaf(xf[e], cw[r][e], acc[t][r]);
                         }
                     }
-                } else if (WQ == WQ_BF16 && v + u * NT < K8) {
+                } else {
+                    if (v + u * NT >= K8)
+                        continue;
 #pragma unroll
                     for (int t = 0; t < T; t++) {
                         float xf[8];
@@ -412,13 +420,17 @@ static void q4_default_cfg(int T, int N, int K, int *nt, int *r)
 {
     const int P = K / 32;
     /* DSQ_CUDA_Q4_GEMV_SHORT=NTxR (read once; a measurement knob): this
-     * shape for every product of short rows (P <= 64: qkv, o, gate/up) */
+     * shape for every product of short rows (P <= 64: qkv, o, gate/up, and
+     * a 4-bit head of such rows), NT 32, 64, 128 or 256, R 2 or 4 */
     static int knob = -1; /* nt * 16 + r; 0 unset */
     int kv = __atomic_load_n(&knob, __ATOMIC_RELAXED);
     if (kv < 0) {
         const char *e = getenv("DSQ_CUDA_Q4_GEMV_SHORT");
         int a = 0, b = 0;
-        kv = e && sscanf(e, "%dx%d", &a, &b) == 2 && a > 0 && a <= 256 && b > 0 && b <= 8 ? a * 16 + b : 0;
+        kv = e && sscanf(e, "%dx%d", &a, &b) == 2 && (a == 32 || a == 64 || a == 128 || a == 256) &&
+                     (b == 2 || b == 4)
+                 ? a * 16 + b
+                 : 0;
         __atomic_store_n(&knob, kv, __ATOMIC_RELAXED);
     }
     if (kv > 0 && P <= 64) {

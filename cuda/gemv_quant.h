@@ -49,8 +49,9 @@ dsq_status dsq_cu_gemv_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *s
                           int32_t K, dsq_epilogue epi, void *y, cudaStream_t stream);
 
 /* Explicit block shape, for tuning and tests: nt threads per block (32, 64,
- * 128 or 256), r rows per block (2, 4, or 8 for T <= 2) on the 16-byte path
- * (the scalar path always takes 2); 0, 0 = default. */
+ * 128 or 256), r rows per block (2, 4, or 8 for T <= 2 in gemv_quant.cu's
+ * kernels; gemv.cu's take at most 4 for quantized weights) on the 16-byte
+ * path (the scalar path always takes 2); 0, 0 = default. */
 dsq_status dsq_cu_gemv_q8_cfg(const dsq_bf16 *x, const int8_t *q, const float *scales,
                               const float *bias, int32_t T, int32_t N, int32_t K,
                               dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream);

@@ -149,9 +149,14 @@ static dsq_status launch(const qmat *m, const uint16_t *dx, const float *dbias, 
                          void *dy, int nt, int r, int rows_splits)
 {
     if (rows_splits < 0) {
-        if (m->is_q4 && nt == 1) /* gemv_quant.cu's own Q4 kernel at its default shape */
+        /* gemv_quant.cu's own kernels: nt == 1 at their default shape, nt < 0 at -nt x r */
+        if (m->is_q4 && (nt == 1 || nt < 0))
             return dsq_cu_gemv_q4_old_cfg(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz,
-                                          dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, 0, 0, 0);
+                                          dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, nt < 0 ? -nt : 0,
+                                          nt < 0 ? r : 0, 0);
+        if (nt < 0)
+            return dsq_cu_gemv_q8_old_cfg(dx, (const int8_t *)m->dq, (const float *)m->ds, dbias, T, (int32_t)m->N,
+                                          (int32_t)m->K, epi, dy, -nt, r, 0);
         if (m->is_q4)
             return dsq_cu_gemv_q4_cfg(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz,
                                       dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy, nt, r, 0);
@@ -278,6 +283,7 @@ static void run_gemv_tests(int is_q4)
             for (int b = 0; b < 3; b++) {
                 check_case(&m, 1, DSQ_EPI_STORE, nts[a], rs[b], 0, &worst);
                 check_case(&m, 5, DSQ_EPI_STORE, nts[a], rs[b], 0, &worst);
+                check_case(&m, 1 + (a + b) % 2, DSQ_EPI_STORE, -nts[a], rs[b], 0, &worst); /* the older kernel */
             }
         free_qmat(&m);
     }
@@ -404,8 +410,8 @@ static void run_gemv_q_norm_tests(int is_q4)
         }
     for (int nt : {32, 64, 128, 256})
         for (int r : {2, 4, 8})
-            run_gemv_q_norm(is_q4, 1 + (nt + r) % DSQ_GEMV_NORM_MAX_TOKENS, 36, 1024, DSQ_EPI_SILU_MUL, 1, nt, r,
-                            &worst);
+            run_gemv_q_norm(is_q4, 1 + (nt / 32 + r) % DSQ_GEMV_NORM_MAX_TOKENS, 36, 1024, DSQ_EPI_SILU_MUL, 1, nt,
+                            r, &worst);
     printf("  %s+norm: worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8", worst);
 }
 
@@ -594,6 +600,8 @@ static void test_linear_qrows_dispatch(void **state)
         env.qrows_q8_min = 3;
         env.qrows_q4_min = 3;
         for (int T = 1; T <= 3; T++) {
+            CU(cudaMemset(da, 0xff, (size_t)T * N * 4)); /* NaN: both launches must write */
+            CU(cudaMemset(db, 0xff, (size_t)T * N * 4));
             DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_STORE, da, &env));
             if (T >= 3)
                 DS(is_q4 ? dsq_cu_gemm_rows_q4((const dsq_bf16 *)dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds,
