@@ -411,11 +411,12 @@ static void q8_default_cfg(int T, int N, int K, int *nt, int *r)
 }
 
 /* Q4 block shape from the 16-byte pieces of a row (32 codes each; 1,536:
- * 48 pieces, 8,960: 280).  First guess, to be set from test_cuda_quant's
- * timing table: one warp per block for short rows (each lane holding its
- * one or two pieces of every row in flight before the PDL wait), 4 rows
- * per block at 1-2 tokens where the matrix is narrow; 128 threads for long
- * rows. */
+ * 48 pieces, 8,960: 280).  H100 timing table (test_cuda_quant, stop 38),
+ * best shapes: 1 row qkv 64 x 4 (3.4 us), o 128 x 2 (3.1), down 128 x 4
+ * (6.8); 2 rows qkv 128 x 4 (4.3), o 128 x 2 (3.6), down 128 x 2 (7.3).
+ * Wide products (gate/up, N >= 16384) run gemm_rows.cu by default
+ * (dsq_cu_gemv_q4_pdl_use); here with DSQ_CUDA_Q4_GEMV=new or an explicit
+ * shape: one warp, 2 rows (32 x 2, gemv_quant.cu's choice). */
 static void q4_default_cfg(int T, int N, int K, int *nt, int *r)
 {
     const int P = K / 32;
@@ -439,14 +440,17 @@ static void q4_default_cfg(int T, int N, int K, int *nt, int *r)
         return;
     }
     if (P > 128) {
-        *nt = 128;
-        *r = 2;
+        *nt = T <= 2 ? 128 : 64;
+        *r = T == 1 ? 4 : 2;
     } else if (P > 64) {
         *nt = 64;
         *r = 2;
-    } else {
+    } else if (N >= 16384) {
         *nt = 32;
-        *r = T <= 2 && N < 16384 ? 4 : 2;
+        *r = 2;
+    } else {
+        *nt = T == 1 ? 64 : T == 2 ? 128 : 64;
+        *r = T == 1 ? 4 : 2;
     }
 }
 

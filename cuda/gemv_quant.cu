@@ -392,15 +392,20 @@ extern "C" dsq_status dsq_cu_gemv_q4_cfg(const dsq_bf16 *x, const uint8_t *q, co
     return dsq_cu_gemv_q4_old_cfg(x, q, scales, zeros, bias, T, N, K, epi, y, nt, r, stream);
 }
 
-/* DSQ_CUDA_Q4_GEMV, read once: "old" keeps gemv_quant.cu's kernel for the
- * default shape (a measurement knob, stop 38) */
-static int q4_old(void)
+/* DSQ_CUDA_Q4_GEMV, read once: 0 ("old") gemv_quant.cu's kernel
+ * everywhere, 1 ("new") gemv.cu's everywhere, 2 (default) gemv.cu's for
+ * N < 16384 -- the Q8 policy's split, and for the same reason: at 1 row on
+ * the H100 (stop 38) gemv.cu's kernel took qkv 3.4 us, o 3.1, down 6.8
+ * against 4.4, 4.2, 7.6 on the older one and 4.5, 4.3, 9.6 on gemm_rows.cu,
+ * but gate/up 17.0 against 13.0 and 14.0 (and 4,224 one-warp blocks each
+ * recomputing the folded norm) */
+static int q4_policy(void)
 {
     static int v = -1;
     int p = __atomic_load_n(&v, __ATOMIC_RELAXED);
     if (p < 0) {
         const char *e = getenv("DSQ_CUDA_Q4_GEMV");
-        p = e && !strcmp(e, "old");
+        p = e && !strcmp(e, "old") ? 0 : e && !strcmp(e, "new") ? 1 : 2;
         __atomic_store_n(&v, p, __ATOMIC_RELAXED);
     }
     return p;
@@ -408,8 +413,8 @@ static int q4_old(void)
 
 extern "C" int dsq_cu_gemv_q4_pdl_use(int32_t T, int32_t N, int32_t K, const void *x, const uint8_t *q)
 {
-    (void)N;
-    return !q4_old() && dsq_cu_gemv_q4_pdl_ok(T, K, x, q);
+    const int p = q4_policy();
+    return p != 0 && (p == 1 || N < 16384) && dsq_cu_gemv_q4_pdl_ok(T, K, x, q);
 }
 
 extern "C" dsq_status dsq_cu_gemv_q4_old_cfg(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,

@@ -76,11 +76,14 @@ static dsq_status dequant_part(const dsq_weight *W, int part, const dsq_cu_linea
                                         (const uint8_t *)W->zeros, K, 0, N, part, env->wq_tile, env->stream);
 }
 
-/* Whether linear_quant sends this product to gemm_rows.cu */
+/* Whether linear_quant sends this product to gemm_rows.cu: Q4_G128 ones
+ * of fewer than qrows_q4_min rows only where gemv.cu's 4-bit GEMV would
+ * not take them (gate/up, the head: dsq_cu_gemv_q4_pdl_use) */
 static int quant_rows_path(const dsq_weight *W, const dsq_bf16 *x, int32_t T, const dsq_cu_linear_env *env)
 {
-    const int rows_ok = T <= env->qrows_max && (W->format != DSQ_WF_Q8_ROW || T >= env->qrows_q8_min) &&
-                        (W->format != DSQ_WF_Q4_G128 || T >= env->qrows_q4_min);
+    const int q4_gemv = W->format == DSQ_WF_Q4_G128 && T < env->qrows_q4_min &&
+                        dsq_cu_gemv_q4_pdl_use(T, (int32_t)W->rows, (int32_t)W->cols, x, (const uint8_t *)W->data);
+    const int rows_ok = T <= env->qrows_max && (W->format != DSQ_WF_Q8_ROW || T >= env->qrows_q8_min) && !q4_gemv;
     return rows_ok && dsq_cu_gemm_rows_q_ok(T, (int32_t)W->cols, x, W->data);
 }
 
@@ -205,7 +208,7 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
             return dsq_cu_gemv_q8_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
                                            (const int8_t *)W->data, (const float *)W->scales, bias, T,
                                            (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
-        /* Q4_G128 products on gemv.cu's GEMV (1..2 rows by default): the same */
+        /* Q4_G128 products on gemv.cu's GEMV (1..2 rows of qkv by default): the same */
         if (W->format == DSQ_WF_Q4_G128 && env->norm_fuse && quant_gemv_path(W, x, T, env) &&
             dsq_cu_gemv_q4_pdl_use(T, (int32_t)W->rows, K, x, (const uint8_t *)W->data) &&
             dsq_cu_gemv_q4_norm_ok(T, K, env->norm_x, env->norm_w, (const uint8_t *)W->data))

@@ -271,10 +271,10 @@ esac
 
 case "$stage" in
 q4gemv)
-    # stop 38: Q4_G128 products of 1..2 rows in gemv.cu's kernel (loads
-    # and group scales in flight before the PDL wait, the RMSNorm folded
-    # in) instead of gemm_rows.cu's tensor-core kernel: the quantized
-    # kernel tests (the timing table's "old kernel" column is
+    # stop 38: Q4_G128 products of 1..2 rows of qkv, o and down in gemv.cu's
+    # kernel (loads and group scales in flight before the PDL wait, the
+    # RMSNorm folded into qkv), gate/up on gemm_rows.cu as before: the
+    # quantized kernel tests (the timing table's "old kernel" column is
     # gemv_quant.cu's Q4 GEMV, "rows planned" the previous default), the
     # quantized e2e tests, then batch-1/2 4-bit rows against
     # DSQ_CUDA_QROWS_Q4_MIN=1 (the previous default path), interleaved.
@@ -282,17 +282,16 @@ q4gemv)
     prebuilt_stage q4gemv
     DEADLINE=${DEADLINE:-500}
     GTEST_TIMEOUT=240 gtest test_cuda_quant
-    grep -E "worst|SKIP|^ +q4 .* +[1248] " "$OUT/test_cuda_quant.log" | head -40
+    grep -E "worst|SKIP|dsq_cu_linear|^ +q4 .* +[1248] " "$OUT/test_cuda_quant.log" | head -40
     gtest test_cuda_quant_e2e
-    LOGSUFFIX=_old gtest test_cuda_quant_e2e DSQ_CUDA_QROWS_Q4_MIN=1
+    gtest test_cuda_e2e
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     for rep in 1 2; do
         bench_row new_q4_r$rep 512 1 --kv f16 --quantize q4
         DSQ_CUDA_QROWS_Q4_MIN=1 bench_row rows_q4_r$rep 512 1 --kv f16 --quantize q4
     done
-    DSQ_CUDA_Q4_GEMV=old bench_row oldgemv_q4 512 1 --kv f16 --quantize q4
-    for sh in 32x4 64x2 64x4 128x2; do
+    for sh in 128x2 64x4 64x2; do
         DSQ_CUDA_Q4_GEMV_SHORT=$sh bench_row short${sh}_q4 512 1 --kv f16 --quantize q4
     done
     bench_row new_q4_none 512 1 --kv f16 --quantize q4 --sampling none
@@ -301,13 +300,11 @@ q4gemv)
     DSQ_CUDA_QROWS_Q4_MIN=1 bench_row rows_q4h 512 1 --kv f16 --quantize q4 --quantize-head
     bench_row new_q4_b2 512 2 --kv f16 --quantize q4
     DSQ_CUDA_QROWS_Q4_MIN=1 bench_row rows_q4_b2 512 2 --kv f16 --quantize q4
-    DSQ_CUDA_QROWS_Q4_MIN=2 bench_row new1_q4_b2 512 2 --kv f16 --quantize q4
     bench_row new_q4_8k 8192 1 --kv f16 --quantize q4
     DSQ_CUDA_QROWS_Q4_MIN=1 bench_row rows_q4_8k 8192 1 --kv f16 --quantize q4
     bench_row b1_bf16 512 1 --kv f16
-    bench_row b1_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    LOGSUFFIX=_old gtest test_cuda_quant_e2e DSQ_CUDA_QROWS_Q4_MIN=1
     GTEST_TIMEOUT=150 gtest test_cuda_kernels
-    gtest test_cuda_e2e
     ;;
 q8gemv)
     # stop 35: INT8 (Q8_ROW) products of 1..8 rows in gemv.cu's kernel

@@ -622,6 +622,51 @@ static void test_linear_qrows_dispatch(void **state)
         cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(dws), cudaFree(dtk);
         free_qmat(&m);
     }
+    /* a wide Q4 product (N >= 16384: gate/up, the head) of 1 row stays on
+     * gemm_rows.cu with qrows_q4_min 3 (dsq_cu_gemv_q4_pdl_use) */
+    {
+        const int N = 16384, K = 128, tiles = N / 64;
+        qmat m = make_qmat(1, N, K);
+        uint16_t x[K];
+        for (int i = 0; i < K; i++)
+            x[i] = dsq_f32_to_bf16(frand(1.0f));
+        uint16_t *dx = (uint16_t *)dev_copy(x, sizeof x);
+        void *da = dev_nan((size_t)N * 4), *db = dev_nan((size_t)N * 4);
+        const size_t wsb = dsq_cu_gemm_rows_ws_floats(1, N, 1) * 4 + 256;
+        void *dws = dev_nan(wsb), *dtk;
+        CU(cudaMalloc(&dtk, (size_t)tiles * 4));
+        CU(cudaMemset(dtk, 0, (size_t)tiles * 4));
+        dsq_cu_linear_env env = {};
+        env.gemv_max = 8;
+        env.rows_ws = (float *)dws;
+        env.rows_ws_bytes = wsb;
+        env.rows_tickets = (int32_t *)dtk;
+        env.rows_n_tickets = tiles;
+        env.qrows_max = 64;
+        env.qrows_q8_min = 3;
+        env.qrows_q4_min = 3;
+        dsq_weight w = {};
+        w.format = DSQ_WF_Q4_G128;
+        w.layout = DSQ_WL_ROWS;
+        w.rows = N;
+        w.cols = K;
+        w.data = m.dq;
+        w.scales = m.ds;
+        w.zeros = m.dz;
+        w.group_size = 128;
+        DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, 1, DSQ_EPI_STORE, da, &env));
+        DS(dsq_cu_gemm_rows_q4((const dsq_bf16 *)dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds,
+                               (const uint8_t *)m.dz, NULL, 1, N, K, DSQ_EPI_STORE, db, (float *)dws, wsb,
+                               (int32_t *)dtk, tiles, 0, 0));
+        float *ha = (float *)malloc((size_t)N * 4), *hb = (float *)malloc((size_t)N * 4);
+        to_host(ha, da, (size_t)N * 4);
+        to_host(hb, db, (size_t)N * 4);
+        assert_memory_equal(ha, hb, (size_t)N * 4);
+        printf("  dsq_cu_linear q4 %d x %d, 1 row, qrows_q4_min 3: gemm_rows.cu (bit-identical)\n", N, K);
+        free(ha), free(hb);
+        cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(dws), cudaFree(dtk);
+        free_qmat(&m);
+    }
 }
 
 static void test_dequant_bf16(void **state)
