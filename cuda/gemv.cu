@@ -136,10 +136,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
         for (int v = threadIdx.x;;) {
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
-                /* one format's branch per instance: the others are not compiled */
-                if constexpr (Q4) {
-                    if (v + u * NT >= PW)
-                        continue;
+                if (Q4 && v + u * NT < PW) {
                     const int p = v + u * NT;
                     float zb[R], part[T][R];
 #pragma unroll
@@ -159,9 +156,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                         for (int t = 0; t < T; t++)
                             acc[t][r] = fmaf(sc, part[t][r], acc[t][r]);
                     }
-                } else if constexpr (Q8) {
-                    if (v + u * NT >= PW)
-                        continue;
+                } else if (Q8 && v + u * NT < PW) {
 #pragma unroll
                     for (int h = 0; h < 2; h++) { /* codes 8h .. 8h+7 of the piece: x piece 2 (v + u NT) + h */
                         float cw[R][8];
@@ -186,9 +181,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                                     acc[t][r] = fmaf(xf[e], cw[r][e], acc[t][r]);
                         }
                     }
-                } else {
-                    if (v + u * NT >= K8)
-                        continue;
+                } else if (WQ == WQ_BF16 && v + u * NT < K8) {
 #pragma unroll
                     for (int t = 0; t < T; t++) {
                         float xf[8];

@@ -208,7 +208,7 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
             return dsq_cu_gemv_q8_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
                                            (const int8_t *)W->data, (const float *)W->scales, bias, T,
                                            (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
-        /* Q4_G128 products on gemv.cu's GEMV (1..2 rows of qkv by default): the same */
+        /* Q4_G128 products on gemv.cu's GEMV (qkv below qrows_q4_min rows): the same */
         if (W->format == DSQ_WF_Q4_G128 && env->norm_fuse && quant_gemv_path(W, x, T, env) &&
             dsq_cu_gemv_q4_pdl_use(T, (int32_t)W->rows, K, x, (const uint8_t *)W->data) &&
             dsq_cu_gemv_q4_norm_ok(T, K, env->norm_x, env->norm_w, (const uint8_t *)W->data))

@@ -98,17 +98,18 @@ static void test_gpu_vs_cpu(void **state)
     free(r);
 }
 
-/* The defaults (above) send every quantized product of the prompt (12
- * rows) through gemm_rows.cu (quant_tiny's in-feature counts are multiples
- * of 128, as it needs) and the decode steps' (1 row) through the GEMVs;
- * the other paths once more: Q8 and Q4 decode rows on the tensor cores
- * too (DSQ_CUDA_QROWS_Q8_MIN=1, DSQ_CUDA_QROWS_Q4_MIN=1), then none (DSQ_CUDA_QROWS=0: the
+/* The defaults (above) send every Q4 product of the prompt (12 rows) and
+ * of the decode steps (1 row), and the Q8 ones of the prompt, through
+ * gemm_rows.cu (quant_tiny's in-feature counts are multiples of 128, as it
+ * needs); the other paths once more: Q8 decode rows on the tensor cores
+ * too and Q4 ones of qkv, o and down on gemv.cu's 4-bit GEMV
+ * (DSQ_CUDA_QROWS_Q8_MIN=1, DSQ_CUDA_QROWS_Q4_MIN=3), then none (DSQ_CUDA_QROWS=0: the
  * quantized GEMV and the dequantization tile in two exact parts), then
  * the tile as one bf16-rounded part (DSQ_CUDA_QTILE=1). */
 static void test_gpu_vs_cpu_qrows(void **state)
 {
     assert_int_equal(setenv("DSQ_CUDA_QROWS_Q8_MIN", "1", 1), 0);
-    assert_int_equal(setenv("DSQ_CUDA_QROWS_Q4_MIN", "1", 1), 0);
+    assert_int_equal(setenv("DSQ_CUDA_QROWS_Q4_MIN", "3", 1), 0);
     test_gpu_vs_cpu(state);
     unsetenv("DSQ_CUDA_QROWS_Q8_MIN");
     unsetenv("DSQ_CUDA_QROWS_Q4_MIN");
