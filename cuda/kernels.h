@@ -300,8 +300,8 @@ typedef struct dsq_cu_linear_env {
     int32_t rows_min;
     /* Q8_ROW / Q4_G128 products of T <= qrows_max rows through gemm_rows.cu
      * (0: never; DSQ_CUDA_QROWS), Q8_ROW only from qrows_q8_min rows,
-     * Q4_G128 only from qrows_q4_min rows (fewer: gemv.cu's GEMV), with the
-     * same workspace */
+     * Q4_G128 ones that dsq_cu_gemv_q4_pdl_use gives the GEMV (qkv, o,
+     * down) only from qrows_q4_min rows, with the same workspace */
     int32_t qrows_max;
     int32_t qrows_q8_min;
     int32_t qrows_q4_min;
