@@ -123,6 +123,21 @@ static void free_qmat(qmat *m)
     cudaFree(m->dq), cudaFree(m->ds), cudaFree(m->dz);
 }
 
+/* The backend's weight descriptor of a test matrix (rows layout) */
+static dsq_weight qweight_of(const qmat *m)
+{
+    dsq_weight w = {};
+    w.format = m->is_q4 ? DSQ_WF_Q4_G128 : DSQ_WF_Q8_ROW;
+    w.layout = DSQ_WL_ROWS;
+    w.rows = m->N;
+    w.cols = m->K;
+    w.data = m->dq;
+    w.scales = m->ds;
+    w.zeros = m->dz;
+    w.group_size = m->is_q4 ? 128 : 0;
+    return w;
+}
+
 /* CPU reference: y[t][n] = x W'^T (fp32, the library's CPU product) and
  * mag[t][n] = sum |x w'| in double, for the tolerance. */
 static void cpu_ref(const qmat *m, const float *xf, int T, float *y, double *mag)
@@ -548,14 +563,7 @@ static void test_linear_qrows_dispatch(void **state)
         env.rows_ws_bytes = wsb;
         env.rows_tickets = (int32_t *)dtk;
         env.rows_n_tickets = 64;
-        dsq_weight w = {};
-        w.format = is_q4 ? DSQ_WF_Q4_G128 : DSQ_WF_Q8_ROW;
-        w.rows = N;
-        w.cols = K;
-        w.data = m.dq;
-        w.scales = m.ds;
-        w.zeros = m.dz;
-        w.group_size = is_q4 ? 128 : 0;
+        dsq_weight w = qweight_of(&m); /* layout set per case below */
         float *ha = (float *)malloc((size_t)TM * N * 4), *hb = (float *)malloc((size_t)TM * N * 4);
         const int Ts[] = {1, 7, 9, 64};
         for (int ti = 0; ti < 4; ti++)
@@ -645,15 +653,7 @@ static void test_linear_qrows_dispatch(void **state)
         env.qrows_max = 64;
         env.qrows_q8_min = 3;
         env.qrows_q4_min = 3;
-        dsq_weight w = {};
-        w.format = DSQ_WF_Q4_G128;
-        w.layout = DSQ_WL_ROWS;
-        w.rows = N;
-        w.cols = K;
-        w.data = m.dq;
-        w.scales = m.ds;
-        w.zeros = m.dz;
-        w.group_size = 128;
+        dsq_weight w = qweight_of(&m);
         DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, 1, DSQ_EPI_STORE, da, &env));
         DS(dsq_cu_gemm_rows_q4((const dsq_bf16 *)dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds,
                                (const uint8_t *)m.dz, NULL, 1, N, K, DSQ_EPI_STORE, db, (float *)dws, wsb,
@@ -756,15 +756,7 @@ static void test_linear_tile_exact(void **state)
         env.gemm = gemm;
         env.wq_tile = tile;
         env.wq_tile_elems = (int64_t)N * K;
-        dsq_weight w = {};
-        w.format = is_q4 ? DSQ_WF_Q4_G128 : DSQ_WF_Q8_ROW;
-        w.layout = DSQ_WL_ROWS;
-        w.rows = N;
-        w.cols = K;
-        w.data = m.dq;
-        w.scales = m.ds;
-        w.zeros = m.dz;
-        w.group_size = is_q4 ? 128 : 0;
+        dsq_weight w = qweight_of(&m);
         float *scratch = (float *)dev_nan((size_t)T * N * 4);
         /* ways: 0 one bf16 part; 1 exact, hi + lo parts (Q8: no scratch);
          * 2 (Q8) exact, codes + row scales in the epilogue */
