@@ -250,6 +250,14 @@ __global__ void __launch_bounds__(RW * 32) gemm_rows_kernel(RowsArgs a)
     finish_tile<EPI, 0>(a, red, tile, split, a.S, n0, &last);
 }
 
+/* DSQ_CUDA_ROWS_FILL=0 (a measurement knob, read per launch): plan wide
+ * products' splits without plan_splits' one-wave fill (before stop 39). */
+static bool rows_fill_wave(void)
+{
+    const char *e = getenv("DSQ_CUDA_ROWS_FILL");
+    return !(e && e[0] == '0');
+}
+
 template <int NT8> static size_t smem_bytes() { return (size_t)2 * NT8 * 8 * XS * 2; }
 
 template <int WF, int NT8, int EPI>
@@ -262,7 +270,7 @@ static cudaError_t launch_t(RowsArgs a, int splits, size_t ws_floats, int n_tick
                                     : dsq_cu_resident_blocks((const void *)gemm_rows_kernel<WF, NT8, EPI>, RW * 32,
                                                              smem, &occ);
     const size_t row_bytes = WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2; /* 0: no caps */
-    a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes);
+    a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes, rows_fill_wave());
     return dsq_launch_pdl(gemm_rows_kernel<WF, NT8, EPI>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
 }
 

@@ -209,12 +209,19 @@ __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int t
  * down at 64 rows (5 where 8 was best) and Q8 qkv / o at 64 (2 where 1
  * was), where the plan alone measured 6.7 us against 4.2 (o, Q4, 1 row)
  * and 35.2 against 15.3 (qkv, Q8, 64 rows).  bf16 plans as before, and so
- * do the wgmma kernel's quantized products (row_bytes 0; stop 37). */
+ * do the wgmma kernel's quantized products (row_bytes 0; stop 37).
+ * fill_wave (gemm_rows.cu's kernel): a wide product that the half-of-the-
+ * resident-blocks rule leaves at one split gets as many as one wave of
+ * resident blocks holds -- Q4 gate/up at 1 row, 280 tiles over 660 resident
+ * blocks (5 per SM): 2 splits, 11.5-11.6 us against 13.7-14.0 at one
+ * (H100, test_cuda_quant, stops 27 and 38). */
 static inline int plan_splits(int splits, unsigned resident, unsigned tiles, const RowsArgs &a, size_t ws_floats,
-                       int n_tickets, size_t row_bytes)
+                       int n_tickets, size_t row_bytes, bool fill_wave = false)
 {
     if (splits <= 0) {
         splits = (int)(resident / (2 * tiles));
+        if (fill_wave && splits < 2)
+            splits = (int)(resident / tiles);
         if (row_bytes > 0) {
             const int by_stages = a.kstages * 2 / 3;
             const int by_bytes = (int)(row_bytes / ((size_t)12 * a.T));

@@ -275,35 +275,39 @@ q4gemv)
     # kernel (loads and group scales in flight before the PDL wait, the
     # RMSNorm folded into qkv), gate/up on gemm_rows.cu as before, with
     # DSQ_CUDA_QROWS_Q4_MIN=3 ("new" rows) against the default (1, "rows":
-    # every Q4 product on gemm_rows.cu): the quantized kernel tests (the
+    # every Q4 product on gemm_rows.cu).  Stop 39: gemm_rows.cu's one-wave
+    # split fill (gate/up at 1-2 rows on 2 splits) on in both, against
+    # DSQ_CUDA_ROWS_FILL=0 ("nofill" rows).  The quantized kernel tests (the
     # timing table's "old kernel" column is gemv_quant.cu's Q4 GEMV, "rows
-    # planned" the default), the quantized e2e tests, then batch-1/2 4-bit
-    # rows, interleaved.  Prebuilt only.
+    # planned" the default plan), bench rows interleaved, then the e2e
+    # tests.  Prebuilt only.
     prebuilt_stage q4gemv
-    DEADLINE=${DEADLINE:-500}
+    DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=240 gtest test_cuda_quant
     grep -E "worst|SKIP|dsq_cu_linear|^ +q4 .* +[1248] " "$OUT/test_cuda_quant.log" | head -40
-    gtest test_cuda_quant_e2e
-    LOGSUFFIX=_new gtest test_cuda_quant_e2e DSQ_CUDA_QROWS_Q4_MIN=3
-    gtest test_cuda_e2e
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     for rep in 1 2; do
         DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_r$rep 512 1 --kv f16 --quantize q4
         bench_row rows_q4_r$rep 512 1 --kv f16 --quantize q4
-    done
-    for sh in 128x2 64x4 64x2; do
-        DSQ_CUDA_QROWS_Q4_MIN=3 DSQ_CUDA_Q4_GEMV_SHORT=$sh bench_row short${sh}_q4 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q4_r$rep 512 1 --kv f16 --quantize q4
     done
     DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_none 512 1 --kv f16 --quantize q4 --sampling none
     bench_row rows_q4_none 512 1 --kv f16 --quantize q4 --sampling none
-    DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4h 512 1 --kv f16 --quantize q4 --quantize-head
-    bench_row rows_q4h 512 1 --kv f16 --quantize q4 --quantize-head
+    DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q4_none 512 1 --kv f16 --quantize q4 --sampling none
     DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_b2 512 2 --kv f16 --quantize q4
     bench_row rows_q4_b2 512 2 --kv f16 --quantize q4
+    DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q4_b2 512 2 --kv f16 --quantize q4
+    DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_b8 512 8 --kv f16 --quantize q4
+    bench_row rows_q4_b8 512 8 --kv f16 --quantize q4
+    DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q4_b8 512 8 --kv f16 --quantize q4
     DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_8k 8192 1 --kv f16 --quantize q4
     bench_row rows_q4_8k 8192 1 --kv f16 --quantize q4
-    bench_row b1_bf16 512 1 --kv f16
+    bench_row q8_b8 512 8 --kv f16 --quantize int8
+    DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q8_b8 512 8 --kv f16 --quantize int8
+    gtest test_cuda_quant_e2e
+    LOGSUFFIX=_new gtest test_cuda_quant_e2e DSQ_CUDA_QROWS_Q4_MIN=3
+    gtest test_cuda_e2e
     GTEST_TIMEOUT=150 gtest test_cuda_kernels
     ;;
 q8gemv)
