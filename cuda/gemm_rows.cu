@@ -250,12 +250,13 @@ __global__ void __launch_bounds__(RW * 32) gemm_rows_kernel(RowsArgs a)
     finish_tile<EPI, 0>(a, red, tile, split, a.S, n0, &last);
 }
 
-/* DSQ_CUDA_ROWS_FILL=0 (a measurement knob, read per launch): plan wide
- * products' splits without plan_splits' one-wave fill (before stop 39). */
+/* DSQ_CUDA_ROWS_FILL=1 (a measurement knob, read per launch): plan wide
+ * products' splits with plan_splits' one-wave fill.  Off until measured end
+ * to end (stop 39 wrote it from test_cuda_quant's timing table). */
 static bool rows_fill_wave(void)
 {
     const char *e = getenv("DSQ_CUDA_ROWS_FILL");
-    return !(e && e[0] == '0');
+    return e && e[0] == '1';
 }
 
 template <int NT8> static size_t smem_bytes() { return (size_t)2 * NT8 * 8 * XS * 2; }

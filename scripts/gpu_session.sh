@@ -276,8 +276,8 @@ q4gemv)
     # RMSNorm folded into qkv), gate/up on gemm_rows.cu as before, with
     # DSQ_CUDA_QROWS_Q4_MIN=3 ("new" rows) against the default (1, "rows":
     # every Q4 product on gemm_rows.cu).  Stop 39: gemm_rows.cu's one-wave
-    # split fill (gate/up at 1-2 rows on 2 splits) on in both, against
-    # DSQ_CUDA_ROWS_FILL=0 ("nofill" rows).  The quantized kernel tests (the
+    # split fill (gate/up at 1-2 rows on 2 splits; DSQ_CUDA_ROWS_FILL=1,
+    # "fill" rows) against the default plan.  The quantized kernel tests (the
     # timing table's "old kernel" column is gemv_quant.cu's Q4 GEMV, "rows
     # planned" the default plan), bench rows interleaved, then the e2e
     # tests.  Prebuilt only.
@@ -290,21 +290,22 @@ q4gemv)
     for rep in 1 2; do
         DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_r$rep 512 1 --kv f16 --quantize q4
         bench_row rows_q4_r$rep 512 1 --kv f16 --quantize q4
-        DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_ROWS_FILL=1 bench_row fill_q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QROWS_Q4_MIN=3 DSQ_CUDA_ROWS_FILL=1 bench_row both_q4_r$rep 512 1 --kv f16 --quantize q4
     done
     DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_none 512 1 --kv f16 --quantize q4 --sampling none
     bench_row rows_q4_none 512 1 --kv f16 --quantize q4 --sampling none
-    DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q4_none 512 1 --kv f16 --quantize q4 --sampling none
+    DSQ_CUDA_ROWS_FILL=1 bench_row fill_q4_none 512 1 --kv f16 --quantize q4 --sampling none
     DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_b2 512 2 --kv f16 --quantize q4
     bench_row rows_q4_b2 512 2 --kv f16 --quantize q4
-    DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q4_b2 512 2 --kv f16 --quantize q4
+    DSQ_CUDA_ROWS_FILL=1 bench_row fill_q4_b2 512 2 --kv f16 --quantize q4
     DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_b8 512 8 --kv f16 --quantize q4
     bench_row rows_q4_b8 512 8 --kv f16 --quantize q4
-    DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q4_b8 512 8 --kv f16 --quantize q4
+    DSQ_CUDA_ROWS_FILL=1 bench_row fill_q4_b8 512 8 --kv f16 --quantize q4
     DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_8k 8192 1 --kv f16 --quantize q4
     bench_row rows_q4_8k 8192 1 --kv f16 --quantize q4
     bench_row q8_b8 512 8 --kv f16 --quantize int8
-    DSQ_CUDA_ROWS_FILL=0 bench_row nofill_q8_b8 512 8 --kv f16 --quantize int8
+    DSQ_CUDA_ROWS_FILL=1 bench_row fill_q8_b8 512 8 --kv f16 --quantize int8
     gtest test_cuda_quant_e2e
     LOGSUFFIX=_new gtest test_cuda_quant_e2e DSQ_CUDA_QROWS_Q4_MIN=3
     gtest test_cuda_e2e
