@@ -206,8 +206,8 @@ typedef struct cu_ctx {
     int32_t qrows_q8_min;  /* ... Q8_ROW ones from this many rows (DSQ_CUDA_QROWS_Q8_MIN,
                               default 3: at 1-2 rows its GEMV is as fast or faster) */
     int32_t qrows_q4_min;  /* ... Q4_G128 ones the 4-bit GEMV would take (qkv, o, down)
-                              from this many rows (DSQ_CUDA_QROWS_Q4_MIN, default 1:
-                              every row count; 3: 1-2 rows on gemv.cu's GEMV, unmeasured) */
+                              from this many rows (DSQ_CUDA_QROWS_Q4_MIN, default 3:
+                              1-2 rows on gemv.cu's GEMV; 1: every row count) */
     int32_t qtile_parts;   /* 2 (default): quantized products of more rows through the
                               dequantization tile as hi + lo bf16 parts (exact);
                               1: one bf16-rounded part (DSQ_CUDA_QTILE=1) */

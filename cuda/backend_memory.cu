@@ -190,13 +190,14 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *q8min_env = getenv("DSQ_CUDA_QROWS_Q8_MIN");
     cc->qrows_q8_min = q8min_env && *q8min_env ? atoi(q8min_env) : 3;
     /* Q4_G128 below DSQ_CUDA_QROWS_Q4_MIN rows on gemv.cu's 4-bit GEMV
-     * where dsq_cu_gemv_q4_pdl_use says (qkv, o, down).  Default 1 (the
-     * tensor-core kernel at every row count, as before stop 38): with 3,
-     * every 1-2-row product on the GEMV measured slower end to end (H100,
-     * stop 38: 1.71 vs 1.45 ms per batch-1 step), and the split that keeps
-     * gate/up on the tensor cores has not run on a GPU yet */
+     * where dsq_cu_gemv_q4_pdl_use says (qkv, o, down; gate/up stays on the
+     * tensor cores).  Default 3 (stop 39, H100): the batch-1 step 1.380 vs
+     * 1.465-1.469 ms with every product on gemm_rows.cu (1, as before),
+     * 8,192 keys 1.606 vs 1.735, batch 2 and 8 unchanged; every 1-2-row
+     * product on the GEMV (gate/up too, DSQ_CUDA_Q4_GEMV=new) measured
+     * slower (stop 38: 1.71 vs 1.45 ms) */
     const char *q4min_env = getenv("DSQ_CUDA_QROWS_Q4_MIN");
-    cc->qrows_q4_min = q4min_env && *q4min_env ? atoi(q4min_env) : 1;
+    cc->qrows_q4_min = q4min_env && *q4min_env ? atoi(q4min_env) : 3;
     /* DSQ_CUDA_QTILE=1: quantized products of more rows than gemm_rows.cu
      * takes (prompts) use the weights rounded to bf16 in one cuBLASLt
      * product instead of two bf16 parts that add up to the exact weights

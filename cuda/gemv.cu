@@ -36,11 +36,12 @@
  * codes (a quarter of a group; four pieces of x each), each piece's group
  * scale and zero loaded with its codes before the PDL wait, and the
  * arithmetic of gemv_quant.cu's Q4 kernel (part = sum x (c - zero) over the
- * piece, then acc += scale * part).  The backend's 1..2-row 4-bit products
- * run gemm_rows.cu's tensor-core kernel by default (gate/up at 1 row 13.9
- * us on the H100, 1.0 TB/s of codes); this kernel takes qkv, o and down
- * below DSQ_CUDA_QROWS_Q4_MIN rows (H100, 1 row: 3.4, 3.1, 6.8 us against
- * 4.5, 4.3, 9.6; docs/performance.md, stop 38). */
+ * piece, then acc += scale * part).  The backend's 4-bit qkv, o and down
+ * products of 1-2 rows run here (below DSQ_CUDA_QROWS_Q4_MIN rows, default
+ * 3; H100, 1 row: 3.4, 3.1, 6.8 us against 4.5, 4.3, 9.6 on gemm_rows.cu,
+ * stop 38; the batch-1 step 1.380 vs 1.467 ms, stop 39), gate/up stays on
+ * gemm_rows.cu's tensor-core kernel (here with the norm folded into 4,224
+ * one-warp blocks it was slower: docs/performance.md, stop 38). */
 #include <cuda_fp16.h>
 #include <stdio.h>
 #include <string.h>

@@ -95,8 +95,8 @@ dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *rows, const f
  * 32 == 0, x and q 16-byte aligned) there for an explicit block shape and,
  * for the default one, where dsq_cu_gemv_q4_pdl_use says
  * (DSQ_CUDA_Q4_GEMV=old: never, =new: always, default: N < 16384, as Q8;
- * the backend sends 1-2-row products there only below
- * DSQ_CUDA_QROWS_Q4_MIN rows, default 1: never); dsq_cu_gemv_q4_old_cfg
+ * the backend sends products there only below DSQ_CUDA_QROWS_Q4_MIN
+ * rows, default 3: qkv, o and down at 1-2 rows); dsq_cu_gemv_q4_old_cfg
  * always runs gemv_quant.cu's kernel.  The norm variant as Q8's
  * (dsq_cu_gemv_q4_norm_ok: T <= 4, K % 32 == 0, T*K*2 <= 40 KB; not with
  * the ADD epilogue). */

@@ -38,8 +38,9 @@
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
 #                                       # (bf16 / INT8 / 4-bit weights; issues 8, 10)
-#   bash scripts/gpu_session.sh q4gemv  # 4-bit products of 1-2 rows on gemv.cu's
-#                                       # GEMV: tests, batch-1/2 rows (stop 38)
+#   bash scripts/gpu_session.sh q4gemv  # 4-bit products of 1-2 rows (gemv.cu's
+#                                       # GEMV, the split fill): tests, the
+#                                       # default against stop 38's path
 #   bash scripts/gpu_session.sh fuzz    # the slow libFuzzer targets on all
 #                                       # cores (issue 14's 10M executions)
 #
@@ -271,16 +272,15 @@ esac
 
 case "$stage" in
 q4gemv)
-    # stop 38: Q4_G128 products of 1..2 rows of qkv, o and down in gemv.cu's
-    # kernel (loads and group scales in flight before the PDL wait, the
-    # RMSNorm folded into qkv), gate/up on gemm_rows.cu as before, with
-    # DSQ_CUDA_QROWS_Q4_MIN=3 ("new" rows) against the default (1, "rows":
-    # every Q4 product on gemm_rows.cu).  Stop 39: gemm_rows.cu's one-wave
-    # split fill (gate/up at 1-2 rows on 2 splits; DSQ_CUDA_ROWS_FILL=1,
-    # "fill" rows) against the default plan.  The quantized kernel tests (the
-    # timing table's "old kernel" column is gemv_quant.cu's Q4 GEMV, "rows
-    # planned" the default plan), bench rows interleaved, then the e2e
-    # tests.  Prebuilt only.
+    # 4-bit products of 1-2 rows (stops 38-39): the default (qkv, o and
+    # down on gemv.cu's 4-bit GEMV, DSQ_CUDA_QROWS_Q4_MIN=3; gate/up on
+    # gemm_rows.cu with the one-wave split fill at 1-2 rows) against the
+    # path before stop 39 ("before" rows: DSQ_CUDA_QROWS_Q4_MIN=1
+    # DSQ_CUDA_ROWS_FILL=0) and each change alone ("gemv": fill off,
+    # "fill": the GEMV off).  The quantized kernel tests (the timing table's
+    # "old kernel" column is gemv_quant.cu's Q4 GEMV, "rows planned" the
+    # default plan), bench rows interleaved, then the e2e tests (the
+    # quantized one also runs the path before).  Prebuilt only.
     prebuilt_stage q4gemv
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=240 gtest test_cuda_quant
@@ -288,26 +288,27 @@ q4gemv)
     wait $MODEL_PID
     echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
     for rep in 1 2; do
-        DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_r$rep 512 1 --kv f16 --quantize q4
-        bench_row rows_q4_r$rep 512 1 --kv f16 --quantize q4
-        DSQ_CUDA_ROWS_FILL=1 bench_row fill_q4_r$rep 512 1 --kv f16 --quantize q4
-        DSQ_CUDA_QROWS_Q4_MIN=3 DSQ_CUDA_ROWS_FILL=1 bench_row both_q4_r$rep 512 1 --kv f16 --quantize q4
+        bench_row def_q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QROWS_Q4_MIN=1 DSQ_CUDA_ROWS_FILL=0 bench_row before_q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_ROWS_FILL=0 bench_row gemv_q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QROWS_Q4_MIN=1 bench_row fill_q4_r$rep 512 1 --kv f16 --quantize q4
     done
-    DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_none 512 1 --kv f16 --quantize q4 --sampling none
-    bench_row rows_q4_none 512 1 --kv f16 --quantize q4 --sampling none
-    DSQ_CUDA_ROWS_FILL=1 bench_row fill_q4_none 512 1 --kv f16 --quantize q4 --sampling none
-    DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_b2 512 2 --kv f16 --quantize q4
-    bench_row rows_q4_b2 512 2 --kv f16 --quantize q4
-    DSQ_CUDA_ROWS_FILL=1 bench_row fill_q4_b2 512 2 --kv f16 --quantize q4
-    DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_b8 512 8 --kv f16 --quantize q4
-    bench_row rows_q4_b8 512 8 --kv f16 --quantize q4
-    DSQ_CUDA_ROWS_FILL=1 bench_row fill_q4_b8 512 8 --kv f16 --quantize q4
-    DSQ_CUDA_QROWS_Q4_MIN=3 bench_row new_q4_8k 8192 1 --kv f16 --quantize q4
-    bench_row rows_q4_8k 8192 1 --kv f16 --quantize q4
-    bench_row q8_b8 512 8 --kv f16 --quantize int8
-    DSQ_CUDA_ROWS_FILL=1 bench_row fill_q8_b8 512 8 --kv f16 --quantize int8
+    for sh in 128x4 128x2 64x2 32x4; do # qkv and o's block shape (gemv.cu, 1-2 rows)
+        DSQ_CUDA_Q4_GEMV_SHORT=$sh bench_row short${sh}_q4 512 1 --kv f16 --quantize q4
+    done
+    for b in 2 8; do
+        bench_row def_q4_b$b 512 $b --kv f16 --quantize q4
+        DSQ_CUDA_QROWS_Q4_MIN=1 DSQ_CUDA_ROWS_FILL=0 bench_row before_q4_b$b 512 $b --kv f16 --quantize q4
+    done
+    bench_row def_q4_none 512 1 --kv f16 --quantize q4 --sampling none
+    DSQ_CUDA_QROWS_Q4_MIN=1 DSQ_CUDA_ROWS_FILL=0 bench_row before_q4_none 512 1 --kv f16 --quantize q4 --sampling none
+    bench_row def_q4_8k 8192 1 --kv f16 --quantize q4
+    DSQ_CUDA_QROWS_Q4_MIN=1 DSQ_CUDA_ROWS_FILL=0 bench_row before_q4_8k 8192 1 --kv f16 --quantize q4
+    bench_row def_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_ROWS_FILL=0 bench_row before_q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    bench_row def_q8_b8 512 8 --kv f16 --quantize int8
+    bench_row def_bf16 512 1 --kv f16
     gtest test_cuda_quant_e2e
-    LOGSUFFIX=_new gtest test_cuda_quant_e2e DSQ_CUDA_QROWS_Q4_MIN=3
     gtest test_cuda_e2e
     GTEST_TIMEOUT=150 gtest test_cuda_kernels
     ;;

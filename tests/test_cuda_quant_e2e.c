@@ -98,18 +98,19 @@ static void test_gpu_vs_cpu(void **state)
     free(r);
 }
 
-/* The defaults (above) send every Q4 product of the prompt (12 rows) and
- * of the decode steps (1 row), and the Q8 ones of the prompt, through
- * gemm_rows.cu (quant_tiny's in-feature counts are multiples of 128, as it
- * needs); the other paths once more: Q8 decode rows on the tensor cores
- * too and Q4 ones of qkv, o and down on gemv.cu's 4-bit GEMV
- * (DSQ_CUDA_QROWS_Q8_MIN=1, DSQ_CUDA_QROWS_Q4_MIN=3), then none (DSQ_CUDA_QROWS=0: the
+/* The defaults (above) send every Q4 product of the prompt (12 rows), Q4
+ * gate/up of the decode steps (1 row), and the Q8 ones of the prompt
+ * through gemm_rows.cu (quant_tiny's in-feature counts are multiples of
+ * 128, as it needs), Q4 qkv, o and down of the decode steps to gemv.cu's
+ * 4-bit GEMV; the other paths once more: every decode product on the
+ * tensor cores (DSQ_CUDA_QROWS_Q8_MIN=1, DSQ_CUDA_QROWS_Q4_MIN=1, the Q4
+ * default before stop 39), then none (DSQ_CUDA_QROWS=0: the
  * quantized GEMV and the dequantization tile in two exact parts), then
  * the tile as one bf16-rounded part (DSQ_CUDA_QTILE=1). */
 static void test_gpu_vs_cpu_qrows(void **state)
 {
     assert_int_equal(setenv("DSQ_CUDA_QROWS_Q8_MIN", "1", 1), 0);
-    assert_int_equal(setenv("DSQ_CUDA_QROWS_Q4_MIN", "3", 1), 0);
+    assert_int_equal(setenv("DSQ_CUDA_QROWS_Q4_MIN", "1", 1), 0);
     test_gpu_vs_cpu(state);
     unsetenv("DSQ_CUDA_QROWS_Q8_MIN");
     unsetenv("DSQ_CUDA_QROWS_Q4_MIN");
