@@ -17,7 +17,10 @@
  * (see "INT8 fragments" below): a conversion pass through shared memory
  * made the int8 kernel issue-bound, as slow as fp16 with half the bytes.
  * Each block writes (m, l, acc) of its split to the workspace; a merge
- * kernel rescales and sums the splits.
+ * kernel rescales and sums the splits.  A launch planned at one split per
+ * sequence (max_splits 1: batches of ~100+ sequences) writes the bf16
+ * output itself, with the bits the merge kernel would give, and launches
+ * no merge (`direct`; DSQ_CUDA_DECODE_DIRECT=0 keeps the merge).
  *
  * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
  * so every key a block sees is one the query attends to, and a NaN/Inf in
@@ -313,6 +316,9 @@ __device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, f
 /* workspace: acc [n_seqs][n_heads][max_splits][D] f32, then
  *            ml  [n_seqs][n_heads][max_splits][2] f32 (running max m in
  *                log2 units, sum l)
+ * direct (max_splits 1 only): no workspace writes; out[b][h][d] bf16 (row
+ * stride o_stride) = the merge kernel's value for one split, acc / l (0
+ * for an empty sequence).
  *
  * ROPE: q is the fp32 q|k|v product row of each sequence's new token (stride
  * q_stride floats), not yet rotated, and the token is at position len-1:
@@ -325,7 +331,8 @@ template <int D, bool INT8, int NS, bool ROPE>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(KvArgs a, const void *q_in, int64_t q_stride, const float *inv_freq,
                   const int32_t *seq_lens, int n_heads, int group, int n_hg, int max_splits,
-                  float scale_log2, float *ws_acc, float *ws_ml)
+                  float scale_log2, float *ws_acc, float *ws_ml, __nv_bfloat16 *out, int64_t o_stride,
+                  int direct)
 {
     using SM = DecSmem<D, INT8, NS>;
     constexpr int RH = D + 8;
@@ -350,18 +357,21 @@ __global__ void __launch_bounds__(kThreads)
     const int len = seq_lens[b];
     int chunk, used;
     split_plan(len, max_splits, chunk, used);
+    const int h0 = kvh * group + hg * kDecRows;
+    const int nrows = min(kDecRows, group - hg * kDecRows);
+    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
     if (split >= used) {
         if (ROPE) {
             dsq_pdl_wait();
             dsq_pdl_trigger();
         }
+        if (direct && used == 0) /* an empty sequence: the merge's 0 (after the wait: out may be in use before) */
+            for (int idx = t; idx < nrows * D; idx += kThreads)
+                out[(int64_t)b * o_stride + (h0 + idx / D) * D + idx % D] = __float2bfloat16_rn(0.f);
         return;
     }
     const int kstart = split * chunk, kend = min(len, kstart + chunk);
     const int n_tiles = (kend - kstart + kTileKeys - 1) / kTileKeys;
-    const int h0 = kvh * group + hg * kDecRows;
-    const int nrows = min(kDecRows, group - hg * kDecRows);
-    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
     /* ROPE: the last split holds the new key, len - 1, and loads one less */
     const bool writer = ROPE && split == used - 1;
     const int kload = writer ? kend - 1 : kend;
@@ -581,6 +591,12 @@ __global__ void __launch_bounds__(kThreads)
             acc += f * racc[(w * kDecRows + r) * CR + (INT8 ? comb_col(d) : d)];
             L += f * rl[w * kDecRows + r];
         }
+        if (direct) {
+            /* the merge kernel over one split: weight exp2(M - M) = 1, sum
+             * 0 + 1 * acc (so -0 becomes +0 there too), then acc / L */
+            out[(int64_t)b * o_stride + (h0 + r) * D + d] = __float2bfloat16_rn(__fadd_rn(0.f, acc) / L);
+            continue;
+        }
         const int64_t slot = ((int64_t)b * n_heads + h0 + r) * max_splits + split;
         ws_acc[slot * D + d] = acc;
         if (d == 0)
@@ -764,6 +780,15 @@ static cudaError_t attn_ready(int *dev) { return dsq_cu_once_per_device(&attn_on
 
 extern "C" dsq_status dsq_attn_init(void) { return dsq_cu_status(attn_ready(NULL), "attention kernel setup"); }
 
+/* Whether a one-split launch writes its output itself (decode_kernel's
+ * `direct`); DSQ_CUDA_DECODE_DIRECT=0 (a measurement knob, read per
+ * launch) keeps the merge kernel, as before stop 39. */
+static bool decode_direct_env(void)
+{
+    const char *e = getenv("DSQ_CUDA_DECODE_DIRECT");
+    return !(e && e[0] == '0');
+}
+
 /* dsq_attn_decode and dsq_attn_decode_rope: q_in is bf16 (rope false) or
  * the fp32 product row (rope true; inv_freq then set). */
 static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t q_stride, bool rope,
@@ -808,11 +833,13 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     float *ws_ml = ws_acc + (size_t)n_seqs * n_heads * max_splits * D;
     dim3 grid((unsigned)max_splits, (unsigned)(kv->n_kv_heads * n_hg), (unsigned)n_seqs);
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
+    const int direct = max_splits == 1 && decode_direct_env();
     /* runtime (head_dim, dtype, ring depth, rope) -> the kernel instance */
 #define DSQ_DECODE_LAUNCH(DD, I8, NS, RO)                                                            \
     e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO>, grid, dim3(kThreads),                           \
                        (size_t)DecSmem<DD, I8, NS>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
-                       n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml)
+                       n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml, (__nv_bfloat16 *)out, \
+                       o_stride, direct)
 #define DSQ_DECODE_RING(DD, I8, NS)                 \
     do {                                            \
         if (DecSmem<DD, I8, NS>::kTotal <= smem_optin) { \
@@ -841,6 +868,8 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
 #undef DSQ_DECODE_LAUNCH
     if (e != cudaSuccess)
         return dsq_cu_status(e, rope ? "decode attention + RoPE kernel" : "decode attention kernel");
+    if (direct)
+        return DSQ_OK;
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
     const int em = dsq_pdl_early();
     const int early = (em & DSQ_PDL_EARLY_MERGE) ? 1 : (em & DSQ_PDL_EARLY_MERGE_LONG) ? DSQ_PDL_EARLY_MERGE_SPLITS : 0;

@@ -38,6 +38,8 @@
 #   bash scripts/gpu_session.sh serve   # the issue-13 load test (bench_serve.sh)
 #   bash scripts/gpu_session.sh profile # per-kernel GPU time per decode step
 #                                       # (bf16 / INT8 / 4-bit weights; issues 8, 10)
+#   bash scripts/gpu_session.sh direct  # one-split decode attention without
+#                                       # the merge launch: tests, bench rows
 #   bash scripts/gpu_session.sh q4gemv  # 4-bit products of 1-2 rows (gemv.cu's
 #                                       # GEMV, the split fill): tests, the
 #                                       # default against stop 38's path
@@ -271,6 +273,33 @@ check | check2 | sanitize | bench | serve | profile | fuzz | first | qrows | til
 esac
 
 case "$stage" in
+direct)
+    # stop 39: decode attention launches planned at one split per sequence
+    # (batches of ~100+) write their output in the decode kernel, no merge
+    # launch; against DSQ_CUDA_DECODE_DIRECT=0 (the merge kernel, "merge"
+    # rows).  The attention tests (one split's direct output bit-identical
+    # to the merge's), the e2e and greedy-step tests, bench rows
+    # interleaved.  Prebuilt only.
+    prebuilt_stage direct
+    DEADLINE=${DEADLINE:-540}
+    GTEST_TIMEOUT=200 gtest test_cuda_attention
+    grep -E "direct output|DIFFERENT|FAIL" "$OUT/test_cuda_attention.log" | head -20
+    gtest test_cuda_e2e
+    gtest test_cuda_step_greedy
+    wait $MODEL_PID
+    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    for rep in 1 2; do
+        bench_row def_b256_int8_r$rep 1024 256 --kv int8
+        DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_r$rep 1024 256 --kv int8
+    done
+    bench_row def_b128_f16 1024 128 --kv f16
+    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b128_f16 1024 128 --kv f16
+    bench_row def_b256_f16 1024 256 --kv f16
+    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_f16 1024 256 --kv f16
+    bench_row def_b256_int8_none 1024 256 --kv int8 --sampling none
+    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
+    bench_row def_b64 1024 64 --kv f16
+    ;;
 q4gemv)
     # 4-bit products of 1-2 rows (stops 38-39): the default (qkv, o and
     # down on gemv.cu's 4-bit GEMV, DSQ_CUDA_QROWS_Q4_MIN=3; gate/up on
