@@ -179,6 +179,14 @@ fuzz_bg_end() {
 
 # One `dsqwen bench` row (BENCH_ONLY=regex: only the rows whose name
 # matches; DEADLINE=s: none started after s seconds of the stage).
+# the bench table's header line; bench_start first waits for the stage's
+# model (prebuilt_stage's background job)
+bench_header() { echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"; }
+bench_start() {
+    wait $MODEL_PID
+    bench_header
+}
+
 bench_row() { # name prompt_len batch args...
     local name=$1 plen=$2 batch=$3
     shift 3
@@ -286,8 +294,7 @@ direct)
     grep -E "direct output|DIFFERENT|FAIL" "$OUT/test_cuda_attention.log" | head -20
     gtest test_cuda_e2e
     gtest test_cuda_step_greedy
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     for rep in 1 2; do
         bench_row def_b256_int8_r$rep 1024 256 --kv int8
         DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_r$rep 1024 256 --kv int8
@@ -314,8 +321,7 @@ q4gemv)
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=240 gtest test_cuda_quant
     grep -E "worst|SKIP|dsq_cu_linear|^ +q4 .* +[1248] " "$OUT/test_cuda_quant.log" | head -40
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     for rep in 1 2; do
         bench_row def_q4_r$rep 512 1 --kv f16 --quantize q4
         DSQ_CUDA_QROWS_Q4_MIN=1 DSQ_CUDA_ROWS_FILL=0 bench_row before_q4_r$rep 512 1 --kv f16 --quantize q4
@@ -358,8 +364,7 @@ q8gemv)
     GTEST_TIMEOUT=150 gtest test_cuda_kernels
     gtest test_cuda_e2e
     base_tree || { echo "q8gemv: needs .gpu/base.tar.xz"; exit 1; }
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     for rep in 1 2; do
         base_row base_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
         bench_row new_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
@@ -387,8 +392,7 @@ rowswg)
     grep -E "gemm_rows bf16|SKIP|^ +(qkv|o |gate|down|lm_head).* (8|16|64) " "$OUT/test_cuda_kernels.log" | head -30
     LOGSUFFIX=_wg GTEST_TIMEOUT=60 gtest test_cuda_quant_e2e DSQ_CUDA_ROWS_WG=2
     LOGSUFFIX=_wg GTEST_TIMEOUT=60 gtest test_cuda_e2e DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG=2
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     bench_row def_b64 1024 64 --kv f16
     DSQ_CUDA_GEMM_ROWS=64 DSQ_CUDA_ROWS_WG=1 bench_row wg_b64 1024 64 --kv f16
     bench_row def_b64_q4 1024 64 --kv f16 --quantize q4
@@ -413,8 +417,7 @@ rowswg2)
     grep -E "worst|SKIP|^ +q4 .* (16|64) " "$OUT/test_cuda_quant.log" | head -30
     gtest test_cuda_quant_e2e
     LOGSUFFIX=_wg gtest test_cuda_quant_e2e DSQ_CUDA_ROWS_WG=2
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     for rep in 1 2; do
         bench_row def_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
         DSQ_CUDA_ROWS_WG=0 bench_row mma_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
@@ -437,8 +440,7 @@ plan)
     GTEST_TIMEOUT=200 gtest test_cuda_quant
     grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
     two_trees plan
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     DEADLINE=360
     for rep in 1 2; do
         bench_row new_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
@@ -472,8 +474,7 @@ fixup)
     GTEST_TIMEOUT=200 gtest test_cuda_quant
     grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
     two_trees fixup
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     DEADLINE=420
     bench_row new_b64_q4_r1 1024 64 --kv f16 --quantize q4
     base_row base_b64_q4_r1 1024 64 --kv f16 --quantize q4
@@ -508,8 +509,7 @@ wgslots)
     grep -E "worst|SKIP|^ +q[48] .* (16|64) " "$OUT/test_cuda_quant.log" | head -40
     GTEST_TIMEOUT=150 gtest test_cuda_kernels
     grep -E "gemm_rows bf16|SKIP|FAIL" "$OUT/test_cuda_kernels.log" | head -10
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     for rep in 1 2; do
         for sl in 2 3 4; do
             DSQ_CUDA_ROWS_WG_SLOTS=$sl bench_row s${sl}_b64_q4_r$rep 1024 64 --kv f16 --quantize q4
@@ -531,8 +531,7 @@ q8shape)
     grep -E "worst" "$OUT/test_cuda_quant.log" | head -8
     gtest test_cuda_quant_e2e
     GTEST_TIMEOUT=150 gtest test_cuda_kernels
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     for rep in 1 2; do
         bench_row def_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
         DSQ_CUDA_Q8_SMALL=128 bench_row w128_q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
@@ -550,8 +549,7 @@ b1ctx)
     GTEST_TIMEOUT=150 gtest test_cuda_attention
     gtest test_cuda_e2e
     base_tree || { echo "b1ctx: needs .gpu/base.tar.xz"; exit 1; }
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     for rep in 1 2; do
         base_row base_b1_8192_r$rep 8192 1 --kv f16
         bench_row new_b1_8192_r$rep 8192 1 --kv f16
@@ -611,8 +609,7 @@ first)
     DEADLINE=${DEADLINE:-540}
     echo "== GPU tests of stop 24's kernels (gemm_rows Q8/Q4, L2 prefetch, sampling passes, tile loaders)"
     for t in test_cuda_quant test_cuda_quant_e2e test_cuda_kernels test_cuda_e2e test_cuda_sampling; do gtest $t; done
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     bench_row b1_512 512 1 --kv f16
     bench_row b1_512_q8 512 1 --kv f16 --quantize int8 --quantize-head
     DSQ_CUDA_QROWS=64 bench_row b1_512_q8_rows 512 1 --kv f16 --quantize int8 --quantize-head
@@ -643,8 +640,7 @@ qrows)
     prebuilt_stage qrows
     DEADLINE=${DEADLINE:-300}
     quant_tests "worst|bit-identical|GPU vs CPU"
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     # pairs: the default, then the previous path (any card: compare within a run)
     bench_row b1_512_q4 512 1 --kv f16 --quantize q4
     DSQ_CUDA_QROWS=0 bench_row b1_512_q4_off 512 1 --kv f16 --quantize q4
@@ -671,8 +667,7 @@ tile)
     prebuilt_stage tile
     DEADLINE=${DEADLINE:-540}
     quant_tests "tile path|FAIL|ERROR"
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     bench_row b1_512 512 1 --kv f16
     bench_row b1_512_q4 512 1 --kv f16 --quantize q4
     DSQ_CUDA_QTILE=1 bench_row b1_512_q4_tile1 512 1 --kv f16 --quantize q4
@@ -703,8 +698,7 @@ tune)
     LOGSUFFIX=_tune gtest test_cuda_e2e DSQ_CUDA_GEMM_TUNE=1
     LOGSUFFIX=_tune gtest test_cuda_step_greedy DSQ_CUDA_GEMM_TUNE=1
     gtest test_cuda_quant
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     bench_row b64_1024 1024 64 --kv f16
     DSQ_CUDA_GEMM_TUNE=1 bench_row b64_1024_tune 1024 64 --kv f16
     bench_row b8_512 512 8 --kv f16
@@ -736,8 +730,7 @@ pieces)
     LOGSUFFIX=_p4 gtest test_cuda_step_greedy DSQ_CUDA_GRAPH_PIECES=4
     LOGSUFFIX=_p4 gtest test_cuda_seq_ops DSQ_CUDA_GRAPH_PIECES=4
     LOGSUFFIX=_p4 gtest test_cuda_quant_e2e DSQ_CUDA_GRAPH_PIECES=4
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     for rep in 1 2; do
         DSQ_CUDA_GRAPH_PIECES=4 bench_row b1_512_r$rep 512 1 --kv f16
         bench_row b1_512_p1_r$rep 512 1 --kv f16
@@ -866,7 +859,7 @@ targets)
         bench_row new_b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
         exit 0
     fi
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_header
     bench_row b1_512 512 1 --kv f16
     bench_row b1_512_none 512 1 --kv f16 --sampling none
     bench_row b1_4096_1pass 4096 1 --kv f16 --batch-tokens 4096
@@ -1016,8 +1009,7 @@ early)
     done
     gtest test_cuda_e2e
     gtest test_cuda_quant_e2e
-    wait $MODEL_PID
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_start
     sweep() { # name prompt batch args...: default (long), 0, merge, gemv, all
         local name=$1
         shift
@@ -1083,7 +1075,7 @@ bench)
     fullsize_model
     CLI=$B/examples/dsqwen
     run() { bench_row "$@"; }
-    echo "== dsqwen bench (batch prompt prefill_t/s prefill_ms steps ms/step decode_t/s step0_ms floor%)"
+    bench_header
     # BENCH_QUICK=1: the batch-1/8/64 rows, the 4,096-token prefill and the
     # mixed step only (what a prefill or step change moves), ~3 minutes
     Q=${BENCH_QUICK:-0}
