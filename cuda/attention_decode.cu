@@ -18,9 +18,9 @@
  * made the int8 kernel issue-bound, as slow as fp16 with half the bytes.
  * Each block writes (m, l, acc) of its split to the workspace; a merge
  * kernel rescales and sums the splits.  A launch planned at one split per
- * sequence (max_splits 1: batches of ~100+ sequences) writes the bf16
- * output itself, with the bits the merge kernel would give, and launches
- * no merge (`direct`; DSQ_CUDA_DECODE_DIRECT=0 keeps the merge).
+ * sequence (max_splits 1: batches of ~100+ sequences) may write the bf16
+ * output itself, with the bits the merge kernel would give, and launch no
+ * merge (`direct`; DSQ_CUDA_DECODE_DIRECT=1, off until it has run on a GPU).
  *
  * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
  * so every key a block sees is one the query attends to, and a NaN/Inf in
@@ -781,12 +781,13 @@ static cudaError_t attn_ready(int *dev) { return dsq_cu_once_per_device(&attn_on
 extern "C" dsq_status dsq_attn_init(void) { return dsq_cu_status(attn_ready(NULL), "attention kernel setup"); }
 
 /* Whether a one-split launch writes its output itself (decode_kernel's
- * `direct`); DSQ_CUDA_DECODE_DIRECT=0 (a measurement knob, read per
- * launch) keeps the merge kernel, as before stop 39. */
+ * `direct`): DSQ_CUDA_DECODE_DIRECT=1 (read per launch).  Off by default:
+ * written at stop 39 after the session's last device call, not yet run
+ * (`scripts/gpu_session.sh direct` tests and times it). */
 static bool decode_direct_env(void)
 {
     const char *e = getenv("DSQ_CUDA_DECODE_DIRECT");
-    return !(e && e[0] == '0');
+    return e && e[0] == '1';
 }
 
 /* dsq_attn_decode and dsq_attn_decode_rope: q_in is bf16 (rope false) or

@@ -282,30 +282,30 @@ esac
 
 case "$stage" in
 direct)
-    # stop 39: decode attention launches planned at one split per sequence
-    # (batches of ~100+) write their output in the decode kernel, no merge
-    # launch; against DSQ_CUDA_DECODE_DIRECT=0 (the merge kernel, "merge"
-    # rows).  The attention tests (one split's direct output bit-identical
-    # to the merge's), the e2e and greedy-step tests, bench rows
-    # interleaved.  Prebuilt only.
+    # stop 39 (not yet run): decode attention launches planned at one split
+    # per sequence (batches of ~100+) writing their output in the decode
+    # kernel, no merge launch (DSQ_CUDA_DECODE_DIRECT=1, "direct" rows)
+    # against the default merge kernel.  The attention tests (one split's
+    # direct output bit-identical to the merge's), the e2e and greedy-step
+    # tests with it on, bench rows interleaved.  Prebuilt only.
     prebuilt_stage direct
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=200 gtest test_cuda_attention
     grep -E "direct output|DIFFERENT|FAIL" "$OUT/test_cuda_attention.log" | head -20
-    gtest test_cuda_e2e
-    gtest test_cuda_step_greedy
+    gtest test_cuda_e2e DSQ_CUDA_DECODE_DIRECT=1
+    gtest test_cuda_step_greedy DSQ_CUDA_DECODE_DIRECT=1
     bench_start
     for rep in 1 2; do
-        bench_row def_b256_int8_r$rep 1024 256 --kv int8
-        DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_r$rep 1024 256 --kv int8
+        DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_int8_r$rep 1024 256 --kv int8
+        bench_row merge_b256_int8_r$rep 1024 256 --kv int8
     done
-    bench_row def_b128_f16 1024 128 --kv f16
-    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b128_f16 1024 128 --kv f16
-    bench_row def_b256_f16 1024 256 --kv f16
-    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_f16 1024 256 --kv f16
-    bench_row def_b256_int8_none 1024 256 --kv int8 --sampling none
-    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
-    bench_row def_b64 1024 64 --kv f16
+    DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b128_f16 1024 128 --kv f16
+    bench_row merge_b128_f16 1024 128 --kv f16
+    DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_f16 1024 256 --kv f16
+    bench_row merge_b256_f16 1024 256 --kv f16
+    DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_int8_none 1024 256 --kv int8 --sampling none
+    bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
+    DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b64 1024 64 --kv f16
     ;;
 q4gemv)
     # 4-bit products of 1-2 rows (stops 38-39): the default (qkv, o and

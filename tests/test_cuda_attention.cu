@@ -580,12 +580,12 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
         if (first.empty())
             first = out;
         if (splits == 1) {
-            /* one split writes its output in the decode kernel (stop 39);
-             * the merge kernel it replaces (DSQ_CUDA_DECODE_DIRECT=0) must
-             * give the same bits, NaN for NaN */
+            /* one split written out by the decode kernel itself
+             * (DSQ_CUDA_DECODE_DIRECT=1, stop 39) must give the merge
+             * kernel's bits, NaN for NaN */
             CK(cudaMemset(dout, 0xff, out_bytes));
             CK(cudaMemset(ws, 0xff, ws_bytes));
-            setenv("DSQ_CUDA_DECODE_DIRECT", "0", 1);
+            setenv("DSQ_CUDA_DECODE_DIRECT", "1", 1);
             AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, sc.H, 1, ws,
                                ws_bytes, 0));
             unsetenv("DSQ_CUDA_DECODE_DIRECT");
