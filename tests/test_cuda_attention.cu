@@ -590,12 +590,12 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
                                ws_bytes, 0));
             unsetenv("DSQ_CUDA_DECODE_DIRECT");
             CK(cudaDeviceSynchronize());
-            std::vector<uint16_t> merged((size_t)b.n_seqs * b.o_stride);
-            CK(cudaMemcpy(merged.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+            std::vector<uint16_t> direct((size_t)b.n_seqs * b.o_stride);
+            CK(cudaMemcpy(direct.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
             size_t ndiff = 0;
             for (int s = 0; s < b.n_seqs; s++)
                 for (int i = 0; i < sc.H * sc.D; i++) {
-                    const uint16_t x = out[(size_t)s * b.o_stride + i], y = merged[(size_t)s * b.o_stride + i];
+                    const uint16_t x = out[(size_t)s * b.o_stride + i], y = direct[(size_t)s * b.o_stride + i];
                     const bool nx = (x & 0x7fff) > 0x7f80, ny = (y & 0x7fff) > 0x7f80;
                     ndiff += nx != ny || (!nx && x != y);
                 }
