@@ -187,6 +187,8 @@ bench_start() {
     bench_header
 }
 
+# BENCH_BW=GBPS: floor% against that bandwidth (dsqwen bench --bandwidth;
+# default the H200's measured 4,480)
 bench_row() { # name prompt_len batch args...
     local name=$1 plen=$2 batch=$3
     shift 3
@@ -195,7 +197,8 @@ bench_row() { # name prompt_len batch args...
         printf "%-22s not run (the stage's %s s deadline)\n" "$name" "$DEADLINE"
         return 0
     fi
-    timeout 150 "$B/examples/dsqwen" bench --model $M --prompt-len $plen --max-tokens 64 --batch $batch "$@" \
+    timeout 150 "$B/examples/dsqwen" bench --model $M --prompt-len $plen --max-tokens 64 --batch $batch \
+        ${BENCH_BW:+--bandwidth $BENCH_BW} "$@" \
         >"$OUT/$name.log" 2>&1
     printf "%-22s rc=%s %s\n" "$name" $? "$(grep -E "^ *$batch +$plen " "$OUT/$name.log" | tail -1)"
 }

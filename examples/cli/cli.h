@@ -15,6 +15,10 @@
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_INTERRUPTED = 130 };
 
+/* bench's default bandwidth for floor%: the H200's measured streaming read
+ * (docs/performance.md), in GB/s */
+#define CLI_BENCH_GBPS 4480.0f
+
 typedef struct cli_opts {
     const char *cmd;         /* "generate", "chat" or "bench"               */
     const char *model;       /* --model DIR (resolved: "tiny" expanded)     */
@@ -43,6 +47,7 @@ typedef struct cli_opts {
     int verbose;             /* --verbose: backend, shapes, timing, log     */
     int progress;            /* draw a load progress bar (stderr is a tty)  */
     int bench_sampling;      /* --sampling: CLI_BENCH_* (bench)             */
+    float bench_gbps;        /* --bandwidth GBPS: floor%'s bandwidth (bench) */
     int32_t quantize;        /* --quantize: dsq_quantize (load-time)        */
     int quantize_head;       /* --quantize-head / quantize --head           */
     int32_t bits;            /* quantize --bits 8|4 (0: not given)          */

@@ -23,8 +23,8 @@
  * step of the timed round is still reported apart.  floor% is the step's
  * memory floor -- bytes it must read (weights without the embedding table,
  * plus the KV cache of every sequence at its average length during the
- * steps) at 4,480 GB/s, the H200's measured streaming bandwidth -- over the
- * measured ms/step.  e2e_t/s is the round's generated tokens (B x steps)
+ * steps) at --bandwidth GB/s (default 4,480, the H200's measured streaming
+ * bandwidth; the header line names it) -- over the measured ms/step.  e2e_t/s is the round's generated tokens (B x steps)
  * over its whole time, prefill and every step included: the figure a
  * server that admits B prompts at once and generates `steps` tokens for
  * each can be held to (decode_t/s leaves the prefill out). */
@@ -42,9 +42,6 @@ static int32_t argmax(const float *x, int32_t n)
             best = i;
     return best;
 }
-
-/* Measured streaming bandwidth of the H200 (docs/performance.md). */
-#define BENCH_GBPS 4480.0
 
 static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, int32_t G, int32_t *prompt,
                      int32_t *seqs, int32_t *toks, dsq_step_seq *ent, dsq_step_out *outs, int quiet)
@@ -148,7 +145,7 @@ static int bench_one(cli_session *s, const cli_opts *o, int32_t B, int32_t P, in
     if (!s->info.tie_embeddings)
         wbytes -= (double)s->info.n_vocab * s->info.n_embd * 2.0; /* bf16 table */
     double kv = (double)B * (P + G / 2.0) * (double)ci.kv_bytes_per_token;
-    double floor_ms = (wbytes + kv) / (BENCH_GBPS * 1e9) * 1e3;
+    double floor_ms = (wbytes + kv) / ((double)o->bench_gbps * 1e9) * 1e3;
     if (!quiet)
         printf("%6d %7d %12.1f %10.1f %8d %12.3f %12.1f %12.1f %8.1f %10.1f\n", (int)B, (int)P,
            (double)B * P / t_prefill, 1e3 * t_prefill, (int)G, 1e3 * t_dec / timed,
@@ -196,7 +193,7 @@ int cli_bench(const cli_opts *o)
     memset(&ci, 0, sizeof ci);
     ci.struct_size = sizeof ci;
     dsq_ctx_get_info(s.ctx, &ci);
-    fprintf(stderr, "[backend %s, kv %s %s, %d layers, vocab %d, context %d, sampling %s]\n",
+    fprintf(stderr, "[backend %s, kv %s %s, %d layers, vocab %d, context %d, sampling %s, floor%% at %g GB/s]\n",
             s.info.backend == DSQ_BACKEND_CUDA ? "cuda" : "cpu",
             ci.kv_layout == DSQ_KV_PAGED ? "paged" : "static",
             ci.kv_dtype == DSQ_KV_INT8 ? "int8" : ci.kv_dtype == DSQ_KV_F32 ? "f32" : "f16",
@@ -204,7 +201,8 @@ int cli_bench(const cli_opts *o)
             o->bench_sampling == CLI_BENCH_HOST ? "host argmax of copied logits"
             : o->bench_sampling == CLI_BENCH_NONE
                 ? "none (no logits)"
-                : "in the library (dsq_step); prefill_ms: call to first sampled token");
+                : "in the library (dsq_step); prefill_ms: call to first sampled token",
+            (double)o->bench_gbps);
     printf("%6s %7s %12s %10s %8s %12s %12s %12s %8s %10s\n", "batch", "prompt", "prefill_t/s",
            "prefill_ms", "steps", "ms/step", "decode_t/s", "step0_ms", "floor%", "e2e_t/s");
     for (int32_t i = 0; i < n_batches; i++) {

@@ -26,7 +26,7 @@ enum {
     OPT_MIN_P, OPT_PENALTY, OPT_PENALTY_N, OPT_SEED, OPT_MAX_TOKENS, OPT_CTX, OPT_THREADS,
     OPT_SHOW_THINK, OPT_HIDE_THINK, OPT_TOKENS, OPT_RAW, OPT_SYSTEM, OPT_BATCH, OPT_PROMPT_LEN,
     OPT_GREEDY, OPT_STOP, OPT_VERBOSE, OPT_NO_PROGRESS, OPT_VERSION, OPT_HELP,
-    OPT_SAMPLING, OPT_QUANTIZE, OPT_QUANTIZE_HEAD, OPT_BITS, OPT_HEAD, OPT_BATCH_TOKENS
+    OPT_SAMPLING, OPT_QUANTIZE, OPT_QUANTIZE_HEAD, OPT_BITS, OPT_HEAD, OPT_BATCH_TOKENS, OPT_BANDWIDTH
 };
 
 typedef struct opt_doc {
@@ -106,6 +106,9 @@ static const opt_doc docs[] = {
       "how each step's next tokens are picked: gpu (default: dsq_step samples\n"
       "in the library, on the GPU with CUDA), host (logits to the host, argmax\n"
       "there), none (no logits; the step alone)" },
+    { { "bandwidth", required_argument, NULL, OPT_BANDWIDTH }, C_BENCH, "GBPS",
+      "the memory bandwidth that floor% is computed against, in GB/s (default\n"
+      "4480: the H200's measured streaming read)" },
     { { "verbose", no_argument, NULL, OPT_VERBOSE }, C_ALL, NULL,
       "show backend, device, model shape, load time and library messages" },
     { { "no-progress", no_argument, NULL, OPT_NO_PROGRESS }, C_ALL, NULL,
@@ -444,6 +447,7 @@ int main(int argc, char **argv)
     o.max_tokens = cd->bit == C_BENCH ? 64 : 512;
     o.show_thinking = 1;
     o.prompt_len = 128;
+    o.bench_gbps = CLI_BENCH_GBPS;
     o.progress = isatty(STDERR_FILENO);
     /* every --stop is one argument, so argc bounds their number */
     const char **stops = calloc((size_t)argc, sizeof *stops);
@@ -545,6 +549,13 @@ int main(int argc, char **argv)
             bad = cli_parse_list("--batch", optarg, 1, 65536, &o.batch, &o.n_batch);
             break;
         case OPT_PROMPT_LEN: bad = parse_int("prompt-len", optarg, 1, INT32_MAX, &o.prompt_len); break;
+        case OPT_BANDWIDTH:
+            bad = parse_float("bandwidth", optarg, &o.bench_gbps);
+            if (!bad && !(o.bench_gbps > 0.0f)) {
+                fprintf(stderr, "dsqwen: --bandwidth wants a positive number of GB/s, got '%s'\n", optarg);
+                bad = 1;
+            }
+            break;
         case OPT_SAMPLING:
             if (strcmp(optarg, "gpu") == 0)
                 o.bench_sampling = CLI_BENCH_STEP;

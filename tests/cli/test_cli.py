@@ -79,6 +79,19 @@ def test_bench_rows():
                   f"bench --sampling {mode}: a row without positive timings", out)
 
 
+def test_bench_bandwidth():
+    # floor% is computed against --bandwidth (default the H200's 4,480 GB/s),
+    # which the header names; only bench takes it, and only positive numbers
+    for bad in ("0", "-3", "x"):
+        expect(["bench", "--model", TINY, "--bandwidth", bad], 2, err_has="--bandwidth")
+    expect(["generate", "--model", TINY, "--bandwidth", "3350"], 2, err_has="does not apply")
+    args = ["bench", "--model", TINY, "--backend", "cpu", "--prompt-len", "8", "--max-tokens", "3"]
+    _, err = expect(args, 0)
+    check("floor% at 4480 GB/s" in err, "bench header without the default bandwidth", err)
+    _, err = expect(args + ["--bandwidth", "3350"], 0)
+    check("floor% at 3350 GB/s" in err, "bench header without --bandwidth's value", err)
+
+
 def test_seed():
     expect(["generate", "--model", TINY, "--tokens", "1,2", "--seed", "-5"], 2, err_has="--seed")
     expect(["generate", "--model", TINY, "--tokens", "1,2", "--seed", "x"], 2, err_has="--seed")
