@@ -250,7 +250,8 @@ __global__ void __launch_bounds__(RW * 32) gemm_rows_kernel(RowsArgs a)
     finish_tile<EPI, 0>(a, red, tile, split, a.S, n0, &last);
 }
 
-/* plan_splits' one-wave fill for T-row products: at 1-2 rows (stop 39,
+/* plan_splits' one-wave fill for quantized T-row products (bf16 plans as
+ * before: not measured with it): at 1-2 rows (stop 39,
  * H100: the 4-bit batch-1 step 1.350 vs 1.380 ms with its qkv, o and down
  * on the GEMV, 1.441-1.448 vs 1.465-1.469 without; batch 2 1.486 vs 1.490),
  * not beyond (batch 8: 4-bit 1.815 vs 1.792 ms, INT8 1.884 vs 1.831 with
@@ -276,7 +277,8 @@ static cudaError_t launch_t(RowsArgs a, int splits, size_t ws_floats, int n_tick
                                     : dsq_cu_resident_blocks((const void *)gemm_rows_kernel<WF, NT8, EPI>, RW * 32,
                                                              smem, &occ);
     const size_t row_bytes = WF == W_BF16 ? 0 : WF == W_Q8 ? (size_t)a.K : (size_t)a.K / 2; /* 0: no caps */
-    a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes, rows_fill_wave(a.T));
+    a.S = plan_splits(splits, res, tiles, a, ws_floats, n_tickets, row_bytes,
+                      row_bytes > 0 && rows_fill_wave(a.T));
     return dsq_launch_pdl(gemm_rows_kernel<WF, NT8, EPI>, dim3(tiles * (unsigned)a.S), dim3(RW * 32), smem, s, a);
 }
 

@@ -210,11 +210,11 @@ __device__ __forceinline__ void finish_tile(const RowsArgs &a, float *red, int t
  * was), where the plan alone measured 6.7 us against 4.2 (o, Q4, 1 row)
  * and 35.2 against 15.3 (qkv, Q8, 64 rows).  bf16 plans as before, and so
  * do the wgmma kernel's quantized products (row_bytes 0; stop 37).
- * fill_wave (gemm_rows.cu's kernel at 1-2 rows): a wide product that the
- * half-of-the-resident-blocks rule leaves at one split gets as many as one
- * wave of resident blocks holds -- Q4 gate/up at 1 row, 280 tiles over 660
- * resident blocks (5 per SM): 2 splits, 11.5-11.7 us against 13.7-14.0 at
- * one (H100, test_cuda_quant, stops 27, 38, 39). */
+ * fill_wave (gemm_rows.cu's kernel, quantized W at 1-2 rows): a wide
+ * product that the half-of-the-resident-blocks rule leaves at one split
+ * gets as many as one wave of resident blocks holds -- Q4 gate/up at 1 row,
+ * 280 tiles over 660 resident blocks (5 per SM): 2 splits, 11.5-11.7 us
+ * against 13.7-14.0 at one (H100, test_cuda_quant, stops 27, 38, 39). */
 static inline int plan_splits(int splits, unsigned resident, unsigned tiles, const RowsArgs &a, size_t ws_floats,
                        int n_tickets, size_t row_bytes, bool fill_wave = false)
 {

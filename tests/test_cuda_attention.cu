@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -548,8 +549,51 @@ static void run_prefill(const Scenario &sc)
     assert_true(ok);
 }
 
+/* DSQ_CUDA_DECODE_DIRECT for the launches of a scope: "1" (one-split
+ * launches write their output in the decode kernel) or NULL (unset: the
+ * merge kernel, the default); the caller's value comes back at the end, so
+ * a comparison of the two paths stays one whatever the environment. */
+struct DirectEnv {
+    std::string old;
+    bool had;
+    explicit DirectEnv(const char *v)
+    {
+        const char *e = getenv("DSQ_CUDA_DECODE_DIRECT");
+        had = e != NULL;
+        if (had)
+            old = e;
+        if (v)
+            setenv("DSQ_CUDA_DECODE_DIRECT", v, 1);
+        else
+            unsetenv("DSQ_CUDA_DECODE_DIRECT");
+    }
+    ~DirectEnv()
+    {
+        if (had)
+            setenv("DSQ_CUDA_DECODE_DIRECT", old.c_str(), 1);
+        else
+            unsetenv("DSQ_CUDA_DECODE_DIRECT");
+    }
+};
+
+/* bf16 outputs of two runs that differ, NaN equal to NaN (rows of H*D
+ * values at `stride`) */
+static size_t bf16_diff(const std::vector<uint16_t> &x, const std::vector<uint16_t> &y, int rows, int n,
+                        int64_t stride)
+{
+    size_t nd = 0;
+    for (int s = 0; s < rows; s++)
+        for (int i = 0; i < n; i++) {
+            const uint16_t a = x[(size_t)s * stride + i], b = y[(size_t)s * stride + i];
+            const bool na = (a & 0x7fff) > 0x7f80, nb = (b & 0x7fff) > 0x7f80;
+            nd += na != nb || (!na && a != b);
+        }
+    return nd;
+}
+
 static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
 {
+    const DirectEnv merge_path(NULL);
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
@@ -585,20 +629,15 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
              * kernel's bits, NaN for NaN */
             CK(cudaMemset(dout, 0xff, out_bytes));
             CK(cudaMemset(ws, 0xff, ws_bytes));
-            setenv("DSQ_CUDA_DECODE_DIRECT", "1", 1);
-            AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, sc.H, 1, ws,
-                               ws_bytes, 0));
-            unsetenv("DSQ_CUDA_DECODE_DIRECT");
+            {
+                const DirectEnv direct_path("1");
+                AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, sc.H, 1,
+                                   ws, ws_bytes, 0));
+            }
             CK(cudaDeviceSynchronize());
             std::vector<uint16_t> direct((size_t)b.n_seqs * b.o_stride);
             CK(cudaMemcpy(direct.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
-            size_t ndiff = 0;
-            for (int s = 0; s < b.n_seqs; s++)
-                for (int i = 0; i < sc.H * sc.D; i++) {
-                    const uint16_t x = out[(size_t)s * b.o_stride + i], y = direct[(size_t)s * b.o_stride + i];
-                    const bool nx = (x & 0x7fff) > 0x7f80, ny = (y & 0x7fff) > 0x7f80;
-                    ndiff += nx != ny || (!nx && x != y);
-                }
+            const size_t ndiff = bf16_diff(out, direct, b.n_seqs, sc.H * sc.D, b.o_stride);
             printf("  %-22s one split, direct output vs the merge kernel: %zu bf16 values differ\n", sc.name,
                    ndiff);
             ok = ok && ndiff == 0;
@@ -749,6 +788,7 @@ static void test_other_shapes(void **state)
  * neither path wrote cannot pass as equal. */
 static bool run_decode_rope(const Scenario &sc, int splits)
 {
+    const DirectEnv merge_path(NULL);
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
@@ -829,6 +869,23 @@ static bool run_decode_rope(const Scenario &sc, int splits)
             odiff += oa[j] != ob[j];
             nonfinite += !isfinite(dsq_bf16_to_f32(oa[j]));
         }
+    /* one split: the fused kernel writing its output itself
+     * (DSQ_CUDA_DECODE_DIRECT=1) gives the merge's bits; it rewrites the
+     * same new K/V rows of cache B, which the byte check below still sees */
+    size_t ddiff = 0;
+    if (splits == 1) {
+        CK(cudaMemset(outb, 0xff, out_bytes));
+        CK(cudaMemset(ws, 0xff, ws_bytes));
+        {
+            const DirectEnv direct_path("1");
+            AK(dsq_attn_decode_rope(&kvb, dx, rs, dfq, outb, b.o_stride, b.dlens, S, H, splits, ws, ws_bytes, 0));
+        }
+        CK(cudaDeviceSynchronize());
+        std::vector<uint16_t> od((size_t)S * b.o_stride);
+        CK(cudaMemcpy(od.data(), outb, out_bytes, cudaMemcpyDeviceToHost));
+        ddiff = bf16_diff(ob, od, S, H * D, b.o_stride);
+        printf("  %-22s rope/s1 fused, direct output vs the merge kernel: %zu bf16 values differ\n", sc.name, ddiff);
+    }
     size_t cdiff = 0;
     const size_t sizes[4] = {kv_bytes, kv_bytes, elt == 1 ? sc_bytes : 0, elt == 1 ? sc_bytes : 0};
     for (int c = 0; c < 4; c++) {
@@ -846,7 +903,7 @@ static bool run_decode_rope(const Scenario &sc, int splits)
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
         cudaFree(all[j]);
     release(b);
-    return odiff == 0 && cdiff == 0 && nonfinite == 0;
+    return odiff == 0 && ddiff == 0 && cdiff == 0 && nonfinite == 0;
 }
 
 static void test_decode_rope(void **state)
@@ -955,8 +1012,9 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
             }
         }
     char what[24];
+    const char *de = getenv("DSQ_CUDA_DECODE_DIRECT");
     snprintf(what, sizeof what, "%s%s%s", decode ? "decode" : splits ? "pre/k1" : "prefill", decode ? "" : "/",
-             decode ? "" : prefill_kernel_name(sc.dtype));
+             decode ? (de && de[0] == '1' ? "/direct" : "") : prefill_kernel_name(sc.dtype));
     printf("  %-12s %-13s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
            "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
            sc.name, what, sc.inj_side ? "V" : "K", sc.inj_head,
@@ -1006,6 +1064,10 @@ static void test_nonfinite_kv(void **state)
                 d.inj_side = side;
                 d.inj_val = vals[vi];
                 ok = run_nonfinite(d, true, 1) && ok;
+                {
+                    const DirectEnv direct_path("1"); /* one split written out by the decode kernel */
+                    ok = run_nonfinite(d, true, 1) && ok;
+                }
                 ok = run_nonfinite(d, true, 3) && ok;
                 d.inj_pos = 99;
                 ok = run_nonfinite(d, true, 2) && ok;
