@@ -24,10 +24,11 @@
  * memory floor -- bytes it must read (weights without the embedding table,
  * plus the KV cache of every sequence at its average length during the
  * steps) at --bandwidth GB/s (default 4,480, the H200's measured streaming
- * bandwidth; the header line names it) -- over the measured ms/step.  e2e_t/s is the round's generated tokens (B x steps)
- * over its whole time, prefill and every step included: the figure a
- * server that admits B prompts at once and generates `steps` tokens for
- * each can be held to (decode_t/s leaves the prefill out). */
+ * bandwidth; the header line names it) -- over the measured ms/step.
+ * e2e_t/s is the round's generated tokens (B x steps) over its whole
+ * time, prefill and every step included: the figure a server that admits
+ * B prompts at once and generates `steps` tokens for each can be held to
+ * (decode_t/s leaves the prefill out). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
