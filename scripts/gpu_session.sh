@@ -43,6 +43,8 @@
 #   bash scripts/gpu_session.sh q4gemv  # 4-bit products of 1-2 rows (gemv.cu's
 #                                       # GEMV, the split fill): tests, the
 #                                       # default against stop 38's path
+#   bash scripts/gpu_session.sh samp    # GPU sampling at 64 / 256 rows with
+#                                       # clusters forced: timing, bench rows
 #   bash scripts/gpu_session.sh fuzz    # the slow libFuzzer targets on all
 #                                       # cores (issue 14's 10M executions)
 #
@@ -309,6 +311,24 @@ direct)
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_int8_none 1024 256 --kv int8 --sampling none
     bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b64 1024 64 --kv f16
+    ;;
+samp)
+    # GPU sampling at 64 and 256 rows (stop 40): the automatic rule runs one
+    # CTA per row at 256 rows (all clusters of 2 would not be resident at
+    # once); the timing table adds forced clusters of 2 / 4 / 8 there and at
+    # 64 rows, then bench rows with the cluster size forced (every cluster
+    # size draws the same bits: test_cuda_sampling's path tests).
+    prebuilt_stage samp
+    DEADLINE=${DEADLINE:-540}
+    GTEST_TIMEOUT=200 gtest test_cuda_sampling
+    grep -E "timing:" "$OUT/test_cuda_sampling.log" | head -40
+    bench_start
+    for cl in auto 2 4; do
+        DSQ_SAMPLE_CLUSTER=$cl bench_row samp_b256_int8_cl$cl 1024 256 --kv int8
+    done
+    for cl in auto 4; do
+        DSQ_SAMPLE_CLUSTER=$cl bench_row samp_b64_cl$cl 1024 64 --kv f16
+    done
     ;;
 q4gemv)
     # 4-bit products of 1-2 rows (stops 38-39): the default (qkv, o and
