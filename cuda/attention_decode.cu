@@ -20,7 +20,8 @@
  * kernel rescales and sums the splits.  A launch planned at one split per
  * sequence (max_splits 1: batches of ~100+ sequences) may write the bf16
  * output itself, with the bits the merge kernel would give, and launch no
- * merge (`direct`; DSQ_CUDA_DECODE_DIRECT=1, off until it has run on a GPU).
+ * merge (`direct`, the default since stop 40; DSQ_CUDA_DECODE_DIRECT=0 keeps
+ * the merge launch).
  *
  * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
  * so every key a block sees is one the query attends to, and a NaN/Inf in
@@ -781,13 +782,15 @@ static cudaError_t attn_ready(int *dev) { return dsq_cu_once_per_device(&attn_on
 extern "C" dsq_status dsq_attn_init(void) { return dsq_cu_status(attn_ready(NULL), "attention kernel setup"); }
 
 /* Whether a one-split launch writes its output itself (decode_kernel's
- * `direct`): DSQ_CUDA_DECODE_DIRECT=1 (read per launch).  Off by default:
- * written at stop 39 after the session's last device call, not yet run
- * (`scripts/gpu_session.sh direct` tests and times it). */
+ * `direct`): yes unless DSQ_CUDA_DECODE_DIRECT=0 (read per launch).  H100,
+ * stop 40 (`scripts/gpu_session.sh direct`): batch 256 @ 1,024, INT8 KV
+ * 5.428 / 5.464 vs 5.521 / 5.512 ms per sampled step with the merge
+ * launch, no logits 4.502 vs 4.621, F16 KV 6.088 vs 6.208; batches of 64
+ * and 128 plan more splits and are unchanged. */
 static bool decode_direct_env(void)
 {
     const char *e = getenv("DSQ_CUDA_DECODE_DIRECT");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }
 
 /* dsq_attn_decode and dsq_attn_decode_rope: q_in is bf16 (rope false) or

@@ -410,6 +410,10 @@ static void q8_default_cfg(int T, int N, int K, int *nt, int *r)
  * 48 pieces, 8,960: 280).  H100 timing table (test_cuda_quant, stop 38),
  * best shapes: 1 row qkv 64 x 4 (3.4 us), o 128 x 2 (3.1), down 128 x 4
  * (6.8); 2 rows qkv 128 x 4 (4.3), o 128 x 2 (3.6), down 128 x 2 (7.3).
+ * End to end the short products (qkv, o) at one row run 64 x 2: twice the
+ * blocks of 64 x 4, fastest of the shapes tried in both H100 calls that
+ * tried them (`DSQ_CUDA_Q4_GEMV_SHORT`; 4-bit batch 1 @ 512, sampled: stop
+ * 38 1.487 vs 1.513 ms at 64 x 4, stop 40 1.312 vs 1.352 / 1.361).
  * Wide products (gate/up, N >= 16384) run gemm_rows.cu by default
  * (dsq_cu_gemv_q4_pdl_use); here with DSQ_CUDA_Q4_GEMV=new or an explicit
  * shape: one warp, 2 rows (32 x 2, gemv_quant.cu's choice). */
@@ -445,8 +449,8 @@ static void q4_default_cfg(int T, int N, int K, int *nt, int *r)
         *nt = 32;
         *r = 2;
     } else {
-        *nt = T == 1 ? 64 : T == 2 ? 128 : 64;
-        *r = T == 1 ? 4 : 2;
+        *nt = T == 2 ? 128 : 64;
+        *r = 2;
     }
 }
 

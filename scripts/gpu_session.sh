@@ -43,6 +43,8 @@
 #   bash scripts/gpu_session.sh q4gemv  # 4-bit products of 1-2 rows (gemv.cu's
 #                                       # GEMV, the split fill): tests, the
 #                                       # default against stop 38's path
+#   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
+#                                       # rows beside the old paths
 #   bash scripts/gpu_session.sh samp    # GPU sampling at 64 / 256 rows with
 #                                       # clusters forced: timing, bench rows
 #   bash scripts/gpu_session.sh fuzz    # the slow libFuzzer targets on all
@@ -311,6 +313,26 @@ direct)
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_int8_none 1024 256 --kv int8 --sampling none
     bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b64 1024 64 --kv f16
+    ;;
+defaults40)
+    # stop 40's defaults, measured before only through their knobs: the
+    # one-split decode output (DSQ_CUDA_DECODE_DIRECT now on) and the 4-bit
+    # GEMV's 64 x 2 blocks for qkv / o at one row (was 64 x 4).  The tests
+    # that cover them with the defaults, then rows beside the old paths.
+    prebuilt_stage defaults40
+    DEADLINE=${DEADLINE:-540}
+    GTEST_TIMEOUT=200 gtest test_cuda_attention
+    grep -E "direct output|DIFFERENT|FAIL" "$OUT/test_cuda_attention.log" | sort | uniq -c | head -8
+    gtest test_cuda_quant_e2e
+    gtest test_cuda_step_greedy
+    bench_start
+    for rep in 1 2; do
+        bench_row q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_Q4_GEMV_SHORT=64x4 bench_row q4_64x4_r$rep 512 1 --kv f16 --quantize q4
+    done
+    bench_row q4_none 512 1 --kv f16 --quantize q4 --sampling none
+    bench_row b256_int8 1024 256 --kv int8
+    DSQ_CUDA_DECODE_DIRECT=0 bench_row b256_int8_merge 1024 256 --kv int8
     ;;
 samp)
     # GPU sampling at 64 and 256 rows (stop 40): the automatic rule runs one

@@ -550,9 +550,9 @@ static void run_prefill(const Scenario &sc)
 }
 
 /* DSQ_CUDA_DECODE_DIRECT for the launches of a scope: "1" (one-split
- * launches write their output in the decode kernel) or NULL (unset: the
- * merge kernel, the default); the caller's value comes back at the end, so
- * a comparison of the two paths stays one whatever the environment. */
+ * launches write their output in the decode kernel, the default) or "0"
+ * (the merge kernel); the caller's value comes back at the end, so a
+ * comparison of the two paths stays one whatever the environment. */
 struct DirectEnv {
     std::string old;
     bool had;
@@ -593,7 +593,7 @@ static size_t bf16_diff(const std::vector<uint16_t> &x, const std::vector<uint16
 
 static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
 {
-    const DirectEnv merge_path(NULL);
+    const DirectEnv merge_path("0");
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
@@ -625,7 +625,7 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
             first = out;
         if (splits == 1) {
             /* one split written out by the decode kernel itself
-             * (DSQ_CUDA_DECODE_DIRECT=1, stop 39) must give the merge
+             * (the default since stop 40; written at stop 39) must give the merge
              * kernel's bits, NaN for NaN */
             CK(cudaMemset(dout, 0xff, out_bytes));
             CK(cudaMemset(ws, 0xff, ws_bytes));
@@ -788,7 +788,7 @@ static void test_other_shapes(void **state)
  * neither path wrote cannot pass as equal. */
 static bool run_decode_rope(const Scenario &sc, int splits)
 {
-    const DirectEnv merge_path(NULL);
+    const DirectEnv merge_path("0");
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
@@ -1014,7 +1014,7 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
     char what[24];
     const char *de = getenv("DSQ_CUDA_DECODE_DIRECT");
     snprintf(what, sizeof what, "%s%s%s", decode ? "decode" : splits ? "pre/k1" : "prefill", decode ? "" : "/",
-             decode ? (de && de[0] == '1' ? "/direct" : "") : prefill_kernel_name(sc.dtype));
+             decode ? (splits == 1 && !(de && de[0] == '0') ? "/direct" : "") : prefill_kernel_name(sc.dtype));
     printf("  %-12s %-13s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
            "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
            sc.name, what, sc.inj_side ? "V" : "K", sc.inj_head,
@@ -1063,7 +1063,10 @@ static void test_nonfinite_kv(void **state)
                 d.inj_head = 1;
                 d.inj_side = side;
                 d.inj_val = vals[vi];
-                ok = run_nonfinite(d, true, 1) && ok;
+                {
+                    const DirectEnv merge_path("0"); /* one split through the merge kernel */
+                    ok = run_nonfinite(d, true, 1) && ok;
+                }
                 {
                     const DirectEnv direct_path("1"); /* one split written out by the decode kernel */
                     ok = run_nonfinite(d, true, 1) && ok;
