@@ -19,7 +19,8 @@
  * integers (histograms as three 14-bit limbs in 32-bit shared atomics), so
  * every sum is exact and independent of thread timing: a given (seed,
  * position, logits) always draws the same token.  The draw walks the kept
- * tokens in id order: per-warp sums over contiguous id ranges, then one warp
+ * tokens in id order: per-warp sums over contiguous id ranges, then the
+ * block, over the one range holding it (per-thread pieces and a scan),
  * finds the token where the running mass passes r = floor(u * kept_mass),
  * u from Philox(seed, position).
  *
@@ -1015,26 +1016,37 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
             c.par ^= 1;
         }
         __syncthreads();
-        if (warp == bc.i[0]) {
-            unsigned long long rr = bc.u[0], base = 0;
-            for (int b = w0; b < w1; b += 32) {
-                int i = b + lane;
-                unsigned long long f = 0;
-                if (i < w1) {
-                    float v = x[i];
-                    float pr = prob_rel(v, m, inv_t);
-                    if (v >= thr && (!has_cut || cut_le(v, i, cx, ci)) && pr >= P.min_p)
-                        f = fx_of(pr);
+        /* the rank search inside warp ww's range, by the whole block: each
+         * thread sums a contiguous piece of ~len / (NW * NT) ids, a block
+         * scan finds the piece holding the crossing, its thread walks it.
+         * One warp walking the range alone took a load round trip per 32
+         * ids (~4,700 ids with one CTA per row): most of a top-p draw. */
+        const int ww = bc.i[0]; /* block-uniform; -1: another CTA's */
+        if (ww >= 0) {
+            const unsigned long long rr = bc.u[0];
+            const int r0 = c.lo + ww * C, r1 = min(c.hi, r0 + C);
+            const int per = r1 > r0 ? (r1 - r0 + NT - 1) / NT : 0;
+            const int t0 = min(r1, r0 + tid * per), t1 = min(r1, t0 + per);
+            auto kept_f = [&](int i) -> unsigned long long {
+                const float v = x[i];
+                const float pr = prob_rel(v, m, inv_t);
+                return v >= thr && (!has_cut || cut_le(v, i, cx, ci)) && pr >= P.min_p ? fx_of(pr) : 0ull;
+            };
+            unsigned long long mine = 0;
+            for (int i = t0; i < t1; i++)
+                mine += kept_f(i);
+            unsigned long long tot;
+            const unsigned long long inc = block_incl_scan_u64(mine, bc, &tot);
+            if (mine > 0 && rr >= inc - mine && rr < inc) {
+                unsigned long long run = inc - mine;
+                for (int i = t0; i < t1; i++) {
+                    const unsigned long long f = kept_f(i);
+                    if (f > 0 && rr < run + f) {
+                        bc.i[1] = i;
+                        break;
+                    }
+                    run += f;
                 }
-                unsigned long long inc = warp_incl_scan_u64(f);
-                unsigned long long tot = __shfl_sync(0xffffffffu, inc, 31);
-                if (rr < base + tot) {
-                    unsigned hit = __ballot_sync(0xffffffffu, f > 0 && rr >= base + inc - f && rr < base + inc);
-                    if (lane == 0 && hit)
-                        bc.i[1] = b + __ffs(hit) - 1;
-                    break;
-                }
-                base += tot;
             }
         }
         __syncthreads();

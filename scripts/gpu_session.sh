@@ -45,6 +45,8 @@
 #                                       # default against stop 38's path
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
 #                                       # rows beside the old paths
+#   bash scripts/gpu_session.sh sampdraw # the top-p draw's block rank search:
+#                                       # same tokens as the base tree, timing
 #   bash scripts/gpu_session.sh samp    # GPU sampling at 64 / 256 rows with
 #                                       # clusters forced: timing, bench rows
 #   bash scripts/gpu_session.sh fuzz    # the slow libFuzzer targets on all
@@ -333,6 +335,52 @@ defaults40)
     bench_row q4_none 512 1 --kv f16 --quantize q4 --sampling none
     bench_row b256_int8 1024 256 --kv int8
     DSQ_CUDA_DECODE_DIRECT=0 bench_row b256_int8_merge 1024 256 --kv int8
+    ;;
+sampdraw)
+    # stop 40: the top-p draw's rank search by the whole block (was one warp
+    # walking its ~4,700-id range, a load round trip per 32 ids).  The same
+    # tokens must come out: `dsqwen generate` with fixed seeds on the
+    # full-size random model (near-flat rows) against .gpu/base.tar.xz's
+    # binaries (the tree before), on one CTA per row, clusters of 2 and the
+    # automatic 16; then test_cuda_sampling (chi-square, paths, timing) and
+    # bench rows beside the base tree's.  Prebuilt only.
+    prebuilt_stage sampdraw
+    DEADLINE=${DEADLINE:-540}
+    base_tree || { echo "sampdraw: needs .gpu/base.tar.xz"; exit 1; }
+    wait $MODEL_PID
+    nd=0
+    for cfg in "0 11 --top-p 0.95" "2 12 --top-p 0.9 --top-k 500" "auto 13 --top-p 0.95 --repeat-penalty 1.1" \
+               "0 14 --top-p 0.5 --min-p 0.01" "4 15 --top-p 0.99"; do
+        set -- $cfg
+        cl=$1 seed=$2
+        shift 2
+        for tag in base new; do
+            BB=$B; [ $tag = base ] && BB=/tmp/gs_base
+            DSQ_SAMPLE_CLUSTER=$cl LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 60 "$BB/examples/dsqwen" generate \
+                --model $M --tokens 1,2,3,4 --seed $seed --max-tokens 96 --temperature 0.6 "$@" \
+                >"$OUT/gen_${tag}_$seed.txt" 2>"$OUT/gen_${tag}_$seed.err"
+            echo "rc=$?" >>"$OUT/gen_${tag}_$seed.err"
+        done
+        if cmp -s "$OUT/gen_base_$seed.txt" "$OUT/gen_new_$seed.txt" && [ -s "$OUT/gen_new_$seed.txt" ]; then
+            echo "generate cl=$cl seed=$seed $*: same output ($(wc -c <"$OUT/gen_new_$seed.txt") bytes)"
+        else
+            nd=$((nd + 1))
+            echo "generate cl=$cl seed=$seed $*: DIFFERENT or empty"
+            tail -2 "$OUT/gen_base_$seed.err" "$OUT/gen_new_$seed.err"
+        fi
+    done
+    echo "== generate: $nd of 5 differ"
+    GTEST_TIMEOUT=200 gtest test_cuda_sampling
+    grep -E "timing:.*top-p 0.95 +[0-9]" "$OUT/test_cuda_sampling.log" | head -20
+    bench_header
+    for rep in 1 2; do
+        base_row base_b64_r$rep 1024 64 --kv f16
+        bench_row new_b64_r$rep 1024 64 --kv f16
+    done
+    base_row base_b256_int8 1024 256 --kv int8
+    bench_row new_b256_int8 1024 256 --kv int8
+    base_row base_b1 512 1 --kv f16
+    bench_row new_b1 512 1 --kv f16
     ;;
 samp)
     # GPU sampling at 64 and 256 rows (stop 40): the automatic rule runs one
