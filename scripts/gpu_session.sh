@@ -213,8 +213,13 @@ bench_row() { # name prompt_len batch args...
 # prebuilt ones: a same-card baseline) unpacked once into /tmp/gs_base;
 # returns 1 where none was carried.
 base_tree() {
-    [ -f .gpu/base.tar.xz ] || return 1
     [ -f /tmp/gs_base/.unpacked ] && return 0
+    if [ ! -f .gpu/base.tar.xz ] && prebuilt && [ -f "$B/base/libdsqwen.so" ]; then
+        # packed inside prebuilt.tar.xz (pack_prebuilt.sh with BASE=DIR)
+        rm -rf /tmp/gs_base && cp -a "$B/base" /tmp/gs_base && touch /tmp/gs_base/.unpacked
+        return 0
+    fi
+    [ -f .gpu/base.tar.xz ] || return 1
     mkdir -p /tmp/gs_base && tar xJf .gpu/base.tar.xz -C /tmp/gs_base && touch /tmp/gs_base/.unpacked
 }
 
@@ -346,7 +351,7 @@ sampdraw)
     # bench rows beside the base tree's.  Prebuilt only.
     prebuilt_stage sampdraw
     DEADLINE=${DEADLINE:-540}
-    base_tree || { echo "sampdraw: needs .gpu/base.tar.xz"; exit 1; }
+    base_tree || { echo "sampdraw: needs the base tree (.gpu/base.tar.xz or pack_prebuilt.sh BASE=DIR)"; exit 1; }
     wait $MODEL_PID
     nd=0
     for cfg in "0 11 --top-p 0.95" "2 12 --top-p 0.9 --top-k 500" "auto 13 --top-p 0.95 --repeat-penalty 1.1" \

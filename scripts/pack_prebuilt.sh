@@ -22,6 +22,17 @@ cd "$(dirname "$0")/.."
 grep -q "DSQ_CUDA:STRING=ON" "$B/CMakeCache.txt" || { echo "pack_prebuilt: $B is not a CUDA build" >&2; exit 1; }
 mkdir -p .gpu
 files=$(cd "$B" && ls -d libdsqwen.so* examples/dsqwen tests/test_cuda_* tests/bench_* 2>/dev/null | grep -v '\.dir$' || true)
+# BASE=DIR (a folder holding another tree's libdsqwen.so* and
+# examples/dsqwen): packed as base/ beside them, the same-card baseline
+# gpu_session.sh's base_tree uses; one archive stores the two libraries for
+# little more than one (a separate .gpu/base.tar.xz is ~15 MB)
+if [ -n "${BASE:-}" ]; then
+    rm -rf "$B/base" && mkdir -p "$B/base/examples"
+    cp -P "$BASE"/libdsqwen.so* "$B/base/" && cp "$BASE/examples/dsqwen" "$B/base/examples/"
+    files="$files base"
+else
+    rm -rf "$B/base"
+fi
 (cd "$B" && tar cf - $files) | xz -9 -T1 >.gpu/prebuilt.tar.xz.tmp
 mv .gpu/prebuilt.tar.xz.tmp .gpu/prebuilt.tar.xz
 git rev-parse --short HEAD 2>/dev/null >.gpu/prebuilt.commit || true
