@@ -115,6 +115,11 @@ struct Bcast {
     int redi[NW];
     unsigned long long redu[NW];
     int gcount;
+    /* the draw's per-warp-range kept mass and count (Draw), filled by
+     * find_cut's last gather when dvalid */
+    unsigned long long dmass[NW];
+    int dkept[NW];
+    int dvalid;
 };
 
 __device__ __forceinline__ bool before(float a, int ia, float b, int ib)
@@ -430,6 +435,32 @@ __device__ __forceinline__ bool member(const Sel &s, const Bcast &bc, float v)
     return true;
 }
 
+/* Where v stands against the boundary bins of every level so far: 1 above
+ * them (a higher value: kept by any cut inside them), 0 inside all of them
+ * (a member), -1 below or not a candidate.  Bins are monotone in v (bin_of
+ * falls as v rises), so the first level where v leaves the boundary bin
+ * decides. */
+__device__ __forceinline__ int classify(const Sel &s, const Bcast &bc, float v)
+{
+    if (!(v >= s.lo_thr))
+        return -1;
+    for (int l = 0; l < bc.nlv; l++) {
+        const int b = bin_of(v, bc.lv[l].hi, bc.lv[l].sc);
+        if (b != bc.lv[l].b)
+            return b < bc.lv[l].b ? 1 : -1;
+    }
+    return 0;
+}
+
+/* The draw's partition of this CTA's slice (contiguous id ranges, one per
+ * warp) and its keep rule beyond the cut (min-p), for find_cut to fill the
+ * draw's per-range sums in its last gather pass instead of the draw making
+ * a pass of its own. */
+struct Draw {
+    int C;       /* ids per warp range (a multiple of 32) */
+    float min_p;
+};
+
 __device__ __forceinline__ unsigned long long weight(const Sel &s, float v)
 {
     return s.mass ? fx_of(prob_rel(v, s.m, s.inv_t)) : 1ull;
@@ -564,11 +595,13 @@ __device__ __forceinline__ unsigned long long limbs(const Smem &sm, int b)
  * [lo, hi] bounds the candidates' values. */
 template <int CL>
 __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, unsigned long long need,
-                         double frac, float *cx, int *ci)
+                         double frac, float *cx, int *ci, const Draw *draw = nullptr)
 {
     const int tid = threadIdx.x;
-    if (tid == 0)
+    if (tid == 0) {
         bc.nlv = 0;
+        bc.dvalid = 0;
+    }
     __syncthreads();
     for (int L = 0; L < MAXLV; L++) {
         float range = hi - lo;
@@ -654,13 +687,44 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
             /* gather the boundary bin and sort it exactly */
             float *gx = CL > 1 ? sm.lgx : sm.gx;
             int32_t *gi = CL > 1 ? sm.lgi : sm.gi;
-            for_slice(s.x, s.lo, s.hi, [&](float v, int i) {
-                if (member(s, bc, v)) {
-                    int k = atomicAdd(&bc.gcount, 1);
-                    gx[k] = v;
-                    gi[k] = i;
+            if (draw) {
+                /* the same gather, walked in the draw's warp ranges: each
+                 * warp also sums its range's tokens above the boundary bin
+                 * (kept whatever the cut inside it) */
+                const int lane = tid & 31, warp = tid >> 5;
+                const int r0 = s.lo + warp * draw->C, r1 = min(s.hi, r0 + draw->C);
+                unsigned long long am = 0;
+                int ak = 0;
+                for_warp_range(s.x, r0, r1, [&](float v, int i) {
+                    const int cl = classify(s, bc, v);
+                    if (cl == 0) {
+                        int k = atomicAdd(&bc.gcount, 1);
+                        gx[k] = v;
+                        gi[k] = i;
+                    } else if (cl > 0) {
+                        const float pr = prob_rel(v, s.m, s.inv_t);
+                        if (pr >= draw->min_p) {
+                            am += fx_of(pr);
+                            ak++;
+                        }
+                    }
+                });
+                am = warp_sum_u64(am);
+                for (int o = 16; o > 0; o >>= 1)
+                    ak += __shfl_xor_sync(0xffffffffu, ak, o);
+                if (lane == 0) {
+                    bc.dmass[warp] = am;
+                    bc.dkept[warp] = ak;
                 }
-            });
+            } else {
+                for_slice(s.x, s.lo, s.hi, [&](float v, int i) {
+                    if (member(s, bc, v)) {
+                        int k = atomicAdd(&bc.gcount, 1);
+                        gx[k] = v;
+                        gi[k] = i;
+                    }
+                });
+            }
             __syncthreads();
             if constexpr (CL > 1)
                 cl_pull<CL>(c, sm, bc, bc.gcount, GCAP);
@@ -709,6 +773,34 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
             __syncthreads();
             *cx = sm.gx[bc.i[0]];
             *ci = sm.gi[bc.i[0]];
+            if (draw) {
+                /* the sorted bin's entries up to the cut are kept: each warp
+                 * adds those of this CTA's slice that fall in its range */
+                const int lane = tid & 31, warp = tid >> 5;
+                const int q = bc.i[0];
+                const int r0 = s.lo + warp * draw->C, r1 = min(s.hi, r0 + draw->C);
+                unsigned long long am = 0;
+                int ak = 0;
+                for (int k = lane; k <= q; k += 32) {
+                    const int id = sm.gi[k];
+                    if (id >= r0 && id < r1) {
+                        const float pr = prob_rel(sm.gx[k], s.m, s.inv_t);
+                        if (pr >= draw->min_p) {
+                            am += fx_of(pr);
+                            ak++;
+                        }
+                    }
+                }
+                am = warp_sum_u64(am);
+                for (int o = 16; o > 0; o >>= 1)
+                    ak += __shfl_xor_sync(0xffffffffu, ak, o);
+                if (lane == 0) {
+                    bc.dmass[warp] += am;
+                    bc.dkept[warp] += ak;
+                }
+                if (tid == 0)
+                    bc.dvalid = 1;
+            }
             __syncthreads();
             return true;
         }
@@ -745,7 +837,7 @@ __device__ __forceinline__ unsigned pen_hash(int id) { return ((unsigned)id * 26
 /* One row per CTA (CL == 1) or per cluster of CL CTAs (sm_90+). */
 template <int CL>
 __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_samp_row *rows, const int32_t *ring,
-                                               int R, dsq_samp_result *results, int gcap)
+                                               int R, dsq_samp_result *results, int gcap, int draw_fused_ok)
 {
     if constexpr (CL > 1 && !DSQ_SAMP_CLUSTER) {
         __trap(); /* never launched: the host checks the device */
@@ -915,31 +1007,40 @@ __global__ void __launch_bounds__(NT) k_sample(float *logits, int V, const dsq_s
             if (find_cut<CL>(c, s, sm, bc, thr, m, (unsigned long long)P.top_k, 0.0, &cx, &ci))
                 thr = fmaxf(thr, cx); /* ties at the k-th value all stay */
         }
-        bool has_cut = false;
-        float cx = INFINITY;
-        int ci = -1;
-        if (P.top_p < 1.0f) {
-            Sel s = {x, c.lo, c.hi, thr, true, m, inv_t};
-            has_cut = find_cut<CL>(c, s, sm, bc, thr, m, 0, (double)P.top_p, &cx, &ci);
-        }
         /* draw: per-warp kept mass over contiguous id ranges of the slice;
          * with a cluster, per-CTA masses first */
         const int lane = tid & 31, warp = tid >> 5;
         const int len = c.hi - c.lo;
         const int C = (((len + NW - 1) / NW) + 31) & ~31;
         const int w0 = c.lo + warp * C, w1 = min(c.hi, w0 + C);
+        bool has_cut = false;
+        float cx = INFINITY;
+        int ci = -1;
+        bool summed = false; /* the ranges' sums came with the cut */
+        if (P.top_p < 1.0f) {
+            Sel s = {x, c.lo, c.hi, thr, true, m, inv_t};
+            const Draw dr = {C, P.min_p};
+            has_cut = find_cut<CL>(c, s, sm, bc, thr, m, 0, (double)P.top_p, &cx, &ci,
+                                   draw_fused_ok ? &dr : nullptr);
+            summed = has_cut && bc.dvalid;
+        }
         unsigned long long acc = 0;
         int kept = 0;
-        for_warp_range(x, w0, w1, [&](float v, int i) {
-            float pr = prob_rel(v, m, inv_t);
-            if (v >= thr && (!has_cut || cut_le(v, i, cx, ci)) && pr >= P.min_p) {
-                acc += fx_of(pr);
-                kept++;
-            }
-        });
-        acc = warp_sum_u64(acc);
-        for (int o = 16; o > 0; o >>= 1)
-            kept += __shfl_xor_sync(0xffffffffu, kept, o);
+        if (summed) {
+            acc = bc.dmass[warp];
+            kept = bc.dkept[warp];
+        } else {
+            for_warp_range(x, w0, w1, [&](float v, int i) {
+                float pr = prob_rel(v, m, inv_t);
+                if (v >= thr && (!has_cut || cut_le(v, i, cx, ci)) && pr >= P.min_p) {
+                    acc += fx_of(pr);
+                    kept++;
+                }
+            });
+            acc = warp_sum_u64(acc);
+            for (int o = 16; o > 0; o >>= 1)
+                kept += __shfl_xor_sync(0xffffffffu, kept, o);
+        }
         __syncthreads();
         if (lane == 0) {
             bc.redu[warp] = acc;
@@ -1195,13 +1296,24 @@ static int sample_gcap(int cl)
     return g < 2 ? 2 : g > GCAP ? GCAP : g;
 }
 
+/* Whether top-p's last gather pass also sums the draw's per-range kept
+ * masses (find_cut's Draw), sparing the draw its own pass over the row: the
+ * same sums, so the same tokens.  DSQ_SAMPLE_DRAW_FUSED=0 / 1 (read per
+ * launch); unset: off until it has run on a GPU (written at stop 40). */
+static int sample_draw_fused(void)
+{
+    const char *env = getenv("DSQ_SAMPLE_DRAW_FUSED");
+    return env && env[0] == '1';
+}
+
 template <int CL>
 static cudaError_t sample_launch(float *logits, int32_t n_rows, int32_t V, const dsq_samp_row *rows,
                                  const int32_t *ring, int32_t R, dsq_samp_result *results, cudaStream_t stream)
 {
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t cfg = sample_cfg<CL>(n_rows, stream, at);
-    return cudaLaunchKernelEx(&cfg, k_sample<CL>, logits, (int)V, rows, ring, (int)R, results, sample_gcap(CL));
+    return cudaLaunchKernelEx(&cfg, k_sample<CL>, logits, (int)V, rows, ring, (int)R, results, sample_gcap(CL),
+                              sample_draw_fused());
 }
 
 /* For tests and measurements: the CTAs per row dsq_cu_sample would use now
@@ -1239,7 +1351,8 @@ extern "C" dsq_status dsq_cu_sample(float *logits, int32_t n_rows, int32_t V, co
     }
     if (cl == 1 || e != cudaSuccess) {
         (void)cudaGetLastError(); /* a refused cluster launch: one CTA per row */
-        k_sample<1><<<n_rows, NT, sizeof(Smem), stream>>>(logits, V, rows, ring, R, results, sample_gcap(1));
+        k_sample<1><<<n_rows, NT, sizeof(Smem), stream>>>(logits, V, rows, ring, R, results, sample_gcap(1),
+                                                          sample_draw_fused());
     }
     return DSQ_CU_LAUNCHED("GPU sampling");
 }

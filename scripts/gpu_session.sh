@@ -343,12 +343,14 @@ defaults40)
     ;;
 sampdraw)
     # stop 40: the top-p draw's rank search by the whole block (was one warp
-    # walking its ~4,700-id range, a load round trip per 32 ids).  The same
-    # tokens must come out: `dsqwen generate` with fixed seeds on the
-    # full-size random model (near-flat rows) against .gpu/base.tar.xz's
-    # binaries (the tree before), on one CTA per row, clusters of 2 and the
-    # automatic 16; then test_cuda_sampling (chi-square, paths, timing) and
-    # bench rows beside the base tree's.  Prebuilt only.
+    # walking its ~4,700-id range, a load round trip per 32 ids), and its
+    # per-range sums taken with find_cut's last gather pass
+    # (DSQ_SAMPLE_DRAW_FUSED=1, "fused"; off by default).  The same tokens
+    # must come out: `dsqwen generate` with fixed seeds on the full-size
+    # random model (near-flat rows) against the base tree's binaries (the
+    # tree before), on one CTA per row, clusters of 2 / 4 and the automatic
+    # 16; then test_cuda_sampling (chi-square, paths, fused == not, timing
+    # both ways) and bench rows beside the base tree's.  Prebuilt only.
     prebuilt_stage sampdraw
     DEADLINE=${DEADLINE:-540}
     base_tree || { echo "sampdraw: needs the base tree (.gpu/base.tar.xz or pack_prebuilt.sh BASE=DIR)"; exit 1; }
@@ -359,33 +361,41 @@ sampdraw)
         set -- $cfg
         cl=$1 seed=$2
         shift 2
-        for tag in base new; do
+        for tag in base new fused; do
             BB=$B; [ $tag = base ] && BB=/tmp/gs_base
-            DSQ_SAMPLE_CLUSTER=$cl LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 60 "$BB/examples/dsqwen" generate \
+            DSQ_SAMPLE_DRAW_FUSED=$([ $tag = fused ] && echo 1 || echo 0) DSQ_SAMPLE_CLUSTER=$cl \
+                LD_LIBRARY_PATH=$BB:$LD_LIBRARY_PATH timeout 60 "$BB/examples/dsqwen" generate \
                 --model $M --tokens 1,2,3,4 --seed $seed --max-tokens 96 --temperature 0.6 "$@" \
                 >"$OUT/gen_${tag}_$seed.txt" 2>"$OUT/gen_${tag}_$seed.err"
             echo "rc=$?" >>"$OUT/gen_${tag}_$seed.err"
         done
-        if cmp -s "$OUT/gen_base_$seed.txt" "$OUT/gen_new_$seed.txt" && [ -s "$OUT/gen_new_$seed.txt" ]; then
-            echo "generate cl=$cl seed=$seed $*: same output ($(wc -c <"$OUT/gen_new_$seed.txt") bytes)"
-        else
-            nd=$((nd + 1))
-            echo "generate cl=$cl seed=$seed $*: DIFFERENT or empty"
-            tail -2 "$OUT/gen_base_$seed.err" "$OUT/gen_new_$seed.err"
-        fi
+        for tag in new fused; do
+            if cmp -s "$OUT/gen_base_$seed.txt" "$OUT/gen_${tag}_$seed.txt" && [ -s "$OUT/gen_${tag}_$seed.txt" ]; then
+                echo "generate $tag cl=$cl seed=$seed $*: same output ($(wc -c <"$OUT/gen_${tag}_$seed.txt") bytes)"
+            else
+                nd=$((nd + 1))
+                echo "generate $tag cl=$cl seed=$seed $*: DIFFERENT or empty"
+                tail -2 "$OUT/gen_base_$seed.err" "$OUT/gen_${tag}_$seed.err"
+            fi
+        done
     done
-    echo "== generate: $nd of 5 differ"
+    echo "== generate: $nd of 10 differ from the base tree"
     GTEST_TIMEOUT=200 gtest test_cuda_sampling
-    grep -E "timing:.*top-p 0.95 +[0-9]" "$OUT/test_cuda_sampling.log" | head -20
+    grep -E "paths:|timing:.*top-p 0.95 +[0-9]" "$OUT/test_cuda_sampling.log" | head -24
+    LOGSUFFIX=_fused GTEST_TIMEOUT=100 gtest test_cuda_sampling DSQ_TEST_FILTER=test_timing DSQ_SAMPLE_DRAW_FUSED=1
+    grep -E "timing:.*top-p 0.95 +[0-9]" "$OUT/test_cuda_sampling_fused.log" | head -12
     bench_header
     for rep in 1 2; do
         base_row base_b64_r$rep 1024 64 --kv f16
         bench_row new_b64_r$rep 1024 64 --kv f16
+        DSQ_SAMPLE_DRAW_FUSED=1 bench_row fused_b64_r$rep 1024 64 --kv f16
     done
     base_row base_b256_int8 1024 256 --kv int8
     bench_row new_b256_int8 1024 256 --kv int8
+    DSQ_SAMPLE_DRAW_FUSED=1 bench_row fused_b256_int8 1024 256 --kv int8
     base_row base_b1 512 1 --kv f16
     bench_row new_b1 512 1 --kv f16
+    DSQ_SAMPLE_DRAW_FUSED=1 bench_row fused_b1 512 1 --kv f16
     ;;
 samp)
     # GPU sampling at 64 and 256 rows (stop 40): the automatic rule runs one

@@ -13,7 +13,9 @@
  *    forced through DSQ_SAMPLE_CLUSTER) give bit-identical results on the
  *    same inputs (1, 2, 3, 8 and 37 rows: greedy, top-k, top-p, min-p,
  *    penalties, log-probs / top-n, ties, -inf, n_valid < V, rows of equal
- *    values), and the greedy / top-n tests run on every path;
+ *    values), and the greedy / top-n tests run on every path; top-p's draw
+ *    sums taken with the last gather pass or in their own pass
+ *    (DSQ_SAMPLE_DRAW_FUSED) give the same results too;
  *  - through dsq_step on the tiny model: greedy == argmax of the logits the
  *    same call returns, device logits == host logits, a mixed step matches
  *    separate prefill / decode calls;
@@ -410,6 +412,32 @@ static void test_paths_agree(void **state)
                                  V, r, r % 8, nb, MODES[mi] ? MODES[mi] : "auto", cl, got[r].token, got[r].n_kept,
                                  (double)got[r].logprob, got[r].n_top, base[r].token, base[r].n_kept,
                                  (double)base[r].logprob, base[r].n_top);
+            }
+            /* top-p's draw sums with the last gather pass (fused) or in a
+             * pass of their own: the same sums, the same results */
+            {
+                const char *fe = getenv("DSQ_SAMPLE_DRAW_FUSED");
+                const bool fused_now = fe && fe[0] == '1';
+                char *saved = fe ? strdup(fe) : NULL;
+                setenv("DSQ_SAMPLE_DRAW_FUSED", fused_now ? "0" : "1", 1);
+                const char *fmodes[3] = {"0", NULL, "2"};
+                for (int fi = 0; fi < 3; fi++) {
+                    set_cluster(fmodes[fi]);
+                    run_gpu(x + (size_t)r0 * V, nb, V, rows + r0, ring, NR, R, got + r0);
+                    for (int r = r0; r < r0 + nb; r++)
+                        if (!same_result(&got[r], &base[r]))
+                            fail_msg("V %d row %d (kind %d), %d rows, mode %s, draw sums %s: token %d kept %d; "
+                                     "the other way, one CTA per row: token %d kept %d",
+                                     V, r, r % 8, nb, fmodes[fi] ? fmodes[fi] : "auto",
+                                     fused_now ? "in their own pass" : "with the gather", got[r].token,
+                                     got[r].n_kept, base[r].token, base[r].n_kept);
+                }
+                if (saved) {
+                    setenv("DSQ_SAMPLE_DRAW_FUSED", saved, 1);
+                    free(saved);
+                } else {
+                    unsetenv("DSQ_SAMPLE_DRAW_FUSED");
+                }
             }
             set_cluster(NULL);
             if (bi > 0)
