@@ -592,7 +592,10 @@ __device__ __forceinline__ unsigned long long limbs(const Smem &sm, int b)
 /* Find the cut: the first token (in order) at which the running weight of
  * the candidates reaches `need` (COUNT) or ceil(frac * total mass) (mass).
  * Returns false when the candidates' total is below it (keep all).
- * [lo, hi] bounds the candidates' values. */
+ * [lo, hi] bounds the candidates' values.  With `draw` (top-p), a cut that
+ * ends in a gathered, sorted bin also leaves the draw's per-range kept sums
+ * in bc.dmass / bc.dkept and sets bc.dvalid; a cut ending otherwise (bins
+ * of equal values, a target out of reach) leaves bc.dvalid 0. */
 template <int CL>
 __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, float hi, unsigned long long need,
                          double frac, float *cx, int *ci, const Draw *draw = nullptr)

@@ -296,12 +296,13 @@ esac
 
 case "$stage" in
 direct)
-    # stop 39 (not yet run): decode attention launches planned at one split
-    # per sequence (batches of ~100+) writing their output in the decode
-    # kernel, no merge launch (DSQ_CUDA_DECODE_DIRECT=1, "direct" rows)
-    # against the default merge kernel.  The attention tests (one split's
-    # direct output bit-identical to the merge's), the e2e and greedy-step
-    # tests with it on, bench rows interleaved.  Prebuilt only.
+    # stop 39 (run at stop 40, now the default): decode attention launches
+    # planned at one split per sequence (batches of ~100+) writing their
+    # output in the decode kernel, no merge launch ("direct" rows) against
+    # the merge kernel (DSQ_CUDA_DECODE_DIRECT=0, "merge" rows).  The
+    # attention tests (one split's direct output bit-identical to the
+    # merge's), the e2e and greedy-step tests with it on, bench rows
+    # interleaved.  Prebuilt only.
     prebuilt_stage direct
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=200 gtest test_cuda_attention
@@ -311,14 +312,14 @@ direct)
     bench_start
     for rep in 1 2; do
         DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_int8_r$rep 1024 256 --kv int8
-        bench_row merge_b256_int8_r$rep 1024 256 --kv int8
+        DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_r$rep 1024 256 --kv int8
     done
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b128_f16 1024 128 --kv f16
-    bench_row merge_b128_f16 1024 128 --kv f16
+    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b128_f16 1024 128 --kv f16
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_f16 1024 256 --kv f16
-    bench_row merge_b256_f16 1024 256 --kv f16
+    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_f16 1024 256 --kv f16
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_int8_none 1024 256 --kv int8 --sampling none
-    bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
+    DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b64 1024 64 --kv f16
     ;;
 defaults40)
@@ -345,7 +346,8 @@ sampdraw)
     # stop 40: the top-p draw's rank search by the whole block (was one warp
     # walking its ~4,700-id range, a load round trip per 32 ids), and its
     # per-range sums taken with find_cut's last gather pass
-    # (DSQ_SAMPLE_DRAW_FUSED=1, "fused"; off by default).  The same tokens
+    # (DSQ_SAMPLE_DRAW_FUSED=1, "fused"; the default since the stop-40 run:
+    # "new" rows pin it off).  The same tokens
     # must come out: `dsqwen generate` with fixed seeds on the full-size
     # random model (near-flat rows) against the base tree's binaries (the
     # tree before), on one CTA per row, clusters of 2 / 4 and the automatic
@@ -387,14 +389,14 @@ sampdraw)
     bench_header
     for rep in 1 2; do
         base_row base_b64_r$rep 1024 64 --kv f16
-        bench_row new_b64_r$rep 1024 64 --kv f16
+        DSQ_SAMPLE_DRAW_FUSED=0 bench_row new_b64_r$rep 1024 64 --kv f16
         DSQ_SAMPLE_DRAW_FUSED=1 bench_row fused_b64_r$rep 1024 64 --kv f16
     done
     base_row base_b256_int8 1024 256 --kv int8
-    bench_row new_b256_int8 1024 256 --kv int8
+    DSQ_SAMPLE_DRAW_FUSED=0 bench_row new_b256_int8 1024 256 --kv int8
     DSQ_SAMPLE_DRAW_FUSED=1 bench_row fused_b256_int8 1024 256 --kv int8
     base_row base_b1 512 1 --kv f16
-    bench_row new_b1 512 1 --kv f16
+    DSQ_SAMPLE_DRAW_FUSED=0 bench_row new_b1 512 1 --kv f16
     DSQ_SAMPLE_DRAW_FUSED=1 bench_row fused_b1 512 1 --kv f16
     ;;
 samp)
