@@ -461,6 +461,30 @@ struct Draw {
     float min_p;
 };
 
+/* v, a token the cut keeps: its mass and count into a thread's (am, ak)
+ * where min-p keeps it too */
+__device__ __forceinline__ void draw_keep(const Sel &s, const Draw &d, float v, unsigned long long &am, int &ak)
+{
+    const float pr = prob_rel(v, s.m, s.inv_t);
+    if (pr >= d.min_p) {
+        am += fx_of(pr);
+        ak++;
+    }
+}
+
+/* the warp's (am, ak) summed into its range's slot: set, or added to it */
+__device__ __forceinline__ void draw_store(Bcast &bc, unsigned long long am, int ak, bool add)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    am = warp_sum_u64(am);
+    for (int o = 16; o > 0; o >>= 1)
+        ak += __shfl_xor_sync(0xffffffffu, ak, o);
+    if (lane == 0) {
+        bc.dmass[warp] = add ? bc.dmass[warp] + am : am;
+        bc.dkept[warp] = add ? bc.dkept[warp] + ak : ak;
+    }
+}
+
 __device__ __forceinline__ unsigned long long weight(const Sel &s, float v)
 {
     return s.mass ? fx_of(prob_rel(v, s.m, s.inv_t)) : 1ull;
@@ -694,7 +718,7 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
                 /* the same gather, walked in the draw's warp ranges: each
                  * warp also sums its range's tokens above the boundary bin
                  * (kept whatever the cut inside it) */
-                const int lane = tid & 31, warp = tid >> 5;
+                const int warp = tid >> 5;
                 const int r0 = s.lo + warp * draw->C, r1 = min(s.hi, r0 + draw->C);
                 unsigned long long am = 0;
                 int ak = 0;
@@ -705,20 +729,10 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
                         gx[k] = v;
                         gi[k] = i;
                     } else if (cl > 0) {
-                        const float pr = prob_rel(v, s.m, s.inv_t);
-                        if (pr >= draw->min_p) {
-                            am += fx_of(pr);
-                            ak++;
-                        }
+                        draw_keep(s, *draw, v, am, ak);
                     }
                 });
-                am = warp_sum_u64(am);
-                for (int o = 16; o > 0; o >>= 1)
-                    ak += __shfl_xor_sync(0xffffffffu, ak, o);
-                if (lane == 0) {
-                    bc.dmass[warp] = am;
-                    bc.dkept[warp] = ak;
-                }
+                draw_store(bc, am, ak, false);
             } else {
                 for_slice(s.x, s.lo, s.hi, [&](float v, int i) {
                     if (member(s, bc, v)) {
@@ -786,21 +800,10 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
                 int ak = 0;
                 for (int k = lane; k <= q; k += 32) {
                     const int id = sm.gi[k];
-                    if (id >= r0 && id < r1) {
-                        const float pr = prob_rel(sm.gx[k], s.m, s.inv_t);
-                        if (pr >= draw->min_p) {
-                            am += fx_of(pr);
-                            ak++;
-                        }
-                    }
+                    if (id >= r0 && id < r1)
+                        draw_keep(s, *draw, sm.gx[k], am, ak);
                 }
-                am = warp_sum_u64(am);
-                for (int o = 16; o > 0; o >>= 1)
-                    ak += __shfl_xor_sync(0xffffffffu, ak, o);
-                if (lane == 0) {
-                    bc.dmass[warp] += am;
-                    bc.dkept[warp] += ak;
-                }
+                draw_store(bc, am, ak, true);
                 if (tid == 0)
                     bc.dvalid = 1;
             }
