@@ -16,7 +16,8 @@
  * bin of equal values is resolved by id.
  *
  * Masses are fixed point, exp((x - max) / T) * 2^42 as uint64, summed in
- * integers (histograms as three 14-bit limbs in 32-bit shared atomics), so
+ * integers (histograms as three 14-bit limbs in 32-bit shared atomics; a
+ * mass histogram counts no tokens, the gather pass counts its bin), so
  * every sum is exact and independent of thread timing: a given (seed,
  * position, logits) always draws the same token.  The draw walks the kept
  * tokens in id order: per-warp sums over contiguous id ranges, then the
@@ -651,12 +652,13 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
             if (!member(s, bc, v))
                 return;
             int b = bin_of(v, hi, sc);
-            atomicAdd(&sm.cnt[b], 1u);
-            if (s.mass) {
+            if (s.mass) { /* the bins' counts are not needed: see the gather */
                 unsigned long long f = weight(s, v);
                 atomicAdd(&sm.l0[b], (uint32_t)(f & 0x3fff));
                 atomicAdd(&sm.l1[b], (uint32_t)((f >> 14) & 0x3fff));
                 atomicAdd(&sm.l2[b], (uint32_t)(f >> 28));
+            } else {
+                atomicAdd(&sm.cnt[b], 1u);
             }
         });
         __syncthreads();
@@ -674,9 +676,10 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
                 const int j = tid % BPR, g = tid / BPR, b = c.rank * BPR + j;
                 const Smem *ps = cl_peer(&sm, g);
                 const uint32_t pc = ps->cnt[b];
-                if (pc) {
-                    const unsigned long long pw = s.mass ? limbs(*ps, b) : (unsigned long long)pc;
-                    atomicAdd(&sm.tc[j], pc);
+                const unsigned long long pw = s.mass ? limbs(*ps, b) : (unsigned long long)pc;
+                if (pw) {
+                    if (pc)
+                        atomicAdd(&sm.tc[j], pc);
                     atomicAdd(&sm.tw[j], pw);
                 }
             }
@@ -700,7 +703,7 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
         }
         __syncthreads();
         const int b = bc.i[2];
-        const int cnt = bc.i[3];
+        int cnt = bc.i[3]; /* mass mode: 0 here, counted by the gather below */
         need -= bc.u[1];
         if (tid == 0) {
             bc.lv[bc.nlv].hi = hi;
@@ -710,10 +713,27 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
             bc.gcount = 0;
         }
         __syncthreads();
-        if (cnt <= c.gcap) {
+        /* Mass mode counted no bin: the gather pass counts the boundary bin,
+         * stores what fits and takes the members' range, which the next
+         * level needs when the bin is too large to sort (the pass the count
+         * mode makes for it below). */
+        float mx = -INFINITY, nmn = -INFINITY;
+        bool gathered = false;
+        if (s.mass || cnt <= c.gcap) {
             /* gather the boundary bin and sort it exactly */
             float *gx = CL > 1 ? sm.lgx : sm.gx;
             int32_t *gi = CL > 1 ? sm.lgi : sm.gi;
+            auto put = [&](float v, int i) {
+                int k = atomicAdd(&bc.gcount, 1);
+                if (k < GCAP) {
+                    gx[k] = v;
+                    gi[k] = i;
+                }
+                if (s.mass) {
+                    nmn = fmaxf(nmn, -v);
+                    mx = fmaxf(mx, v);
+                }
+            };
             if (draw) {
                 /* the same gather, walked in the draw's warp ranges: each
                  * warp also sums its range's tokens above the boundary bin
@@ -724,25 +744,24 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
                 int ak = 0;
                 for_warp_range(s.x, r0, r1, [&](float v, int i) {
                     const int cl = classify(s, bc, v);
-                    if (cl == 0) {
-                        int k = atomicAdd(&bc.gcount, 1);
-                        gx[k] = v;
-                        gi[k] = i;
-                    } else if (cl > 0) {
+                    if (cl == 0)
+                        put(v, i);
+                    else if (cl > 0)
                         draw_keep(s, *draw, v, am, ak);
-                    }
                 });
                 draw_store(bc, am, ak, false);
             } else {
                 for_slice(s.x, s.lo, s.hi, [&](float v, int i) {
-                    if (member(s, bc, v)) {
-                        int k = atomicAdd(&bc.gcount, 1);
-                        gx[k] = v;
-                        gi[k] = i;
-                    }
+                    if (member(s, bc, v))
+                        put(v, i);
                 });
             }
             __syncthreads();
+            if (s.mass) /* block-uniform (Sel) */
+                cnt = (int)red_sum_u64<CL>(c, bc, tid == 0 ? (unsigned long long)bc.gcount : 0ull);
+            gathered = cnt <= c.gcap;
+        }
+        if (gathered) {
             if constexpr (CL > 1)
                 cl_pull<CL>(c, sm, bc, bc.gcount, GCAP);
             int P = 2;
@@ -810,14 +829,15 @@ __device__ bool find_cut(Ctx &c, const Sel &s, Smem &sm, Bcast &bc, float lo, fl
             __syncthreads();
             return true;
         }
-        /* too many to gather: exact range of the boundary bin */
-        float mx = -INFINITY, nmn = -INFINITY;
-        for_slice(s.x, s.lo, s.hi, [&](float v, int) {
-            if (member(s, bc, v)) {
-                nmn = fmaxf(nmn, -v);
-                mx = fmaxf(mx, v);
-            }
-        });
+        /* too many to gather: exact range of the boundary bin (mass mode:
+         * taken by the gather pass) */
+        if (!s.mass)
+            for_slice(s.x, s.lo, s.hi, [&](float v, int) {
+                if (member(s, bc, v)) {
+                    nmn = fmaxf(nmn, -v);
+                    mx = fmaxf(mx, v);
+                }
+            });
         red_max2<CL>(c, bc, mx, nmn);
         const float mn = -nmn;
         if (mn == mx || L == MAXLV - 1) {
