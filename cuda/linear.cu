@@ -6,10 +6,11 @@
 /* The tensor-core GEMV for this product: mma_min <= T rows, and short
  * rows only -- with K = 8960 (down) the 96 tiles of 16 rows leave the
  * H200's 132 SMs short of loads in flight (19.4 us vs 17.0 for the FMA
- * GEMV at 8 rows; qkv 4.8 vs 6.3, o 4.1 vs 6.0: test_cuda_kernels). */
+ * GEMV at 8 rows; qkv 4.8 vs 6.3, o 4.1 vs 6.0: test_cuda_kernels) --
+ * unless its tiles are split over clusters (DSQ_CUDA_GEMV_MMA_SPLIT). */
 static int use_mma(const dsq_cu_linear_env *env, int32_t T, int32_t K)
 {
-    return env->mma_min > 0 && T >= env->mma_min && K <= 4096;
+    return env->mma_min > 0 && T >= env->mma_min && (K <= 4096 || dsq_cu_gemv_mma_split_on());
 }
 
 /* DSQ_CUDA_GEMM_ROWS_MIN (rows_min > 0): products of rows_min..rows_max

@@ -43,6 +43,8 @@
 #   bash scripts/gpu_session.sh q4gemv  # 4-bit products of 1-2 rows (gemv.cu's
 #                                       # GEMV, the split fill): tests, the
 #                                       # default against stop 38's path
+#   bash scripts/gpu_session.sh mmasplit # the tensor-core GEMV split over
+#                                       # clusters: tests, timing, 3-8 rows
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
 #                                       # rows beside the old paths
 #   bash scripts/gpu_session.sh sampdraw # the top-p draw's block rank search:
@@ -321,6 +323,40 @@ direct)
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b256_int8_none 1024 256 --kv int8 --sampling none
     DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b64 1024 64 --kv f16
+    ;;
+mmasplit)
+    # stop 41: the tensor-core GEMV's 16-row tiles split over clusters of
+    # CTAs (DSQ_CUDA_GEMV_MMA_SPLIT; off by default until measured), which
+    # also sends down (K = 8,960) to it at 5-8 rows instead of the FMA GEMV.
+    # Its tests (odd shapes, every epilogue, 2-8 CTAs, repeat bits), the
+    # timing table against the FMA GEMV and cuBLASLt, the e2e / greedy
+    # tests with it on, then bench rows at 4-8 rows, interleaved.
+    prebuilt_stage mmasplit
+    DEADLINE=${DEADLINE:-560}
+    LOGSUFFIX=_split GTEST_TIMEOUT=200 gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma*"
+    grep -E "gemv-mma.*(worst|FAIL)|split over clusters" "$OUT/test_cuda_kernels_split.log" | tail -4
+    LOGSUFFIX=_timing GTEST_TIMEOUT=200 gtest test_cuda_kernels DSQ_TEST_FILTER=test_mma_split_timing
+    grep -A24 "split tensor-core GEMV timing" "$OUT/test_cuda_kernels_timing.log"
+    gtest test_cuda_e2e DSQ_CUDA_GEMV_MMA_SPLIT=auto
+    gtest test_cuda_step_greedy DSQ_CUDA_GEMV_MMA_SPLIT=auto
+    wait $MODEL_PID
+    bench_header
+    for rep in 1 2; do
+        bench_row b8_r$rep 512 8 --kv f16
+        DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b8_r$rep 512 8 --kv f16
+    done
+    bench_row b8_none 512 8 --kv f16 --sampling none
+    DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b8_none 512 8 --kv f16 --sampling none
+    bench_row b5 512 5 --kv f16
+    DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b5 512 5 --kv f16
+    bench_row b4 512 4 --kv f16
+    DSQ_CUDA_GEMV_MMA_SPLIT=auto DSQ_CUDA_GEMV_MMA=4 bench_row split_mma4_b4 512 4 --kv f16
+    DSQ_CUDA_GEMV_MMA_SPLIT=auto DSQ_CUDA_GEMV_MMA=3 bench_row split_mma3_b3 512 3 --kv f16
+    bench_row b3 512 3 --kv f16
+    DSQ_CUDA_GEMV_MMA_SPLIT=2 bench_row split2_b8 512 8 --kv f16
+    DSQ_CUDA_GEMV_MMA_SPLIT=4 bench_row split4_b8 512 8 --kv f16
+    bench_row b8_8192 8192 8 --kv f16
+    DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b8_8192 8192 8 --kv f16
     ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
