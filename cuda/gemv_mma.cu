@@ -293,6 +293,24 @@ static int split_env(void)
     return r;
 }
 
+/* DSQ_CUDA_GEMV_MMA_NT (read once): the block size of plain unsplit
+ * launches asked with nt 0, instead of the rule in plan() (a measurement
+ * knob, stop 41: test_cuda_kernels' H100 tables ranked 256 threads ahead of
+ * the rule's 128 for gate/up and the head at 8 rows). */
+static int nt_env(void)
+{
+    static int v = -1;
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (r < 0) {
+        const char *e = getenv("DSQ_CUDA_GEMV_MMA_NT");
+        r = e && e[0] ? atoi(e) : 0;
+        if (r < 0 || r % 32 || r > MMA_MAX_WARPS * 32)
+            r = 0;
+        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
+    }
+    return r;
+}
+
 /* Splits (CTAs per tile) and block size of a plain launch: splits > 0 and
  * nt > 0 as asked; splits 0 = the knob's, whose "auto" gives enough CTAs
  * for two per SM (down and o: 96 tiles -> 3; qkv: 128 -> 3; gate/up's
@@ -325,6 +343,8 @@ static void plan(int T, int N, int K, int *nt, int *splits)
             while (n > 64 && KC / (S * (n / 32)) < MMA_UNROLL)
                 n /= 2;
             *nt = n;
+        } else if (nt_env() > 0) {
+            *nt = nt_env();
         } else { /* few tiles (o, down, qkv): more warps per tile keep enough loads in flight */
             *nt = tiles < 512 ? 256 : 128;
         }

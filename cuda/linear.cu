@@ -1,5 +1,8 @@
 /* linear.cu - dsq_cu_linear: the product every layer op calls, dispatching
  * on the weight's format (lib/weight.h) and on the number of rows. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "gemv_quant.h"
 #include "kernels.h"
 
@@ -20,6 +23,23 @@ static int rows_from_min(const dsq_cu_linear_env *env, int32_t T)
     return env->rows_min > 0 && T >= env->rows_min && T <= env->rows_max;
 }
 
+/* DSQ_CUDA_GEMV_LONG=gemm (read once): bf16 products of long rows (K >
+ * 4,096: down) at mma_min..gemv_max rows that the tensor-core GEMV does
+ * not take go to cuBLASLt instead of the FMA GEMV (a measurement knob,
+ * stop 41: down at 8 rows 15.0 us on cuBLASLt, 18.9 on the FMA GEMV, H100;
+ * but cuBLASLt's kernels wait for the whole previous kernel, no PDL). */
+static int long_rows_gemm(void)
+{
+    static int v = -1;
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (r < 0) {
+        const char *e = getenv("DSQ_CUDA_GEMV_LONG");
+        r = e && !strcmp(e, "gemm");
+        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
+    }
+    return r;
+}
+
 static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
                               dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
@@ -31,7 +51,8 @@ static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const floa
     if (T <= env->gemv_max) {
         if (use_mma(env, T, K) && dsq_cu_gemv_mma_ok(T, K, x, w))
             return dsq_cu_gemv_mma(x, w, bias, T, N, K, epi, y, 0, env->stream);
-        return dsq_cu_gemv(x, w, bias, T, N, K, epi, y, env->stream);
+        if (!(K > 4096 && env->mma_min > 0 && T >= env->mma_min && epi != DSQ_EPI_SILU_MUL && long_rows_gemm()))
+            return dsq_cu_gemv(x, w, bias, T, N, K, epi, y, env->stream);
     }
     if (T <= env->rows_max && dsq_cu_gemm_rows_ok(T, K, x, w))
         return dsq_cu_gemm_rows(x, w, bias, T, N, K, epi, y, env->rows_ws, env->rows_ws_bytes, env->rows_tickets,

@@ -45,6 +45,8 @@
 #                                       # default against stop 38's path
 #   bash scripts/gpu_session.sh mmasplit # the tensor-core GEMV split over
 #                                       # clusters: tests, timing, 3-8 rows
+#   bash scripts/gpu_session.sh mma2    # 5-8 rows: the tensor-core GEMV's
+#                                       # block size, down on cuBLASLt
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
 #                                       # rows beside the old paths
 #   bash scripts/gpu_session.sh sampdraw # the top-p draw's block rank search:
@@ -357,6 +359,37 @@ mmasplit)
     DSQ_CUDA_GEMV_MMA_SPLIT=4 bench_row split4_b8 512 8 --kv f16
     bench_row b8_8192 8192 8 --kv f16
     DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b8_8192 8192 8 --kv f16
+    ;;
+mma2)
+    # stop 41, second call: at 5-8 rows the tensor-core GEMV at 256 threads
+    # for the wide products (DSQ_CUDA_GEMV_MMA_NT=256; the rule gives
+    # gate/up and the head 128) and down on cuBLASLt (DSQ_CUDA_GEMV_LONG=gemm)
+    # instead of the FMA GEMV; the timing table (now with the head and
+    # both block sizes), e2e / greedy tests with both on, bench rows.
+    prebuilt_stage mma2
+    DEADLINE=${DEADLINE:-560}
+    LOGSUFFIX=_timing GTEST_TIMEOUT=200 gtest test_cuda_kernels DSQ_TEST_FILTER=test_mma_split_timing
+    grep -A30 "split tensor-core GEMV timing" "$OUT/test_cuda_kernels_timing.log" | grep -E "^  [a-z]"
+    gtest test_cuda_e2e DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm
+    gtest test_cuda_step_greedy DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm
+    wait $MODEL_PID
+    bench_header
+    for rep in 1 2; do
+        bench_row b8_r$rep 512 8 --kv f16
+        DSQ_CUDA_GEMV_MMA_NT=256 bench_row nt256_b8_r$rep 512 8 --kv f16
+        DSQ_CUDA_GEMV_LONG=gemm bench_row long_b8_r$rep 512 8 --kv f16
+        DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm bench_row both_b8_r$rep 512 8 --kv f16
+    done
+    DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row nt256_split_b8 512 8 --kv f16
+    bench_row b8_none 512 8 --kv f16 --sampling none
+    DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm bench_row both_b8_none 512 8 --kv f16 --sampling none
+    for b in 5 6; do
+        bench_row b$b 512 $b --kv f16
+        DSQ_CUDA_GEMV_MMA_NT=256 bench_row nt256_b$b 512 $b --kv f16
+        DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm bench_row both_b$b 512 $b --kv f16
+    done
+    bench_row b8_8192 8192 8 --kv f16
+    DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm bench_row both_b8_8192 8192 8 --kv f16
     ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the

@@ -1329,7 +1329,7 @@ static void test_mma_split_timing(void **state)
     (void)state;
     struct { const char *name; int N, K; } sh[] = {
         {"qkv 2048x1536", 2048, 1536}, {"o 1536x1536", 1536, 1536}, {"gate/up 17920x1536", 17920, 1536},
-        {"down 1536x8960", 1536, 8960},
+        {"down 1536x8960", 1536, 8960}, {"lm_head 151936x1536", 151936, 1536},
     };
     const int Ts[] = {1, 2, 4, 5, 8}, Ss[] = {1, 2, 3, 4, 6, 8};
     dsq_gemm *g = NULL;
@@ -1340,15 +1340,15 @@ static void test_mma_split_timing(void **state)
     CU(cudaMemset(dw, 0x3c, pool));
     CU(cudaMalloc(&dx, (size_t)8 * 8960 * 2));
     CU(cudaMemset(dx, 0x3c, (size_t)8 * 8960 * 2));
-    CU(cudaMalloc(&dy, (size_t)8 * 17920 * 4));
+    CU(cudaMalloc(&dy, (size_t)8 * 151936 * 4));
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
     printf("\n  split tensor-core GEMV timing, us per call: FMA GEMV (default shape), tensor-core GEMV with\n"
-           "  1/2/3/4/6/8 CTAs per 16-row tile (default block size), cuBLASLt\n");
-    printf("  %-20s %2s %7s %7s %7s %7s %7s %7s %7s %9s\n", "shape", "T", "gemv", "mma", "S=2", "S=3", "S=4", "S=6",
-           "S=8", "cuBLASLt");
-    for (int s = 0; s < 4; s++) {
+           "  1/2/3/4/6/8 CTAs per 16-row tile (default block size; 1 also at 128 and 256 threads), cuBLASLt\n");
+    printf("  %-20s %2s %7s %7s %7s %7s %7s %7s %7s %7s %7s %9s\n", "shape", "T", "gemv", "mma", "S=2", "S=3", "S=4",
+           "S=6", "S=8", "mma128", "mma256", "cuBLASLt");
+    for (int s = 0; s < 5; s++) {
         const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
         const int copies = (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
         for (int ti = 0; ti < 5; ti++) {
@@ -1356,6 +1356,8 @@ static void test_mma_split_timing(void **state)
             printf("  %-20s %2d %7.1f", sh[s].name, T, time_product(0, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
             for (int a = 0; a < 6; a++)
                 printf(" %7.1f", time_product(5, 0, Ss[a], g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
+            printf(" %7.1f", time_product(5, 128, 1, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
+            printf(" %7.1f", time_product(5, 256, 1, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
             printf(" %9.1f\n", time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
         }
     }
