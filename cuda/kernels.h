@@ -179,15 +179,6 @@ dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows, const floa
 int dsq_cu_gemv_mma_ok(int32_t T, int32_t K, const void *x, const dsq_bf16 *w);
 dsq_status dsq_cu_gemv_mma(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T, int32_t N,
                            int32_t K, dsq_epilogue epi, void *y, int nt, cudaStream_t stream);
-/* The same with `splits` CTAs per 16-row tile (a cluster splitting K, the
- * partial sums added in a fixed order: sm_90 and later, 1 elsewhere):
- * 1..8, or 0 for DSQ_CUDA_GEMV_MMA_SPLIT's choice (unset: 1; "auto": enough
- * CTAs for two per SM where the product has few tiles). */
-dsq_status dsq_cu_gemv_mma_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T, int32_t N,
-                               int32_t K, dsq_epilogue epi, void *y, int nt, int splits, cudaStream_t stream);
-/* Whether DSQ_CUDA_GEMV_MMA_SPLIT asks for splits and the current device
- * runs them (the dispatch then also sends long rows, K > 4,096, here). */
-int dsq_cu_gemv_mma_split_on(void);
 dsq_status dsq_cu_gemv_mma_norm(const float *xr, const int32_t *rows, const float *nw, float eps,
                                 const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
                                 dsq_epilogue epi, void *y, int nt, cudaStream_t stream);

@@ -9,11 +9,13 @@
 /* The tensor-core GEMV for this product: mma_min <= T rows, and short
  * rows only -- with K = 8960 (down) the 96 tiles of 16 rows leave the
  * H200's 132 SMs short of loads in flight (19.4 us vs 17.0 for the FMA
- * GEMV at 8 rows; qkv 4.8 vs 6.3, o 4.1 vs 6.0: test_cuda_kernels) --
- * unless its tiles are split over clusters (DSQ_CUDA_GEMV_MMA_SPLIT). */
+ * GEMV at 8 rows; qkv 4.8 vs 6.3, o 4.1 vs 6.0: test_cuda_kernels).
+ * (Splitting those tiles' K over clusters of 2-8 CTAs, stop 41, tag
+ * mmasplit-stop41: down at 8 rows 17.3 us at best against cuBLASLt's 15.2,
+ * the batch-8 step unchanged.) */
 static int use_mma(const dsq_cu_linear_env *env, int32_t T, int32_t K)
 {
-    return env->mma_min > 0 && T >= env->mma_min && (K <= 4096 || dsq_cu_gemv_mma_split_on());
+    return env->mma_min > 0 && T >= env->mma_min && K <= 4096;
 }
 
 /* DSQ_CUDA_GEMM_ROWS_MIN (rows_min > 0): products of rows_min..rows_max
@@ -23,18 +25,22 @@ static int rows_from_min(const dsq_cu_linear_env *env, int32_t T)
     return env->rows_min > 0 && T >= env->rows_min && T <= env->rows_max;
 }
 
-/* DSQ_CUDA_GEMV_LONG=gemm (read once): bf16 products of long rows (K >
- * 4,096: down) at mma_min..gemv_max rows that the tensor-core GEMV does
- * not take go to cuBLASLt instead of the FMA GEMV (a measurement knob,
- * stop 41: down at 8 rows 15.0 us on cuBLASLt, 18.9 on the FMA GEMV, H100;
- * but cuBLASLt's kernels wait for the whole previous kernel, no PDL). */
-static int long_rows_gemm(void)
+/* bf16 products of long rows (K > 4,096: down) from this many rows up to
+ * the GEMV's limit go to cuBLASLt, not the FMA GEMV: at 5-8 rows the FMA
+ * GEMV is issue-bound (down at 8 rows 19.1 us, cuBLASLt 15.2, H100) and
+ * the tensor-core GEMV has too few tiles.  H100, `dsqwen bench` @ 512
+ * (stop 41): batch 8 2.070 vs 2.221 / 2.243 ms, 6 2.064 vs 2.149, 5 2.051
+ * vs 2.079, batch 8 @ 8,192 2.779 vs 2.971.  DSQ_CUDA_GEMV_LONG_MIN (read
+ * once): another row count, 0 = never. */
+static int long_rows_min(void)
 {
     static int v = -1;
     int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
     if (r < 0) {
-        const char *e = getenv("DSQ_CUDA_GEMV_LONG");
-        r = e && !strcmp(e, "gemm");
+        const char *e = getenv("DSQ_CUDA_GEMV_LONG_MIN");
+        r = e && e[0] ? atoi(e) : 5;
+        if (r < 0)
+            r = 0;
         __atomic_store_n(&v, r, __ATOMIC_RELAXED);
     }
     return r;
@@ -51,7 +57,7 @@ static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const floa
     if (T <= env->gemv_max) {
         if (use_mma(env, T, K) && dsq_cu_gemv_mma_ok(T, K, x, w))
             return dsq_cu_gemv_mma(x, w, bias, T, N, K, epi, y, 0, env->stream);
-        if (!(K > 4096 && env->mma_min > 0 && T >= env->mma_min && epi != DSQ_EPI_SILU_MUL && long_rows_gemm()))
+        if (!(K > 4096 && long_rows_min() > 0 && T >= long_rows_min() && epi != DSQ_EPI_SILU_MUL))
             return dsq_cu_gemv(x, w, bias, T, N, K, epi, y, env->stream);
     }
     if (T <= env->rows_max && dsq_cu_gemm_rows_ok(T, K, x, w))

@@ -101,27 +101,4 @@ static inline cudaError_t dsq_launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3
     return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
 }
 
-/* The same with thread-block clusters of `cluster` CTAs along x (grid.x a
- * multiple of it; sm_90 and later): both attributes on one launch. */
-template <typename... KArgs, typename... Args>
-static inline cudaError_t dsq_launch_pdl_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                                 unsigned cluster, cudaStream_t s, Args... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = cluster;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = dsq_pdl_enabled() ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
-}
-
 #endif /* DSQ_CUDA_PDL_CUH */

@@ -43,10 +43,8 @@
 #   bash scripts/gpu_session.sh q4gemv  # 4-bit products of 1-2 rows (gemv.cu's
 #                                       # GEMV, the split fill): tests, the
 #                                       # default against stop 38's path
-#   bash scripts/gpu_session.sh mmasplit # the tensor-core GEMV split over
-#                                       # clusters: tests, timing, 3-8 rows
-#   bash scripts/gpu_session.sh mma2    # 5-8 rows: the tensor-core GEMV's
-#                                       # block size, down on cuBLASLt
+#   bash scripts/gpu_session.sh rows58  # 2-8 rows: down on cuBLASLt from 5
+#                                       # rows, the products' table, profile
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
 #                                       # rows beside the old paths
 #   bash scripts/gpu_session.sh sampdraw # the top-p draw's block rank search:
@@ -326,70 +324,44 @@ direct)
     DSQ_CUDA_DECODE_DIRECT=0 bench_row merge_b256_int8_none 1024 256 --kv int8 --sampling none
     DSQ_CUDA_DECODE_DIRECT=1 bench_row direct_b64 1024 64 --kv f16
     ;;
-mmasplit)
-    # stop 41: the tensor-core GEMV's 16-row tiles split over clusters of
-    # CTAs (DSQ_CUDA_GEMV_MMA_SPLIT; off by default until measured), which
-    # also sends down (K = 8,960) to it at 5-8 rows instead of the FMA GEMV.
-    # Its tests (odd shapes, every epilogue, 2-8 CTAs, repeat bits), the
-    # timing table against the FMA GEMV and cuBLASLt, the e2e / greedy
-    # tests with it on, then bench rows at 4-8 rows, interleaved.
-    prebuilt_stage mmasplit
+rows58)
+    # stop 41: down (K = 8,960) on cuBLASLt from 5 rows (DSQ_CUDA_GEMV_LONG_MIN,
+    # default 5; 0 = the FMA GEMV as before), measured at stop 41's second
+    # call as DSQ_CUDA_GEMV_LONG=gemm (the tag mmasplit-stop41's knob).  The
+    # dispatch test, the 1-8-row timing table, e2e / greedy tests, a
+    # sampled batch-8 profile with the tensor-core GEMV at its default and
+    # at 256 threads (DSQ_CUDA_GEMV_MMA_NT), and bench rows at 2-8 rows
+    # for the row counts where each kernel starts.
+    prebuilt_stage rows58
     DEADLINE=${DEADLINE:-560}
-    LOGSUFFIX=_split GTEST_TIMEOUT=200 gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma*"
-    grep -E "gemv-mma.*(worst|FAIL)|split over clusters" "$OUT/test_cuda_kernels_split.log" | tail -4
-    LOGSUFFIX=_timing GTEST_TIMEOUT=200 gtest test_cuda_kernels DSQ_TEST_FILTER=test_mma_split_timing
-    grep -A24 "split tensor-core GEMV timing" "$OUT/test_cuda_kernels_timing.log"
-    gtest test_cuda_e2e DSQ_CUDA_GEMV_MMA_SPLIT=auto
-    gtest test_cuda_step_greedy DSQ_CUDA_GEMV_MMA_SPLIT=auto
+    LOGSUFFIX=_dispatch gtest test_cuda_kernels DSQ_TEST_FILTER=test_linear_dispatch
+    grep -E "dsq_cu_linear K=" "$OUT/test_cuda_kernels_dispatch.log"
+    LOGSUFFIX=_timing GTEST_TIMEOUT=200 gtest test_cuda_kernels DSQ_TEST_FILTER=test_small_rows_timing
+    grep -A45 "products at 1-8 rows" "$OUT/test_cuda_kernels_timing.log" | grep -E "^  [a-z]" | awk '$3 >= 3 || $2 == "T"'
+    gtest test_cuda_e2e
+    gtest test_cuda_step_greedy
     wait $MODEL_PID
+    export PYTHONUNBUFFERED=1
+    for nt in 0 256; do
+        DSQ_CUDA_GEMV_MMA_NT=$nt DSQWEN_LIBRARY=$B/libdsqwen.so timeout 90 python3 tests/bench/kernel_profile.py \
+            --model $M --batch 8 --context 512 --sample --json "$OUT/prof_b8_nt$nt.json" >"$OUT/prof_b8_nt$nt.log" 2>&1
+        echo "== profile b8 nt=$nt rc=$?"
+        sed -n '/^timeline/,$p' "$OUT/prof_b8_nt$nt.log" | head -20
+    done
     bench_header
     for rep in 1 2; do
         bench_row b8_r$rep 512 8 --kv f16
-        DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b8_r$rep 512 8 --kv f16
+        DSQ_CUDA_GEMV_LONG_MIN=0 bench_row gemv_b8_r$rep 512 8 --kv f16
     done
-    bench_row b8_none 512 8 --kv f16 --sampling none
-    DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b8_none 512 8 --kv f16 --sampling none
     bench_row b5 512 5 --kv f16
-    DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b5 512 5 --kv f16
+    DSQ_CUDA_GEMV_MMA=6 bench_row fma_b5 512 5 --kv f16
     bench_row b4 512 4 --kv f16
-    DSQ_CUDA_GEMV_MMA_SPLIT=auto DSQ_CUDA_GEMV_MMA=4 bench_row split_mma4_b4 512 4 --kv f16
-    DSQ_CUDA_GEMV_MMA_SPLIT=auto DSQ_CUDA_GEMV_MMA=3 bench_row split_mma3_b3 512 3 --kv f16
+    DSQ_CUDA_GEMV_LONG_MIN=4 bench_row long_b4 512 4 --kv f16
+    DSQ_CUDA_GEMV_MMA=4 bench_row mma_b4 512 4 --kv f16
     bench_row b3 512 3 --kv f16
-    DSQ_CUDA_GEMV_MMA_SPLIT=2 bench_row split2_b8 512 8 --kv f16
-    DSQ_CUDA_GEMV_MMA_SPLIT=4 bench_row split4_b8 512 8 --kv f16
-    bench_row b8_8192 8192 8 --kv f16
-    DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row split_b8_8192 8192 8 --kv f16
-    ;;
-mma2)
-    # stop 41, second call: at 5-8 rows the tensor-core GEMV at 256 threads
-    # for the wide products (DSQ_CUDA_GEMV_MMA_NT=256; the rule gives
-    # gate/up and the head 128) and down on cuBLASLt (DSQ_CUDA_GEMV_LONG=gemm)
-    # instead of the FMA GEMV; the timing table (now with the head and
-    # both block sizes), e2e / greedy tests with both on, bench rows.
-    prebuilt_stage mma2
-    DEADLINE=${DEADLINE:-560}
-    LOGSUFFIX=_timing GTEST_TIMEOUT=200 gtest test_cuda_kernels DSQ_TEST_FILTER=test_mma_split_timing
-    grep -A30 "split tensor-core GEMV timing" "$OUT/test_cuda_kernels_timing.log" | grep -E "^  [a-z]"
-    gtest test_cuda_e2e DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm
-    gtest test_cuda_step_greedy DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm
-    wait $MODEL_PID
-    bench_header
-    for rep in 1 2; do
-        bench_row b8_r$rep 512 8 --kv f16
-        DSQ_CUDA_GEMV_MMA_NT=256 bench_row nt256_b8_r$rep 512 8 --kv f16
-        DSQ_CUDA_GEMV_LONG=gemm bench_row long_b8_r$rep 512 8 --kv f16
-        DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm bench_row both_b8_r$rep 512 8 --kv f16
-    done
-    DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_MMA_SPLIT=auto bench_row nt256_split_b8 512 8 --kv f16
-    bench_row b8_none 512 8 --kv f16 --sampling none
-    DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm bench_row both_b8_none 512 8 --kv f16 --sampling none
-    for b in 5 6; do
-        bench_row b$b 512 $b --kv f16
-        DSQ_CUDA_GEMV_MMA_NT=256 bench_row nt256_b$b 512 $b --kv f16
-        DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm bench_row both_b$b 512 $b --kv f16
-    done
-    bench_row b8_8192 8192 8 --kv f16
-    DSQ_CUDA_GEMV_MMA_NT=256 DSQ_CUDA_GEMV_LONG=gemm bench_row both_b8_8192 8192 8 --kv f16
+    DSQ_CUDA_GEMV_LONG_MIN=3 bench_row long_b3 512 3 --kv f16
+    bench_row b2 512 2 --kv f16
+    DSQ_CUDA_GEMV_LONG_MIN=2 bench_row long_b2 512 2 --kv f16
     ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the

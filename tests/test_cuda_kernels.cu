@@ -475,8 +475,8 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
         free(hf);
         cudaFree(dgf);
         cudaFree(dgu);
-    } else if (use_gemm == 2) /* r: CTAs per tile (0: the knob's choice) */
-        DS(dsq_cu_gemv_mma_cfg(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, r, 0));
+    } else if (use_gemm == 2)
+        DS(dsq_cu_gemv_mma(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, 0));
     else if (use_gemm)
         DS(dsq_gemm_run(g, xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, (float *)dy, 0));
     else
@@ -688,49 +688,6 @@ static void test_gemv_mma(void **state)
     assert_false(dsq_cu_gemv_mma_ok(9, 1536, (void *)16, (const dsq_bf16 *)16));
     assert_false(dsq_cu_gemv_mma_ok(2, 1544, (void *)16, (const dsq_bf16 *)16));
     assert_false(dsq_cu_gemv_mma_ok(2, 1536, (void *)24, (const dsq_bf16 *)16));
-}
-
-/* The tensor-core GEMV with K split over clusters of 2..8 CTAs per tile
- * (DSQ_CUDA_GEMV_MMA_SPLIT): the same references, odd N (partial tiles),
- * long and short rows, every epilogue, block sizes down to one warp (a
- * tile's warps then outnumber its chunks: idle warps add zeros); the
- * default plan (nt 0) for the model's o / down shapes; then two launches
- * of one split product give the same bits (the CTAs' sums are added in a
- * fixed order), and a split count past 8 is refused. */
-static void test_gemv_mma_split(void **state)
-{
-    (void)state;
-    const int splits[] = {2, 3, 4, 8};
-    for (int si = 0; si < 4; si++) {
-        const int S = splits[si];
-        for (int e = 0; e < 4; e++) {
-            run_product(NULL, 2, 8, 37, 8960, (dsq_epilogue)e, 0, 0, S);
-            run_product(NULL, 2, S % 2 ? 5 : 1, 1001, 1536, (dsq_epilogue)e, 0, 0, S);
-        }
-        run_product(NULL, 2, 3, 35, 1056, DSQ_EPI_ADD, 0, 32, S);
-        run_product(NULL, 2, 7, 34, 2048, DSQ_EPI_SILU_MUL, 0, 256, S);
-    }
-    run_product(NULL, 2, 8, 1536, 8960, DSQ_EPI_ADD, 0, 0, 3);  /* down */
-    run_product(NULL, 2, 6, 1536, 1536, DSQ_EPI_ADD, 0, 0, 3);  /* o */
-    run_product(NULL, 2, 5, 2048, 1536, DSQ_EPI_BIAS, 0, 0, 3); /* qkv */
-
-    const int T = 8, N = 1000, K = 8960;
-    float *xf, *wf;
-    uint16_t *xh = rand_bf16((size_t)T * K, 1.0f, &xf), *wh = rand_bf16((size_t)N * K, 1.0f, &wf);
-    void *dx = dev_copy(xh, (size_t)T * K * 2), *dw = dev_copy(wh, (size_t)N * K * 2);
-    void *y1 = dev_nan((size_t)T * N * 4), *y2 = dev_nan((size_t)T * N * 4);
-    DS(dsq_cu_gemv_mma_cfg((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE, y1, 0, 3, 0));
-    DS(dsq_cu_gemv_mma_cfg((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE, y2, 0, 3, 0));
-    float *h1 = (float *)malloc((size_t)T * N * 4), *h2 = (float *)malloc((size_t)T * N * 4);
-    to_host(h1, y1, (size_t)T * N * 4);
-    to_host(h2, y2, (size_t)T * N * 4);
-    assert_memory_equal(h1, h2, (size_t)T * N * 4);
-    assert_int_equal(dsq_cu_gemv_mma_cfg((const dsq_bf16 *)dx, (const dsq_bf16 *)dw, NULL, T, N, K, DSQ_EPI_STORE,
-                                         y1, 0, 9, 0),
-                     DSQ_ERR_INTERNAL);
-    printf("  gemv-mma split over clusters: two launches bit-identical; 9 CTAs per tile refused\n");
-    free(h1); free(h2); free(xh); free(xf); free(wh); free(wf);
-    cudaFree(dx); cudaFree(dw); cudaFree(y1); cudaFree(y2);
 }
 
 /* The product for up to 64 rows (gemm_rows.cu's kernel, then
@@ -1088,6 +1045,33 @@ static void test_linear_dispatch(void **state)
         printf("  dsq_cu_linear T=%d (%s): bit-identical to the direct launch\n", T,
                T <= env.gemv_max ? "GEMV" : "cuBLASLt");
     }
+    /* long rows (K > 4,096: down): from 5 rows on cuBLASLt
+     * (DSQ_CUDA_GEMV_LONG_MIN's default), below that on the FMA GEMV */
+    if (!getenv("DSQ_CUDA_GEMV_LONG_MIN")) {
+        const int NL = 40, KL = 4352;
+        float *xlf, *wlf;
+        uint16_t *xlh = rand_bf16((size_t)8 * KL, 1.0f, &xlf), *wlh = rand_bf16((size_t)NL * KL, 1.0f, &wlf);
+        void *dxl = dev_copy(xlh, (size_t)8 * KL * 2), *dwl = dev_copy(wlh, (size_t)NL * KL * 2);
+        dsq_weight wl = w;
+        wl.rows = NL;
+        wl.cols = KL;
+        wl.data = dwl;
+        for (int T = 4; T <= 8; T += 4) {
+            DS(dsq_cu_linear(&wl, (const dsq_bf16 *)dxl, NULL, T, DSQ_EPI_STORE, da, &env));
+            if (T >= 5)
+                DS(dsq_gemm_run(g, (const dsq_bf16 *)dxl, (const dsq_bf16 *)dwl, NULL, T, NL, KL, DSQ_EPI_STORE,
+                                (float *)db, 0));
+            else
+                DS(dsq_cu_gemv((const dsq_bf16 *)dxl, (const dsq_bf16 *)dwl, NULL, T, NL, KL, DSQ_EPI_STORE, db, 0));
+            to_host(ha, da, (size_t)T * NL * 4);
+            to_host(hb, db, (size_t)T * NL * 4);
+            assert_memory_equal(ha, hb, (size_t)T * NL * 4);
+        }
+        printf("  dsq_cu_linear K=%d: T=4 bit-identical to the GEMV, T=8 to cuBLASLt\n", KL);
+        cudaFree(dxl);
+        cudaFree(dwl);
+        free(xlh); free(xlf); free(wlh); free(wlf);
+    }
     /* rows_max (DSQ_CUDA_GEMM_ROWS): more rows than the GEMV takes go
      * through gemm_rows.cu, with the env's workspace and tickets */
     {
@@ -1152,8 +1136,6 @@ static float time_product(int method, int nt, int r, dsq_gemm *g, const void *dx
             DS(dsq_cu_gemv_cfg((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, r, 0));
         else if (method == 2)
             DS(dsq_cu_gemv_mma((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, 0));
-        else if (method == 5) /* r = CTAs per tile */
-            DS(dsq_cu_gemv_mma_cfg((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, r, 0));
         else if (method == 3) /* nt = splits, 0: its plan */
             DS(dsq_cu_gemm_rows((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, g_rows_ws, kRowsWsBytes,
                                 g_rows_tk, kRowsTickets, nt, 0));
@@ -1321,17 +1303,17 @@ static void test_product_timing(void **state)
     dsq_gemm_destroy(g);
 }
 
-/* The split tensor-core GEMV against the unsplit one and the FMA GEMV at
- * 1..8 rows on the layer products (us per call, weights rotating through
- * 512 MB as above; each split count with its default block size). */
-static void test_mma_split_timing(void **state)
+/* Products at 1..8 rows on every kernel that takes them (us per call,
+ * weights rotating through 512 MB as above): the FMA GEMV (default shape),
+ * the tensor-core GEMV at its default block size and at 128 / 256 threads,
+ * cuBLASLt -- the table behind linear.cu's choices at 3-8 rows. */
+static void test_small_rows_timing(void **state)
 {
     (void)state;
     struct { const char *name; int N, K; } sh[] = {
         {"qkv 2048x1536", 2048, 1536}, {"o 1536x1536", 1536, 1536}, {"gate/up 17920x1536", 17920, 1536},
         {"down 1536x8960", 1536, 8960}, {"lm_head 151936x1536", 151936, 1536},
     };
-    const int Ts[] = {1, 2, 4, 5, 8}, Ss[] = {1, 2, 3, 4, 6, 8};
     dsq_gemm *g = NULL;
     DS(dsq_gemm_create((size_t)32 << 20, &g));
     const size_t pool = (size_t)512 << 20;
@@ -1344,20 +1326,18 @@ static void test_mma_split_timing(void **state)
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
-    printf("\n  split tensor-core GEMV timing, us per call: FMA GEMV (default shape), tensor-core GEMV with\n"
-           "  1/2/3/4/6/8 CTAs per 16-row tile (default block size; 1 also at 128 and 256 threads), cuBLASLt\n");
-    printf("  %-20s %2s %7s %7s %7s %7s %7s %7s %7s %7s %7s %9s\n", "shape", "T", "gemv", "mma", "S=2", "S=3", "S=4",
-           "S=6", "S=8", "mma128", "mma256", "cuBLASLt");
+    printf("\n  products at 1-8 rows, us per call: FMA GEMV (default shape), tensor-core GEMV (default\n"
+           "  block, 128 and 256 threads), cuBLASLt\n");
+    printf("  %-20s %2s %7s %7s %7s %7s %9s\n", "shape", "T", "gemv", "mma", "mma128", "mma256", "cuBLASLt");
     for (int s = 0; s < 5; s++) {
         const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
         const int copies = (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
-        for (int ti = 0; ti < 5; ti++) {
-            const int T = Ts[ti], N = sh[s].N, K = sh[s].K;
+        for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++) {
+            const int N = sh[s].N, K = sh[s].K;
             printf("  %-20s %2d %7.1f", sh[s].name, T, time_product(0, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
-            for (int a = 0; a < 6; a++)
-                printf(" %7.1f", time_product(5, 0, Ss[a], g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
-            printf(" %7.1f", time_product(5, 128, 1, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
-            printf(" %7.1f", time_product(5, 256, 1, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
+            const int nts[] = {0, 128, 256};
+            for (int a = 0; a < 3; a++)
+                printf(" %7.1f", time_product(2, nts[a], 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
             printf(" %9.1f\n", time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
         }
     }
@@ -1382,10 +1362,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embed),   cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu_mul), cmocka_unit_test(test_silu_mul_bf16), cmocka_unit_test(test_add),    cmocka_unit_test(test_gemv), cmocka_unit_test(test_gemv_norm),
-        cmocka_unit_test(test_gemv_mma), cmocka_unit_test(test_gemv_mma_split), cmocka_unit_test(test_gemm_rows),
+        cmocka_unit_test(test_gemv_mma), cmocka_unit_test(test_gemm_rows),
         cmocka_unit_test(test_l2_prefetch), cmocka_unit_test(test_rope_kv_write),
         cmocka_unit_test(test_gemm),    cmocka_unit_test(test_gemm_tune), cmocka_unit_test(test_linear_dispatch),
-        cmocka_unit_test(test_mma_split_timing), cmocka_unit_test(test_product_timing),
+        cmocka_unit_test(test_small_rows_timing), cmocka_unit_test(test_product_timing),
     };
     /* DSQ_TEST_FILTER=test_gemv_mma*: some tests (cmocka's wildcard pattern) */
     if (getenv("DSQ_TEST_FILTER"))
