@@ -45,6 +45,8 @@
 #                                       # default against stop 38's path
 #   bash scripts/gpu_session.sh rows58  # 2-8 rows: down on cuBLASLt from 5
 #                                       # rows, the products' table, profile
+#   bash scripts/gpu_session.sh rows24  # 2-4 rows: where the tensor-core GEMV
+#                                       # and cuBLASLt's down start, the norm
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
 #                                       # rows beside the old paths
 #   bash scripts/gpu_session.sh sampdraw # the top-p draw's block rank search:
@@ -362,6 +364,41 @@ rows58)
     DSQ_CUDA_GEMV_LONG_MIN=3 bench_row long_b3 512 3 --kv f16
     bench_row b2 512 2 --kv f16
     DSQ_CUDA_GEMV_LONG_MIN=2 bench_row long_b2 512 2 --kv f16
+    ;;
+rows24)
+    # stop 41: at 2-4 rows, where the tensor-core GEMV (DSQ_CUDA_GEMV_MMA,
+    # default from 5 rows) and down on cuBLASLt (DSQ_CUDA_GEMV_LONG_MIN,
+    # default 5) start, and the FMA GEMV's folded norm (DSQ_CUDA_NORM_FUSE=0:
+    # its own kernel); rows58's batch-4 row had MMA from 4 rows 8% faster.
+    # Bench rows interleaved, two runs of each; a batch-4 profile each way.
+    prebuilt_stage rows24
+    DEADLINE=${DEADLINE:-560}
+    wait $MODEL_PID
+    export PYTHONUNBUFFERED=1
+    for mm in 5 4; do
+        DSQ_CUDA_GEMV_MMA=$mm DSQWEN_LIBRARY=$B/libdsqwen.so timeout 90 python3 tests/bench/kernel_profile.py \
+            --model $M --batch 4 --context 512 --sample --json "$OUT/prof_b4_mma$mm.json" >"$OUT/prof_b4_mma$mm.log" 2>&1
+        echo "== profile b4 mma_min=$mm rc=$?"
+        sed -n '/^timeline/,$p' "$OUT/prof_b4_mma$mm.log" | head -16
+    done
+    bench_header
+    for rep in 1 2; do
+        bench_row b4_r$rep 512 4 --kv f16
+        DSQ_CUDA_GEMV_MMA=4 bench_row mma4_b4_r$rep 512 4 --kv f16
+        DSQ_CUDA_GEMV_MMA=4 DSQ_CUDA_GEMV_LONG_MIN=4 bench_row mma4long4_b4_r$rep 512 4 --kv f16
+        DSQ_CUDA_NORM_FUSE=0 bench_row nofuse_b4_r$rep 512 4 --kv f16
+        bench_row b3_r$rep 512 3 --kv f16
+        DSQ_CUDA_GEMV_MMA=3 bench_row mma3_b3_r$rep 512 3 --kv f16
+        DSQ_CUDA_GEMV_MMA=3 DSQ_CUDA_GEMV_LONG_MIN=3 bench_row mma3long3_b3_r$rep 512 3 --kv f16
+        DSQ_CUDA_NORM_FUSE=0 bench_row nofuse_b3_r$rep 512 3 --kv f16
+        bench_row b2_r$rep 512 2 --kv f16
+        DSQ_CUDA_GEMV_MMA=2 bench_row mma2_b2_r$rep 512 2 --kv f16
+        DSQ_CUDA_NORM_FUSE=0 bench_row nofuse_b2_r$rep 512 2 --kv f16
+    done
+    bench_row b1 512 1 --kv f16
+    DSQ_CUDA_NORM_FUSE=0 bench_row nofuse_b1 512 1 --kv f16
+    DSQ_CUDA_GEMV_MMA=4 DSQ_CUDA_GEMV_LONG_MIN=4 bench_row mma4long4_b8 512 8 --kv f16
+    bench_row b8 512 8 --kv f16
     ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
