@@ -151,7 +151,8 @@ typedef struct cu_ctx {
      * the small matrices (qkv, o, down), the wide gate/up, the lm_head */
     int32_t gemv_max_small, gemv_max_gu, gemv_max_head;
     int32_t gemv_mma_min;  /* GEMV products of >= this many rows on the tensor cores (0: never) */
-    int32_t norm_fuse;     /* fold RMSNorm into the next GEMV where it applies (DSQ_CUDA_NORM_FUSE=0: off) */
+    int32_t norm_fuse;     /* fold RMSNorm into the next GEMV: bf16 products of at most this many rows (default
+                            * 1), the quantized GEMVs' where non-zero (DSQ_CUDA_NORM_FUSE; 0: never) */
     int32_t gu_f32;        /* prompt gate/up products in fp32 before SiLU*mul (DSQ_CUDA_GU_F32=1), else bf16 */
     int32_t max_tokens;    /* max_batch_tokens */
     int32_t max_bseqs;     /* sequences one batch may hold: min(max_seqs, max_tokens) */

@@ -148,8 +148,13 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->gemv_max_small = 8;
     cc->gemv_max_gu = 2;
     cc->gemv_max_head = 2;
-    /* 5..8 rows: tensor-core GEMV (gemv_mma.cu), on sm_80 and later */
-    cc->gemv_mma_min = 5; /* T 2..4: the FMA GEMV is as fast (test_cuda_kernels timing) */
+    /* 4..8 rows: tensor-core GEMV (gemv_mma.cu), on sm_80 and later.  H100,
+     * `dsqwen bench` batch 4 @ 512 (stop 41): 1.999 / 2.010 ms against 2.183
+     * / 2.172 on the FMA GEMV with the norm folded in (that kernel took 13.8
+     * us per layer for qkv at 4 rows: the norm recomputed by every resident
+     * block); at 3 rows the MMA and the FMA GEMV without the fold are equal
+     * (1.953-1.956 vs 1.951-1.954), at 2 the FMA GEMV wins (1.76 vs 1.98) */
+    cc->gemv_mma_min = 4;
     int major = 0; /* compute capability: the mma.sync kernels need 8 */
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cc->device) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -160,8 +165,16 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *mma_env = getenv("DSQ_CUDA_GEMV_MMA"); /* measurement knob: fewest rows for the MMA GEMV, 0 = off */
     if (mma_env && *mma_env && cc->gemv_mma_min > 0) /* never below sm_80, where mma.sync bf16 does not exist */
         cc->gemv_mma_min = atoi(mma_env) < 0 ? 0 : atoi(mma_env);
-    const char *fuse_env = getenv("DSQ_CUDA_NORM_FUSE"); /* measurement knob: 0 = rmsnorm kernel always */
-    cc->norm_fuse = !(fuse_env && fuse_env[0] == '0');
+    /* The RMSNorm folded into the FMA GEMV after it: bf16 weights at 1 row
+     * only (H100 stop 41, ms per step with the fold / the norm's own kernel:
+     * batch 1 1.609 / 1.704, batch 2 1.845-1.862 / 1.758-1.761, batch 3
+     * 2.031-2.041 / 1.951-1.954); the quantized GEMVs' folds at 1-2 rows as
+     * before.  DSQ_CUDA_NORM_FUSE (measurement knob): 0 never, n (1..4) bf16
+     * products up to n rows. */
+    const char *fuse_env = getenv("DSQ_CUDA_NORM_FUSE");
+    cc->norm_fuse = 1;
+    if (fuse_env && fuse_env[0])
+        cc->norm_fuse = atoi(fuse_env) < 0 ? 0 : atoi(fuse_env) > 4 ? 4 : atoi(fuse_env);
     const char *gu_env = getenv("DSQ_CUDA_GU_F32"); /* measurement knob: 1 = prompt gate/up products in fp32 */
     cc->gu_f32 = gu_env && gu_env[0] == '1';
     /* DSQ_CUDA_GEMM_ROWS=n (1..64): bf16 products of more rows than the

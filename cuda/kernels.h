@@ -291,7 +291,8 @@ typedef struct dsq_cu_linear_env {
     const int32_t *norm_rows; /* device int32 [T] or NULL */
     const float *norm_w;     /* fp32 [cols] */
     float norm_eps;
-    int32_t norm_fuse;        /* 0: never fold the norm into the GEMV (measurement) */
+    int32_t norm_fuse;        /* fold the norm into bf16 GEMVs of at most this many rows, into the quantized
+                               * GEMVs where non-zero (0: never; a measurement knob) */
     /* bf16 products of gemv_max < T <= rows_max rows through gemm_rows.cu
      * (0: never; DSQ_CUDA_GEMM_ROWS) with this split-K workspace */
     int32_t rows_max;

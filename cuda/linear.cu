@@ -26,19 +26,21 @@ static int rows_from_min(const dsq_cu_linear_env *env, int32_t T)
 }
 
 /* bf16 products of long rows (K > 4,096: down) from this many rows up to
- * the GEMV's limit go to cuBLASLt, not the FMA GEMV: at 5-8 rows the FMA
+ * the GEMV's limit go to cuBLASLt, not the FMA GEMV: from 4-5 rows the FMA
  * GEMV is issue-bound (down at 8 rows 19.1 us, cuBLASLt 15.2, H100) and
  * the tensor-core GEMV has too few tiles.  H100, `dsqwen bench` @ 512
- * (stop 41): batch 8 2.070 vs 2.221 / 2.243 ms, 6 2.064 vs 2.149, 5 2.051
- * vs 2.079, batch 8 @ 8,192 2.779 vs 2.971.  DSQ_CUDA_GEMV_LONG_MIN (read
- * once): another row count, 0 = never. */
+ * (stop 41), ms per step against the FMA GEMV: batch 8 2.070 / 2.030 vs
+ * 2.221 / 2.214, 6 2.064 vs 2.149, 5 2.051 vs 2.079, 4 (with the MMA
+ * GEMV from 4 rows) 1.980 / 1.979 vs 1.999 / 2.010, batch 8 @ 8,192 2.779
+ * vs 2.971; at 3 rows equal, at 2 slower (1.922 vs 1.821).
+ * DSQ_CUDA_GEMV_LONG_MIN (read once): another row count, 0 = never. */
 static int long_rows_min(void)
 {
     static int v = -1;
     int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
     if (r < 0) {
         const char *e = getenv("DSQ_CUDA_GEMV_LONG_MIN");
-        r = e && e[0] ? atoi(e) : 5;
+        r = e && e[0] ? atoi(e) : 4;
         if (r < 0)
             r = 0;
         __atomic_store_n(&v, r, __ATOMIC_RELAXED);
@@ -218,10 +220,11 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
     if (env->norm_w) {
         const int32_t K = (int32_t)W->cols;
         const dsq_bf16 *w = (const dsq_bf16 *)W->data;
-        /* folded into the FMA GEMV (1..4 rows); the tensor-core GEMV's
-         * norm variant (dsq_cu_gemv_mma_norm) is slower than rmsnorm + MMA
-         * on the H200 at 8 rows (12.6 vs ~7 us, qkv shape), so unused */
-        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max && env->norm_fuse && !use_mma(env, T, K) &&
+        /* folded into the FMA GEMV (1 row by default: from 2 rows its
+         * every-block norm made the step slower, stop 41); the tensor-core
+         * GEMV's norm variant (dsq_cu_gemv_mma_norm) is slower than rmsnorm
+         * + MMA on the H200 at 8 rows (12.6 vs ~7 us, qkv shape), so unused */
+        if (W->format == DSQ_WF_BF16 && T <= env->gemv_max && T <= env->norm_fuse && !use_mma(env, T, K) &&
             !(rows_from_min(env, T) && dsq_cu_gemm_rows_ok(T, K, x, w))) {
             if (dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, w)) {
                 return dsq_cu_gemv_norm_cfg(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps, w, bias, T,

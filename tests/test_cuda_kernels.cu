@@ -1045,7 +1045,7 @@ static void test_linear_dispatch(void **state)
         printf("  dsq_cu_linear T=%d (%s): bit-identical to the direct launch\n", T,
                T <= env.gemv_max ? "GEMV" : "cuBLASLt");
     }
-    /* long rows (K > 4,096: down): from 5 rows on cuBLASLt
+    /* long rows (K > 4,096: down): from 4 rows on cuBLASLt
      * (DSQ_CUDA_GEMV_LONG_MIN's default), below that on the FMA GEMV */
     if (!getenv("DSQ_CUDA_GEMV_LONG_MIN")) {
         const int NL = 40, KL = 4352;
@@ -1056,9 +1056,9 @@ static void test_linear_dispatch(void **state)
         wl.rows = NL;
         wl.cols = KL;
         wl.data = dwl;
-        for (int T = 4; T <= 8; T += 4) {
+        for (int T = 3; T <= 8; T += 5) {
             DS(dsq_cu_linear(&wl, (const dsq_bf16 *)dxl, NULL, T, DSQ_EPI_STORE, da, &env));
-            if (T >= 5)
+            if (T >= 4)
                 DS(dsq_gemm_run(g, (const dsq_bf16 *)dxl, (const dsq_bf16 *)dwl, NULL, T, NL, KL, DSQ_EPI_STORE,
                                 (float *)db, 0));
             else
@@ -1067,7 +1067,7 @@ static void test_linear_dispatch(void **state)
             to_host(hb, db, (size_t)T * NL * 4);
             assert_memory_equal(ha, hb, (size_t)T * NL * 4);
         }
-        printf("  dsq_cu_linear K=%d: T=4 bit-identical to the GEMV, T=8 to cuBLASLt\n", KL);
+        printf("  dsq_cu_linear K=%d: T=3 bit-identical to the GEMV, T=8 to cuBLASLt\n", KL);
         cudaFree(dxl);
         cudaFree(dwl);
         free(xlh); free(xlf); free(wlh); free(wlf);
