@@ -47,6 +47,8 @@
 #                                       # rows, the products' table, profile
 #   bash scripts/gpu_session.sh rows24  # 2-4 rows: where the tensor-core GEMV
 #                                       # and cuBLASLt's down start, the norm
+#   bash scripts/gpu_session.sh defaults41 # stop 41's small-batch defaults:
+#                                       # every CUDA test, rows beside the old
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
 #                                       # rows beside the old paths
 #   bash scripts/gpu_session.sh sampdraw # the top-p draw's block rank search:
@@ -399,6 +401,29 @@ rows24)
     DSQ_CUDA_NORM_FUSE=0 bench_row nofuse_b1 512 1 --kv f16
     DSQ_CUDA_GEMV_MMA=4 DSQ_CUDA_GEMV_LONG_MIN=4 bench_row mma4long4_b8 512 8 --kv f16
     bench_row b8 512 8 --kv f16
+    ;;
+defaults41)
+    # stop 41's small-batch defaults as the default build: the tensor-core
+    # GEMV from 4 rows, down on cuBLASLt from 4 rows, the norm folded at 1
+    # row only.  Every test_cuda_* binary, then bench rows beside the old
+    # defaults (DSQ_CUDA_GEMV_MMA=5 DSQ_CUDA_GEMV_LONG_MIN=0
+    # DSQ_CUDA_NORM_FUSE=4, "old" rows), interleaved.
+    prebuilt_stage defaults41
+    DEADLINE=${DEADLINE:-560}
+    bash scripts/run_cuda_tests.sh $B 2>&1 | tee "$OUT/cuda_tests.log" | grep -vE "^ok " | tail -30
+    grep -E "dsq_cu_linear K=" $B/tests/test_cuda_kernels.log
+    echo "== tests done ($(el))"
+    wait $MODEL_PID
+    bench_header
+    for b in 1 2 3 4 5 8; do
+        bench_row b${b} 512 $b --kv f16
+        DSQ_CUDA_GEMV_MMA=5 DSQ_CUDA_GEMV_LONG_MIN=0 DSQ_CUDA_NORM_FUSE=4 bench_row old_b${b} 512 $b --kv f16
+    done
+    bench_row b8_none 512 8 --kv f16 --sampling none
+    bench_row b4_q8h 512 4 --kv f16 --quantize int8 --quantize-head
+    DSQ_CUDA_GEMV_MMA=5 DSQ_CUDA_GEMV_LONG_MIN=0 DSQ_CUDA_NORM_FUSE=4 bench_row old_b4_q8h 512 4 --kv f16 \
+        --quantize int8 --quantize-head
+    bench_row b8_8192 8192 8 --kv f16
     ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
