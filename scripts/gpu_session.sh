@@ -425,6 +425,24 @@ defaults41)
         --quantize int8 --quantize-head
     bench_row b8_8192 8192 8 --kv f16
     ;;
+gu38)
+    # stop 41: gate/up and the head at 3-8 rows on the tensor-core GEMV at
+    # 256 threads (SiLU*mul in its epilogue, PDL) instead of cuBLASLt +
+    # silu_mul (DSQ_CUDA_GEMV_MAX=8 with DSQ_CUDA_GEMV_MMA_NT=256; the
+    # product table has them even: gate/up at 8 rows 23.9 vs 23.8 us).
+    prebuilt_stage gu38
+    DEADLINE=${DEADLINE:-560}
+    gtest test_cuda_e2e DSQ_CUDA_GEMV_MAX=8 DSQ_CUDA_GEMV_MMA_NT=256
+    wait $MODEL_PID
+    bench_header
+    for rep in 1 2; do
+        for b in 3 4 8; do
+            bench_row b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_GEMV_MAX=8 DSQ_CUDA_GEMV_MMA_NT=256 bench_row gu_b${b}_r$rep 512 $b --kv f16
+        done
+    done
+    DSQ_CUDA_GEMV_MAX=8 bench_row gu128_b8 512 8 --kv f16
+    ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
     # one-split decode output (DSQ_CUDA_DECODE_DIRECT now on) and the 4-bit
