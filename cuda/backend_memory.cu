@@ -142,12 +142,15 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     dsq_gemm_set_tune(cc->gemm, cc->gemm_tune, cc->gemm_tune == 2 ? INT32_MAX : 256);
 
     /* H200, 1.5B shapes (us per call, GEMV vs cuBLASLt): qkv/o/down win up
-     * to 8 rows (qkv T=8 5.9 vs 12.5, down T=8 13.0 vs 16.7); gate/up up to
-     * 2 (T=2 16.3 vs 18.0, T=4 19.0 vs 18.3); lm_head up to 2 (T=1 104.5 vs
-     * 110.1, T=4 128 vs 112) */
+     * to 8 rows (qkv T=8 5.9 vs 12.5, down T=8 13.0 vs 16.7; down from 4
+     * rows now goes to cuBLASLt inside dsq_cu_linear).  gate/up and the
+     * head: up to 2 rows until stop 41, when the tensor-core GEMV at 256
+     * threads (from 4 rows) and the FMA GEMV (3) beat cuBLASLt + silu_mul
+     * end to end: H100 batch 3 1.865 vs 1.941 / 1.950 ms, 4 1.921 / 1.926 vs
+     * 1.982 / 1.975, 8 1.992 / 1.977 vs 2.033 / 2.029 */
     cc->gemv_max_small = 8;
-    cc->gemv_max_gu = 2;
-    cc->gemv_max_head = 2;
+    cc->gemv_max_gu = 8;
+    cc->gemv_max_head = 8;
     /* 4..8 rows: tensor-core GEMV (gemv_mma.cu), on sm_80 and later.  H100,
      * `dsqwen bench` batch 4 @ 512 (stop 41): 1.999 / 2.010 ms against 2.183
      * / 2.172 on the FMA GEMV with the norm folded in (that kernel took 13.8

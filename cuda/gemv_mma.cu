@@ -172,10 +172,11 @@ static cudaError_t launch(const MmaArgs &a, bool norm, int nt, cudaStream_t s)
 }
 
 /* DSQ_CUDA_GEMV_MMA_NT (read once): the block size of plain launches asked
- * with nt 0, instead of the rule in run() (a measurement knob, stop 41:
- * test_cuda_kernels' H100 tables rank 256 threads ahead of the rule's 128
- * for gate/up and the head at 5-8 rows; `dsqwen bench` at 8 rows did not
- * move). */
+ * with nt 0, instead of 256 (a measurement knob).  256 since stop 41 (128
+ * before for products of 512+ tiles): gate/up at 8 rows 23.9 vs 30.1 us,
+ * the head 160.0 vs 175.9 (H100 table); with gate/up and the head on this
+ * kernel at 4-8 rows the batch-8 step took 1.977-1.992 ms at 256 threads,
+ * 2.159 at 128. */
 static int nt_env(void)
 {
     static int v = -1;
@@ -206,7 +207,9 @@ static dsq_status run(const MmaArgs &a, bool norm, dsq_epilogue epi, int nt, cud
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv+norm (tensor cores): the ADD epilogue is not supported");
     if (nt <= 0 && !norm && nt_env() > 0)
         nt = nt_env();
-    if (nt <= 0) /* few tiles (o, down, qkv): more warps per tile keep enough loads in flight */
+    if (nt <= 0 && !norm) /* 8 warps per tile keep enough loads in flight */
+        nt = 256;
+    if (nt <= 0) /* the norm variant (unused by dsq_cu_linear): as before stop 41 */
         nt = (a.N + 15) / 16 < 512 ? 256 : 128;
     if (nt % 32 || nt < 32 || nt > MMA_MAX_WARPS * 32)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv (tensor cores): block of %d threads", nt);

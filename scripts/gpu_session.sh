@@ -443,6 +443,27 @@ gu38)
     done
     DSQ_CUDA_GEMV_MAX=8 bench_row gu128_b8 512 8 --kv f16
     ;;
+final41)
+    # stop 41's defaults together (defaults41 + gate/up and the head on the
+    # GEMVs at 3-8 rows, the tensor-core GEMV at 256 threads): every
+    # test_cuda_* binary, then the 1-8-row bench rows and a few target rows
+    # of the same build (the earlier calls' rows of this stop, same card
+    # kind, are the before).
+    prebuilt_stage final41
+    DEADLINE=${DEADLINE:-560}
+    bash scripts/run_cuda_tests.sh $B 2>&1 | tee "$OUT/cuda_tests.log" | grep -vE "^ok " | tail -30
+    echo "== tests done ($(el))"
+    wait $MODEL_PID
+    bench_header
+    for b in 1 2 3 4 5 6 8; do
+        bench_row b${b} 512 $b --kv f16
+    done
+    bench_row b8_none 512 8 --kv f16 --sampling none
+    bench_row b8_8192 8192 8 --kv f16
+    bench_row b4_q8h 512 4 --kv f16 --quantize int8 --quantize-head
+    bench_row b8_q4 512 8 --kv f16 --quantize q4
+    bench_row b64_1024 1024 64 --kv f16
+    ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
     # one-split decode output (DSQ_CUDA_DECODE_DIRECT now on) and the 4-bit
