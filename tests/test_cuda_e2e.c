@@ -255,13 +255,14 @@ static float *solo_run(dsq_model *m, int layout, const int32_t *prompt, int len,
 /* exact: both sides use the same kernels (see run_batched) */
 #define BOUND_EXACT 1e-5
 
-/* The GEMV kernel computes each output row in the same order whatever the
- * batch, so a batch that stays on it (<= 8 rows for the small products,
- * <= 2 for gate/up) matches each sequence alone exactly; so does a batch
- * that stays on cuBLASLt (DSQ_CUDA_GEMV_MAX=0: `same_path`).  A batch that
- * crosses from one to the other sums in another order and rounds the bf16
- * activations differently: ~1e-2 is then the honest bound, as against the
- * reference. */
+/* The FMA GEMV computes each output row in the same order whatever the
+ * batch, so a batch that stays on it would match each sequence alone
+ * exactly; so does a batch that stays on cuBLASLt (DSQ_CUDA_GEMV_MAX=0:
+ * `same_path`).  A batch of 8 or 12 runs other kernels than one sequence
+ * (from 4 rows the tensor-core GEMV, down on cuBLASLt; the norm folded
+ * into the GEMV at 1 row only; past 8 rows cuBLASLt), which sum in
+ * another order and round the bf16 activations differently: ~1e-2 is then
+ * the honest bound, as against the reference. */
 static void run_batched(int n, int layout, int same_path)
 {
     const double bound = same_path ? BOUND_EXACT : BOUND_F16;
@@ -324,7 +325,7 @@ static void run_batched(int n, int layout, int same_path)
 static void test_batched_decode(void **s)
 {
     (void)s;
-    run_batched(8, DSQ_KV_STATIC, 0); /* GEMV both sides except gate/up: near */
+    run_batched(8, DSQ_KV_STATIC, 0); /* other kernels at 8 rows than at 1: near */
     run_batched(8, DSQ_KV_STATIC, 1);
     run_batched(8, DSQ_KV_PAGED, 1);
     run_batched(12, DSQ_KV_PAGED, 0);  /* cuBLASLt vs GEMV: near */
