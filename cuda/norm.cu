@@ -5,12 +5,23 @@
 constexpr int kNormRowsPerBlock = 8; /* rmsnorm_warp_kernel: one warp per row */
 constexpr int kNormWarpMinRows = 1024; /* below: rmsnorm_block_kernel */
 
-/* One block per output row.  Two passes over the row: the sum of squares,
- * then the scaled write; the second read hits L1 (a row is E*4 bytes). */
+/* One block per output row.  PER > 0 (E <= PER x threads): the thread's
+ * PER elements of the norm weight are read before the PDL wait (constants,
+ * pdl.cuh) and its elements of the row are kept in registers for the
+ * write, so a row costs one memory latency after the wait instead of three
+ * (row, then weight and row again); the same additions in the same order
+ * as PER = 0, which reads the row twice (the second time from L1). */
+template <int PER>
 __global__ void rmsnorm_block_kernel(const float *__restrict__ x, const int32_t *__restrict__ rows, int32_t E,
                                      const float *__restrict__ w, float eps, uint16_t *__restrict__ out)
 {
     __shared__ float red[32];
+    float wv[PER > 0 ? PER : 1];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        wv[k] = i < E ? w[i] : 0.0f;
+    }
     dsq_pdl_wait();
     dsq_pdl_trigger();
     const int t = blockIdx.x;
@@ -18,12 +29,33 @@ __global__ void rmsnorm_block_kernel(const float *__restrict__ x, const int32_t 
     const float *xr = x + (size_t)r * E;
     uint16_t *o = out + (size_t)t * E;
     float ss = 0.0f;
+    if (PER > 0) {
+        float xv[PER > 0 ? PER : 1];
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            xv[k] = i < E ? xr[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            if (threadIdx.x + k * blockDim.x < E)
+                ss += xv[k] * xv[k];
+        ss = dsq_block_sum(ss, red);
+        /* HF: variance = mean(x^2); x * rsqrt(variance + eps); then weight * (.) */
+        const float inv = rsqrtf(ss / (float)E + eps);
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < E)
+                o[i] = dsq_f2bf(wv[k] * (xv[k] * inv));
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < E; i += blockDim.x) {
         float v = xr[i];
         ss += v * v;
     }
     ss = dsq_block_sum(ss, red);
-    /* HF: variance = mean(x^2); x * rsqrt(variance + eps); then weight * (.) */
     const float inv = rsqrtf(ss / (float)E + eps);
     for (int i = threadIdx.x; i < E; i += blockDim.x)
         o[i] = dsq_f2bf(w[i] * (xr[i] * inv));
@@ -98,9 +130,18 @@ extern "C" dsq_status dsq_cu_rmsnorm(const float *x, const int32_t *rows, int32_
         return DSQ_OK;
     if (T < kNormWarpMinRows) {
         const int threads = E >= 1024 ? 512 : E >= 256 ? 256 : 64;
-        return dsq_cu_status(dsq_launch_pdl(rmsnorm_block_kernel, dim3((unsigned)T), dim3(threads), 0, stream, x,
-                                            rows, E, w, eps, (uint16_t *)out),
-                             "rmsnorm kernel");
+        const int per = (E + threads - 1) / threads; /* 1,536: 3; the 7B shape's 3,584: 7 */
+        cudaError_t e;
+        if (per <= 4)
+            e = dsq_launch_pdl(rmsnorm_block_kernel<4>, dim3((unsigned)T), dim3(threads), 0, stream, x, rows, E, w,
+                               eps, (uint16_t *)out);
+        else if (per <= 8)
+            e = dsq_launch_pdl(rmsnorm_block_kernel<8>, dim3((unsigned)T), dim3(threads), 0, stream, x, rows, E, w,
+                               eps, (uint16_t *)out);
+        else
+            e = dsq_launch_pdl(rmsnorm_block_kernel<0>, dim3((unsigned)T), dim3(threads), 0, stream, x, rows, E, w,
+                               eps, (uint16_t *)out);
+        return dsq_cu_status(e, "rmsnorm kernel");
     }
     const dim3 grid((unsigned)((T + kNormRowsPerBlock - 1) / kNormRowsPerBlock)), block(32 * kNormRowsPerBlock);
     const bool vec = E % 4 == 0 && !(((uintptr_t)x | (uintptr_t)w) & 15) && !((uintptr_t)out & 7);

@@ -464,6 +464,31 @@ final41)
     bench_row b8_q4 512 8 --kv f16 --quantize q4
     bench_row b64_1024 1024 64 --kv f16
     ;;
+norm41)
+    # stop 41: the RMSNorm kernel of 2..1,023 rows with the norm weight read
+    # before its PDL wait and the row kept in registers (one memory latency
+    # after the wait instead of three; the same bits).  Its test, the e2e /
+    # greedy tests, bench rows beside the base tree's (the build before).
+    prebuilt_stage norm41
+    DEADLINE=${DEADLINE:-560}
+    base_tree || { echo "norm41: needs the base tree (pack_prebuilt.sh BASE=DIR)"; exit 1; }
+    LOGSUFFIX=_norm gtest test_cuda_kernels DSQ_TEST_FILTER=test_rmsnorm
+    grep -E "rmsnorm T=(2|1031) E=(1536|3584|5000) " "$OUT/test_cuda_kernels_norm.log" | head -6
+    gtest test_cuda_e2e
+    gtest test_cuda_step_greedy
+    wait $MODEL_PID
+    bench_header
+    for rep in 1 2; do
+        for b in 2 4 8; do
+            base_row base_b${b}_r$rep 512 $b --kv f16
+            bench_row new_b${b}_r$rep 512 $b --kv f16
+        done
+        base_row base_b1_r$rep 512 1 --kv f16
+        bench_row new_b1_r$rep 512 1 --kv f16
+    done
+    base_row base_b64 1024 64 --kv f16
+    bench_row new_b64 1024 64 --kv f16
+    ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
     # one-split decode output (DSQ_CUDA_DECODE_DIRECT now on) and the 4-bit
