@@ -168,6 +168,8 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     const char *mma_env = getenv("DSQ_CUDA_GEMV_MMA"); /* measurement knob: fewest rows for the MMA GEMV, 0 = off */
     if (mma_env && *mma_env && cc->gemv_mma_min > 0) /* never below sm_80, where mma.sync bf16 does not exist */
         cc->gemv_mma_min = atoi(mma_env) < 0 ? 0 : atoi(mma_env);
+    if (cc->gemv_mma_min == 0) /* no tensor-core GEMV: gate/up and the head past 2 rows on cuBLASLt as before */
+        cc->gemv_max_gu = cc->gemv_max_head = 2;
     /* The RMSNorm folded into the FMA GEMV after it: bf16 weights at 1 row
      * only (H100 stop 41, ms per step with the fold / the norm's own kernel:
      * batch 1 1.609 / 1.704, batch 2 1.845-1.862 / 1.758-1.761, batch 3

@@ -273,7 +273,11 @@ typedef struct dsq_cu_linear_env {
     int32_t gu_f32;      /* bf16 SILU_MUL on the cuBLASLt path: 1 = the gate/up
                             product in fp32, else rounded to bf16 (half the
                             bytes; DSQ_CUDA_GU_F32=1 is the measurement knob) */
-    int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt */
+    int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt -- except bf16 products
+                            with K > 4,096 from DSQ_CUDA_GEMV_LONG_MIN rows
+                            (default 4; linear.cu), which take the path of
+                            T > gemv_max (gemm_rows.cu where rows_max allows,
+                            else cuBLASLt) */
     int32_t mma_min;     /* bf16 GEMV with mma_min <= T: on the tensor cores
                             (gemv_mma.cu) where it applies; 0: never */
     cudaStream_t stream;
@@ -286,7 +290,8 @@ typedef struct dsq_cu_linear_env {
      * given).  With norm_w, x (bf16 [T][cols], written here) becomes
      * dsq_cu_rmsnorm(norm_x, norm_rows, T, cols, norm_w, norm_eps), or the
      * norm is folded into the GEMV (dsq_cu_gemv_norm_cfg: bf16 weights,
-     * T <= gemv_max, dsq_cu_gemv_norm_ok) and x is not written. */
+     * T <= gemv_max and T <= norm_fuse, not the tensor-core GEMV,
+     * dsq_cu_gemv_norm_ok) and x is not written. */
     const float *norm_x;     /* fp32 residual rows [*][cols] */
     const int32_t *norm_rows; /* device int32 [T] or NULL */
     const float *norm_w;     /* fp32 [cols] */
@@ -324,7 +329,7 @@ typedef struct dsq_cu_linear_env {
 /* y = epilogue(x W^T) for x bf16 [T][W->cols], W a device dsq_weight of
  * W->rows outputs, y as dsq_epilogue says (SILU_MUL needs layout
  * DSQ_WL_GATE_UP).  Picks the kernel by format and by T: BF16 (GEMV or
- * cuBLASLt by gemv_max), Q8_ROW and Q4_G128 (cuda/gemv_quant.h: GEMV for T
+ * cuBLASLt by gemv_max, mma_min and long rows: env above), Q8_ROW and Q4_G128 (cuda/gemv_quant.h: GEMV for T
  * <= DSQ_QGEMV_MAX, else dequantize into env->wq_tile + cuBLASLt, or GEMV
  * in groups of DSQ_QGEMV_MAX rows without a tile).  F32 / F16 weights are
  * converted to BF16 at upload; any other format answers

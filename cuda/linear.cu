@@ -25,8 +25,10 @@ static int rows_from_min(const dsq_cu_linear_env *env, int32_t T)
     return env->rows_min > 0 && T >= env->rows_min && T <= env->rows_max;
 }
 
-/* bf16 products of long rows (K > 4,096: down) from this many rows up to
- * the GEMV's limit go to cuBLASLt, not the FMA GEMV: from 4-5 rows the FMA
+/* bf16 products of long rows (K > 4,096: down of the 1.5B model; any
+ * product of a model wider than 4,096) from this many rows up to the
+ * GEMV's limit take the path of more rows (gemm_rows.cu where rows_max
+ * allows, else cuBLASLt), not the FMA GEMV: from 4-5 rows the FMA
  * GEMV is issue-bound (down at 8 rows 19.1 us, cuBLASLt 15.2, H100) and
  * the tensor-core GEMV has too few tiles.  H100, `dsqwen bench` @ 512
  * (stop 41), ms per step against the FMA GEMV: batch 8 2.070 / 2.030 vs

@@ -29,8 +29,8 @@ __global__ void rmsnorm_block_kernel(const float *__restrict__ x, const int32_t 
     const float *xr = x + (size_t)r * E;
     uint16_t *o = out + (size_t)t * E;
     float ss = 0.0f;
-    if (PER > 0) {
-        float xv[PER > 0 ? PER : 1];
+    if constexpr (PER > 0) {
+        float xv[PER];
 #pragma unroll
         for (int k = 0; k < PER; k++) {
             const int i = threadIdx.x + k * blockDim.x;
@@ -49,16 +49,16 @@ __global__ void rmsnorm_block_kernel(const float *__restrict__ x, const int32_t 
             if (i < E)
                 o[i] = dsq_f2bf(wv[k] * (xv[k] * inv));
         }
-        return;
+    } else {
+        for (int i = threadIdx.x; i < E; i += blockDim.x) {
+            float v = xr[i];
+            ss += v * v;
+        }
+        ss = dsq_block_sum(ss, red);
+        const float inv = rsqrtf(ss / (float)E + eps);
+        for (int i = threadIdx.x; i < E; i += blockDim.x)
+            o[i] = dsq_f2bf(w[i] * (xr[i] * inv));
     }
-    for (int i = threadIdx.x; i < E; i += blockDim.x) {
-        float v = xr[i];
-        ss += v * v;
-    }
-    ss = dsq_block_sum(ss, red);
-    const float inv = rsqrtf(ss / (float)E + eps);
-    for (int i = threadIdx.x; i < E; i += blockDim.x)
-        o[i] = dsq_f2bf(w[i] * (xr[i] * inv));
 }
 
 /* One warp per output row, no block barrier.  NV > 0 (E % 4 == 0, E <=

@@ -259,10 +259,11 @@ static float *solo_run(dsq_model *m, int layout, const int32_t *prompt, int len,
  * batch, so a batch that stays on it would match each sequence alone
  * exactly; so does a batch that stays on cuBLASLt (DSQ_CUDA_GEMV_MAX=0:
  * `same_path`).  A batch of 8 or 12 runs other kernels than one sequence
- * (from 4 rows the tensor-core GEMV, down on cuBLASLt; the norm folded
- * into the GEMV at 1 row only; past 8 rows cuBLASLt), which sum in
- * another order and round the bf16 activations differently: ~1e-2 is then
- * the honest bound, as against the reference. */
+ * (from 4 rows the tensor-core GEMV where K % 32 == 0 -- the tiny model's
+ * down, K = 344, stays on the FMA GEMV; the norm folded into the GEMV at
+ * 1 row only; past 8 rows cuBLASLt), which sum in another order and round
+ * the bf16 activations differently: ~1e-2 is then the honest bound, as
+ * against the reference. */
 static void run_batched(int n, int layout, int same_path)
 {
     const double bound = same_path ? BOUND_EXACT : BOUND_F16;

@@ -1067,7 +1067,17 @@ static void test_linear_dispatch(void **state)
             to_host(hb, db, (size_t)T * NL * 4);
             assert_memory_equal(ha, hb, (size_t)T * NL * 4);
         }
-        printf("  dsq_cu_linear K=%d: T=3 bit-identical to the GEMV, T=8 to cuBLASLt\n", KL);
+        /* the ADD epilogue down uses (y += x W^T into the residual) */
+        float *y0 = rand_f32((size_t)8 * NL, 2.0f);
+        CU(cudaMemcpy(da, y0, (size_t)8 * NL * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(db, y0, (size_t)8 * NL * 4, cudaMemcpyHostToDevice));
+        DS(dsq_cu_linear(&wl, (const dsq_bf16 *)dxl, NULL, 8, DSQ_EPI_ADD, da, &env));
+        DS(dsq_gemm_run(g, (const dsq_bf16 *)dxl, (const dsq_bf16 *)dwl, NULL, 8, NL, KL, DSQ_EPI_ADD, (float *)db, 0));
+        to_host(ha, da, (size_t)8 * NL * 4);
+        to_host(hb, db, (size_t)8 * NL * 4);
+        assert_memory_equal(ha, hb, (size_t)8 * NL * 4);
+        free(y0);
+        printf("  dsq_cu_linear K=%d: T=3 bit-identical to the GEMV, T=8 to cuBLASLt (store and add)\n", KL);
         cudaFree(dxl);
         cudaFree(dwl);
         free(xlh); free(xlf); free(wlh); free(wlf);
@@ -1331,7 +1341,7 @@ static void test_small_rows_timing(void **state)
     printf("  %-20s %2s %7s %7s %7s %7s %9s\n", "shape", "T", "gemv", "mma", "mma128", "mma256", "cuBLASLt");
     for (int s = 0; s < 5; s++) {
         const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
-        const int copies = (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
+        const int copies = (int)(pool / wb) < 1 ? 1 : (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
         for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++) {
             const int N = sh[s].N, K = sh[s].K;
             printf("  %-20s %2d %7.1f", sh[s].name, T, time_product(0, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
