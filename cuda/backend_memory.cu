@@ -170,6 +170,12 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         cc->gemv_mma_min = atoi(mma_env) < 0 ? 0 : atoi(mma_env);
     if (cc->gemv_mma_min == 0) /* no tensor-core GEMV: gate/up and the head past 2 rows on cuBLASLt as before */
         cc->gemv_max_gu = cc->gemv_max_head = 2;
+    /* bf16 down (K > 4,096) from 4 rows on cuBLASLt (linear.cu, long_min);
+     * DSQ_CUDA_GEMV_LONG_MIN (measurement knob): another row count, 0 never */
+    const char *long_env = getenv("DSQ_CUDA_GEMV_LONG_MIN");
+    cc->gemv_long_min = 4;
+    if (long_env && *long_env)
+        cc->gemv_long_min = atoi(long_env) < 0 ? 0 : atoi(long_env);
     /* The RMSNorm folded into the FMA GEMV after it: bf16 weights at 1 row
      * only (H100 stop 41, ms per step with the fold / the norm's own kernel:
      * batch 1 1.609 / 1.704, batch 2 1.845-1.862 / 1.758-1.761, batch 3

@@ -404,6 +404,7 @@ dsq_status cu_tp_head_rows(dsq_ctx *c, int32_t r0, int32_t n)
         dsq_cu_linear_env env;
         memset(&env, 0, sizeof env); /* no norm folded in, no dequantization tile */
         env.mma_min = cc->gemv_mma_min;
+        env.long_min = cc->gemv_long_min;
         env.gemm = cc->gemm;
         env.gu_scratch = cc->gu;
         env.gemv_max = cc->gemv_max_head;

@@ -273,13 +273,12 @@ typedef struct dsq_cu_linear_env {
     int32_t gu_f32;      /* bf16 SILU_MUL on the cuBLASLt path: 1 = the gate/up
                             product in fp32, else rounded to bf16 (half the
                             bytes; DSQ_CUDA_GU_F32=1 is the measurement knob) */
-    int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt -- except bf16 products
-                            with K > 4,096 from DSQ_CUDA_GEMV_LONG_MIN rows
-                            (default 4; linear.cu), which take the path of
-                            T > gemv_max (gemm_rows.cu where rows_max allows,
-                            else cuBLASLt) */
+    int32_t gemv_max;    /* T <= this: GEMV, else cuBLASLt (but long_min below) */
     int32_t mma_min;     /* bf16 GEMV with mma_min <= T: on the tensor cores
                             (gemv_mma.cu) where it applies; 0: never */
+    int32_t long_min;    /* bf16 products with K > 4,096 (down) of long_min..gemv_max
+                            rows take the path of more rows, not the FMA GEMV
+                            (linear.cu); 0: never */
     cudaStream_t stream;
     /* quantized weights (Q8_ROW / Q4_G128) with T > DSQ_QGEMV_MAX: the
      * matrix dequantized to bf16 here, then the cuBLASLt path; NULL or too

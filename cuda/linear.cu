@@ -1,8 +1,5 @@
 /* linear.cu - dsq_cu_linear: the product every layer op calls, dispatching
  * on the weight's format (lib/weight.h) and on the number of rows. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "gemv_quant.h"
 #include "kernels.h"
 
@@ -35,19 +32,10 @@ static int rows_from_min(const dsq_cu_linear_env *env, int32_t T)
  * 2.221 / 2.214, 6 2.064 vs 2.149, 5 2.051 vs 2.079, 4 (with the MMA
  * GEMV from 4 rows) 1.980 / 1.979 vs 1.999 / 2.010, batch 8 @ 8,192 2.779
  * vs 2.971; at 3 rows equal, at 2 slower (1.922 vs 1.821).
- * DSQ_CUDA_GEMV_LONG_MIN (read once): another row count, 0 = never. */
-static int long_rows_min(void)
+ * The row count is env->long_min (DSQ_CUDA_GEMV_LONG_MIN, backend_memory.cu). */
+static int long_rows(const dsq_cu_linear_env *env, int32_t T, int32_t K)
 {
-    static int v = -1;
-    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (r < 0) {
-        const char *e = getenv("DSQ_CUDA_GEMV_LONG_MIN");
-        r = e && e[0] ? atoi(e) : 4;
-        if (r < 0)
-            r = 0;
-        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
-    }
-    return r;
+    return K > 4096 && env->long_min > 0 && T >= env->long_min;
 }
 
 static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const float *bias, int32_t T,
@@ -61,7 +49,7 @@ static dsq_status linear_bf16(const dsq_weight *W, const dsq_bf16 *x, const floa
     if (T <= env->gemv_max) {
         if (use_mma(env, T, K) && dsq_cu_gemv_mma_ok(T, K, x, w))
             return dsq_cu_gemv_mma(x, w, bias, T, N, K, epi, y, 0, env->stream);
-        if (!(K > 4096 && long_rows_min() > 0 && T >= long_rows_min() && epi != DSQ_EPI_SILU_MUL))
+        if (!(long_rows(env, T, K) && epi != DSQ_EPI_SILU_MUL))
             return dsq_cu_gemv(x, w, bias, T, N, K, epi, y, env->stream);
     }
     if (T <= env->rows_max && dsq_cu_gemm_rows_ok(T, K, x, w))

@@ -1045,9 +1045,10 @@ static void test_linear_dispatch(void **state)
         printf("  dsq_cu_linear T=%d (%s): bit-identical to the direct launch\n", T,
                T <= env.gemv_max ? "GEMV" : "cuBLASLt");
     }
-    /* long rows (K > 4,096: down): from 4 rows on cuBLASLt
-     * (DSQ_CUDA_GEMV_LONG_MIN's default), below that on the FMA GEMV */
-    if (!getenv("DSQ_CUDA_GEMV_LONG_MIN")) {
+    /* long rows (K > 4,096: down): from long_min rows (4, the contexts'
+     * default) on cuBLASLt, below that on the FMA GEMV */
+    {
+        env.long_min = 4;
         const int NL = 40, KL = 4352;
         float *xlf, *wlf;
         uint16_t *xlh = rand_bf16((size_t)8 * KL, 1.0f, &xlf), *wlh = rand_bf16((size_t)NL * KL, 1.0f, &wlf);
@@ -1081,6 +1082,7 @@ static void test_linear_dispatch(void **state)
         cudaFree(dxl);
         cudaFree(dwl);
         free(xlh); free(xlf); free(wlh); free(wlf);
+        env.long_min = 0;
     }
     /* rows_max (DSQ_CUDA_GEMM_ROWS): more rows than the GEMV takes go
      * through gemm_rows.cu, with the env's workspace and tickets */
