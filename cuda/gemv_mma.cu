@@ -22,6 +22,7 @@
  * different banks) and then loops over row tiles, like gemv.cu's NORM path.
  * Weights are loaded before dsq_pdl_wait() (pdl.cuh). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.cuh"
 #include "gemv_norm.cuh"
@@ -43,22 +44,26 @@ struct MmaArgs {
     void *y;
 };
 
-/* chunks c0 + u*NWp (u < MMA_UNROLL) of this lane's two rows of tile `tile` */
-__device__ __forceinline__ void load_tile_w(uint4 (&wa)[MMA_UNROLL], uint4 (&wb)[MMA_UNROLL], const MmaArgs &a,
+/* chunks c0 + u*NWp (u < U) of this lane's two rows of tile `tile` */
+template <int U>
+__device__ __forceinline__ void load_tile_w(uint4 (&wa)[U], uint4 (&wb)[U], const MmaArgs &a,
                                             int tile, int c0, int NWp, int KC)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint4 *ra = reinterpret_cast<const uint4 *>(a.w + (size_t)min(tile * 16 + g, a.N - 1) * a.K) + q;
     const uint4 *rb = reinterpret_cast<const uint4 *>(a.w + (size_t)min(tile * 16 + g + 8, a.N - 1) * a.K) + q;
 #pragma unroll
-    for (int u = 0; u < MMA_UNROLL; u++) {
+    for (int u = 0; u < U; u++) {
         const int c = c0 + u * NWp;
         wa[u] = c < KC ? __ldcs(ra + 4 * c) : make_uint4(0, 0, 0, 0);
         wb[u] = c < KC ? __ldcs(rb + 4 * c) : make_uint4(0, 0, 0, 0);
     }
 }
 
-template <int EPI, bool NORM>
+/* U: chunks per warp in flight (MMA_UNROLL; 8 with DSQ_CUDA_GEMV_MMA_UNROLL=8,
+ * stop 41's unrun experiment: with 8 warps a K = 1,536 tile's 48 chunks
+ * then go out in one round instead of two) */
+template <int EPI, bool NORM, int U = MMA_UNROLL>
 __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
 {
     __shared__ float red[MMA_MAX_WARPS * 16 * 8]; /* [warp][row 16][token 8] */
@@ -68,8 +73,8 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
     const int KC = a.K / 32, ntiles = (a.N + 15) / 16, xstride = NORM ? a.K + 32 : a.K;
     int tile = blockIdx.x;
 
-    uint4 wa[MMA_UNROLL], wb[MMA_UNROLL];
-    load_tile_w(wa, wb, a, tile, warp, NWp, KC); /* before the wait: weights are constant */
+    uint4 wa[U], wb[U];
+    load_tile_w<U>(wa, wb, a, tile, warp, NWp, KC); /* before the wait: weights are constant */
     dsq_pdl_wait();
     dsq_pdl_trigger();
     const uint16_t *xbase;
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int c0 = warp;;) {
 #pragma unroll
-            for (int u = 0; u < MMA_UNROLL; u++) {
+            for (int u = 0; u < U; u++) {
                 const int ch = c0 + u * NWp;
                 if (ch < KC) {
                     uint4 xv = make_uint4(0, 0, 0, 0);
@@ -97,14 +102,14 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
                     dsq_mma_bf16(c, wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
                 }
             }
-            c0 += MMA_UNROLL * NWp;
+            c0 += U * NWp;
             if (c0 >= KC)
                 break;
-            load_tile_w(wa, wb, a, tile, c0, NWp, KC);
+            load_tile_w<U>(wa, wb, a, tile, c0, NWp, KC);
         }
         const int next = tile + gridDim.x; /* its first weights go out before this tile's epilogue */
         if (next < ntiles)
-            load_tile_w(wa, wb, a, next, warp, NWp, KC);
+            load_tile_w<U>(wa, wb, a, next, warp, NWp, KC);
         /* C fragment: c0,c1 = rows g, tokens 2q, 2q+1; c2,c3 = row g + 8 */
         float *rw = red + warp * 128;
         rw[g * 8 + 2 * q] = c[0];
@@ -149,6 +154,33 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
     }
 }
 
+/* Measurement knobs of plain launches (read once; stop 41, not yet run on
+ * a GPU): DSQ_CUDA_GEMV_MMA_UNROLL=8 keeps 8 chunks per warp in flight
+ * instead of 4 (a K = 1,536 tile's loads in one round at 8 warps: gate/up
+ * and the head at 4-8 rows ran at ~2.3 TB/s of the H100's 3.35);
+ * DSQ_CUDA_GEMV_MMA_GRID=resident launches only the blocks that fit at
+ * once, each looping over tiles with the next tile's weights requested
+ * before this tile's epilogue, instead of one block per tile. */
+static void mma_plain_knobs(int *unroll, int *resident)
+{
+    static int v = -1; /* bit 0: unroll 8, bit 1: resident grid */
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (r < 0) {
+        const char *u = getenv("DSQ_CUDA_GEMV_MMA_UNROLL"), *g = getenv("DSQ_CUDA_GEMV_MMA_GRID");
+        r = (u && !strcmp(u, "8") ? 1 : 0) | (g && !strcmp(g, "resident") ? 2 : 0);
+        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
+    }
+    *unroll = r & 1 ? 8 : MMA_UNROLL;
+    *resident = (r & 2) != 0;
+}
+
+/* min(tiles, the blocks of `func` resident at once) */
+static unsigned mma_grid_cap(const void *func, int nt, unsigned tiles, int64_t *cache)
+{
+    const unsigned cap = dsq_cu_resident_blocks(func, nt, 0, cache);
+    return tiles < cap ? tiles : cap;
+}
+
 /* resident blocks of a NORM launch (see gemv.cu's gemv_grid) */
 template <int EPI>
 static unsigned mma_norm_grid(int nt, size_t smem, unsigned tiles)
@@ -168,7 +200,21 @@ static cudaError_t launch(const MmaArgs &a, bool norm, int nt, cudaStream_t s)
         return dsq_launch_pdl(gemv_mma_kernel<EPI, true>, dim3(mma_norm_grid<EPI>(nt, smem, tiles)), dim3(nt), smem,
                               s, a);
     }
-    return dsq_launch_pdl(gemv_mma_kernel<EPI, false>, dim3(tiles), dim3(nt), 0, s, a);
+    /* DSQ_CUDA_GEMV_MMA_UNROLL=8 and DSQ_CUDA_GEMV_MMA_GRID=resident: see
+     * mma_plain_knobs (stop 41, not yet run on a GPU) */
+    int unroll = 0, resident = 0;
+    mma_plain_knobs(&unroll, &resident);
+    if (unroll == 8) {
+        static int64_t per_sm8[MMA_MAX_WARPS + 1];
+        const unsigned grid =
+            resident ? mma_grid_cap((const void *)gemv_mma_kernel<EPI, false, 8>, nt, tiles, &per_sm8[nt / 32])
+                     : tiles;
+        return dsq_launch_pdl(gemv_mma_kernel<EPI, false, 8>, dim3(grid), dim3(nt), 0, s, a);
+    }
+    static int64_t per_sm4[MMA_MAX_WARPS + 1];
+    const unsigned grid =
+        resident ? mma_grid_cap((const void *)gemv_mma_kernel<EPI, false>, nt, tiles, &per_sm4[nt / 32]) : tiles;
+    return dsq_launch_pdl(gemv_mma_kernel<EPI, false>, dim3(grid), dim3(nt), 0, s, a);
 }
 
 /* DSQ_CUDA_GEMV_MMA_NT (read once): the block size of plain launches asked

@@ -489,6 +489,32 @@ norm41)
     base_row base_b64 1024 64 --kv f16
     bench_row new_b64 1024 64 --kv f16
     ;;
+mmaunroll)
+    # stop 41's unrun experiment (branch mma-unroll): the tensor-core GEMV's
+    # plain launches with 8 chunks per warp in flight
+    # (DSQ_CUDA_GEMV_MMA_UNROLL=8) and / or only the resident blocks,
+    # looping over tiles (DSQ_CUDA_GEMV_MMA_GRID=resident).  Its test each
+    # way, the 1-8-row timing table each way, bench rows interleaved.
+    prebuilt_stage mmaunroll
+    DEADLINE=${DEADLINE:-560}
+    for cfg in "" "DSQ_CUDA_GEMV_MMA_UNROLL=8" "DSQ_CUDA_GEMV_MMA_GRID=resident" \
+               "DSQ_CUDA_GEMV_MMA_UNROLL=8 DSQ_CUDA_GEMV_MMA_GRID=resident"; do
+        tag=$(echo "${cfg:-default}" | tr -c 'a-zA-Z0-9\n' '_')
+        LOGSUFFIX=_$tag gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma" $cfg
+        LOGSUFFIX=_t_$tag gtest test_cuda_kernels DSQ_TEST_FILTER=test_small_rows_timing $cfg
+        grep -E "^  (gate/up|lm_head|qkv|o ) .* (4|8) " "$OUT/test_cuda_kernels_t_$tag.log"
+    done
+    wait $MODEL_PID
+    bench_header
+    for rep in 1 2; do
+        for b in 4 8; do
+            bench_row b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_GEMV_MMA_UNROLL=8 bench_row u8_b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_GEMV_MMA_GRID=resident bench_row res_b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_GEMV_MMA_UNROLL=8 DSQ_CUDA_GEMV_MMA_GRID=resident bench_row u8res_b${b}_r$rep 512 $b --kv f16
+        done
+    done
+    ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
     # one-split decode output (DSQ_CUDA_DECODE_DIRECT now on) and the 4-bit

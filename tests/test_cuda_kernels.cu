@@ -685,6 +685,10 @@ static void test_gemv_mma(void **state)
     }
     run_gemv_norm(8, 17920, 1536, DSQ_EPI_SILU_MUL, 1, 0, 0, 1);
     run_gemv_norm(5, 17920, 1536, DSQ_EPI_STORE, 0, 128, 0, 1);
+    /* plain launches of more 16-row tiles than fit at once (gate/up and
+     * head shapes; with DSQ_CUDA_GEMV_MMA_GRID=resident the blocks loop) */
+    run_product(NULL, 2, 8, 17921, 1536, DSQ_EPI_ADD, 0);
+    run_product(NULL, 2, 5, 17920, 1536, DSQ_EPI_SILU_MUL, 0);
     assert_false(dsq_cu_gemv_mma_ok(9, 1536, (void *)16, (const dsq_bf16 *)16));
     assert_false(dsq_cu_gemv_mma_ok(2, 1544, (void *)16, (const dsq_bf16 *)16));
     assert_false(dsq_cu_gemv_mma_ok(2, 1536, (void *)24, (const dsq_bf16 *)16));
