@@ -489,6 +489,31 @@ norm41)
     base_row base_b64 1024 64 --kv f16
     bench_row new_b64 1024 64 --kv f16
     ;;
+start42)
+    # stop 42's first call: every test_cuda_* binary on the tree of main
+    # plus branch mma-unroll (its knobs off by default), then that branch's
+    # kernel test and 1-8-row timing table with each knob, then where a
+    # sampled batch-1 step goes (PDL on, timeline).
+    prebuilt_stage start42
+    DEADLINE=${DEADLINE:-560}
+    bash scripts/run_cuda_tests.sh $B 2>&1 | tee "$OUT/cuda_tests.log" | grep -vE "^ok " | tail -30
+    grep -E "dsq_cu_linear K=" $B/tests/test_cuda_kernels.log
+    echo "== tests done ($(el))"
+    for cfg in "" "DSQ_CUDA_GEMV_MMA_UNROLL=8" "DSQ_CUDA_GEMV_MMA_GRID=resident" \
+               "DSQ_CUDA_GEMV_MMA_UNROLL=8 DSQ_CUDA_GEMV_MMA_GRID=resident"; do
+        tag=$(echo "${cfg:-default}" | tr -c 'a-zA-Z0-9\n' '_')
+        [ -n "$cfg" ] && LOGSUFFIX=_$tag gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma" $cfg
+        LOGSUFFIX=_t_$tag gtest test_cuda_kernels DSQ_TEST_FILTER=test_small_rows_timing $cfg
+        grep -E "^  (gate/up|lm_head|qkv|o ) .* (4|8) " "$OUT/test_cuda_kernels_t_$tag.log"
+    done
+    wait $MODEL_PID
+    export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
+    timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/b1_s.json" --batch 1 --context 512 \
+        --sample >"$OUT/b1_s.log" 2>&1
+    echo "== profile b1 sampled rc=$? ($(el))"
+    head -14 "$OUT/b1_s.log"
+    sed -n '/^timeline/,$p' "$OUT/b1_s.log" | head -30
+    ;;
 mmaunroll)
     # stop 41's unrun experiment (branch mma-unroll): the tensor-core GEMV's
     # plain launches with 8 chunks per warp in flight
