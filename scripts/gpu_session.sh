@@ -47,6 +47,10 @@
 #                                       # rows, the products' table, profile
 #   bash scripts/gpu_session.sh rows24  # 2-4 rows: where the tensor-core GEMV
 #                                       # and cuBLASLt's down start, the norm
+#   bash scripts/gpu_session.sh start42 # stop 42: every CUDA test, the mma
+#                                       # knobs' tests and table, a profile
+#   bash scripts/gpu_session.sh bench42 # stop 42: one-round down, mma knobs:
+#                                       # bench rows beside the defaults
 #   bash scripts/gpu_session.sh defaults41 # stop 41's small-batch defaults:
 #                                       # every CUDA test, rows beside the old
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
@@ -490,19 +494,24 @@ norm41)
     bench_row new_b64 1024 64 --kv f16
     ;;
 start42)
-    # stop 42's first call: every test_cuda_* binary on the tree of main
-    # plus branch mma-unroll (its knobs off by default), then that branch's
-    # kernel test and 1-8-row timing table with each knob, then where a
-    # sampled batch-1 step goes (PDL on, timeline).
+    # stop 42's first call: every test_cuda_* binary on main plus the
+    # branch's two experiments, both off by default (gemv_mma.cu's
+    # DSQ_CUDA_GEMV_MMA_UNROLL / _GRID, gemv.cu's one-round instance of
+    # DSQ_CUDA_GEMV_ONE_ROUND, tested and timed explicitly in
+    # test_cuda_kernels), the mma knobs' test and 1-8-row table each way,
+    # then where a sampled batch-1 step goes (PDL on, timeline).
     prebuilt_stage start42
     DEADLINE=${DEADLINE:-560}
     bash scripts/run_cuda_tests.sh $B 2>&1 | tee "$OUT/cuda_tests.log" | grep -vE "^ok " | tail -30
     grep -E "dsq_cu_linear K=" $B/tests/test_cuda_kernels.log
+    grep -cE "gemv-u8 .*ok|gemv-u8" $B/tests/test_cuda_kernels.log
+    grep -E "^  (shape|gate/up|lm_head|qkv|o |down) " $B/tests/test_cuda_kernels.log | grep -E "shape| (1|2|4|8) " | head -24
+    cp $B/tests/test_cuda_kernels.log "$OUT/test_cuda_kernels_full.log"
     echo "== tests done ($(el))"
-    for cfg in "" "DSQ_CUDA_GEMV_MMA_UNROLL=8" "DSQ_CUDA_GEMV_MMA_GRID=resident" \
+    for cfg in "DSQ_CUDA_GEMV_MMA_UNROLL=8" "DSQ_CUDA_GEMV_MMA_GRID=resident" \
                "DSQ_CUDA_GEMV_MMA_UNROLL=8 DSQ_CUDA_GEMV_MMA_GRID=resident"; do
-        tag=$(echo "${cfg:-default}" | tr -c 'a-zA-Z0-9\n' '_')
-        [ -n "$cfg" ] && LOGSUFFIX=_$tag gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma" $cfg
+        tag=$(echo "$cfg" | tr -c 'a-zA-Z0-9\n' '_')
+        LOGSUFFIX=_$tag gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma" $cfg
         LOGSUFFIX=_t_$tag gtest test_cuda_kernels DSQ_TEST_FILTER=test_small_rows_timing $cfg
         grep -E "^  (gate/up|lm_head|qkv|o ) .* (4|8) " "$OUT/test_cuda_kernels_t_$tag.log"
     done
@@ -513,6 +522,29 @@ start42)
     echo "== profile b1 sampled rc=$? ($(el))"
     head -14 "$OUT/b1_s.log"
     sed -n '/^timeline/,$p' "$OUT/b1_s.log" | head -30
+    ;;
+bench42)
+    # stop 42's second call: bench rows of the two experiments, interleaved
+    # (one-round down at 1-2 rows; the mma knobs at 4 and 8 rows)
+    prebuilt_stage bench42
+    DEADLINE=${DEADLINE:-560}
+    LOGSUFFIX=_1r gtest test_cuda_e2e DSQ_CUDA_GEMV_ONE_ROUND=1
+    bench_start
+    for rep in 1 2; do
+        for b in 1 2; do
+            bench_row b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_GEMV_ONE_ROUND=1 bench_row 1r_b${b}_r$rep 512 $b --kv f16
+        done
+        for b in 4 8; do
+            bench_row b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_GEMV_MMA_UNROLL=8 bench_row u8_b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_GEMV_MMA_GRID=resident bench_row res_b${b}_r$rep 512 $b --kv f16
+        done
+    done
+    DSQ_CUDA_GEMV_ONE_ROUND=1 bench_row 1r_b1_none 512 1 --kv f16 --sampling none
+    bench_row b1_none 512 1 --kv f16 --sampling none
+    DSQ_CUDA_GEMV_ONE_ROUND=1 bench_row 1r_b1_8192 8192 1 --kv f16
+    bench_row b1_8192 8192 1 --kv f16
     ;;
 mmaunroll)
     # stop 41's unrun experiment (branch mma-unroll): the tensor-core GEMV's
