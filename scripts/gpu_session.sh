@@ -49,8 +49,8 @@
 #                                       # and cuBLASLt's down start, the norm
 #   bash scripts/gpu_session.sh start42 # stop 42: every CUDA test, the mma
 #                                       # knobs' tests and table, a profile
-#   bash scripts/gpu_session.sh bench42 # stop 42: one-round down, mma knobs:
-#                                       # bench rows beside the defaults
+#   bash scripts/gpu_session.sh bench42 # stop 42: the mma unroll knob's bench
+#                                       # rows beside the defaults
 #   bash scripts/gpu_session.sh defaults41 # stop 41's small-batch defaults:
 #                                       # every CUDA test, rows beside the old
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
@@ -524,27 +524,24 @@ start42)
     sed -n '/^timeline/,$p' "$OUT/b1_s.log" | head -30
     ;;
 bench42)
-    # stop 42's second call: bench rows of the two experiments, interleaved
-    # (one-round down at 1-2 rows; the mma knobs at 4 and 8 rows)
+    # stop 42's second call: bench rows of the tensor-core GEMV's 8 chunks
+    # per warp in flight (DSQ_CUDA_GEMV_MMA_UNROLL=8; start42's table: gate/up
+    # at 8 rows 22.4 vs 24.4 us, the head 161.4 vs 164.9) beside the
+    # default, interleaved, at the batch sizes that run it (4-8 rows)
     prebuilt_stage bench42
     DEADLINE=${DEADLINE:-560}
-    LOGSUFFIX=_1r gtest test_cuda_e2e DSQ_CUDA_GEMV_ONE_ROUND=1
+    LOGSUFFIX=_u8 gtest test_cuda_e2e DSQ_CUDA_GEMV_MMA_UNROLL=8
     bench_start
-    for rep in 1 2; do
-        for b in 1 2; do
-            bench_row b${b}_r$rep 512 $b --kv f16
-            DSQ_CUDA_GEMV_ONE_ROUND=1 bench_row 1r_b${b}_r$rep 512 $b --kv f16
-        done
+    for rep in 1 2 3; do
         for b in 4 8; do
             bench_row b${b}_r$rep 512 $b --kv f16
             DSQ_CUDA_GEMV_MMA_UNROLL=8 bench_row u8_b${b}_r$rep 512 $b --kv f16
-            DSQ_CUDA_GEMV_MMA_GRID=resident bench_row res_b${b}_r$rep 512 $b --kv f16
         done
     done
-    DSQ_CUDA_GEMV_ONE_ROUND=1 bench_row 1r_b1_none 512 1 --kv f16 --sampling none
-    bench_row b1_none 512 1 --kv f16 --sampling none
-    DSQ_CUDA_GEMV_ONE_ROUND=1 bench_row 1r_b1_8192 8192 1 --kv f16
-    bench_row b1_8192 8192 1 --kv f16
+    bench_row b8_8192 8192 8 --kv f16
+    DSQ_CUDA_GEMV_MMA_UNROLL=8 bench_row u8_b8_8192 8192 8 --kv f16
+    bench_row b8_none 512 8 --kv f16 --sampling none
+    DSQ_CUDA_GEMV_MMA_UNROLL=8 bench_row u8_b8_none 512 8 --kv f16 --sampling none
     ;;
 mmaunroll)
     # stop 41's unrun experiment (branch mma-unroll): the tensor-core GEMV's
