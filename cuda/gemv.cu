@@ -81,8 +81,8 @@ struct GemvArgs {
  * past the row (PW pieces: K / 8 bf16, K / 16 Q8, K / 32 Q4) are zero.
  * Q4: sz gets each piece's group scale (fp16 bits, low half) and zero
  * point (bits 16..23), raw, so nothing here waits for the loads. */
-template <int R, int WQ, int U>
-__device__ __forceinline__ void load_w(uint4 (&wv)[U][R], uint32_t (&sz)[U][R],
+template <int R, int WQ>
+__device__ __forceinline__ void load_w(uint4 (&wv)[GEMV_UNROLL][R], uint32_t (&sz)[GEMV_UNROLL][R],
                                        const GemvArgs &a, int g, int v, int PW)
 {
     const int NT = blockDim.x;
@@ -93,7 +93,7 @@ __device__ __forceinline__ void load_w(uint4 (&wv)[U][R], uint32_t (&sz)[U][R],
         const size_t n = (size_t)min(g * R + r, a.N - 1);
         const uint4 *wr = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(a.w) + n * row_bytes);
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < GEMV_UNROLL; u++) {
             const int p = v + u * NT;
             wv[u][r] = p < PW ? __ldcs(wr + p) : make_uint4(0, 0, 0, 0);
             if (WQ == WQ_Q4) /* 4 pieces per group of 128 */
@@ -105,9 +105,8 @@ __device__ __forceinline__ void load_w(uint4 (&wv)[U][R], uint32_t (&sz)[U][R],
 }
 
 /* 16-byte path: K % 8 == 0, x and W 16-byte aligned.  Block b computes row
- * groups b, b + gridDim.x, ...  U: 16-byte pieces per row and thread in
- * flight (GEMV_UNROLL; 8 in the one-round instance, see one_round_cfg). */
-template <int T, int R, int EPI, bool NORM, int WQ, int U = GEMV_UNROLL>
+ * groups b, b + gridDim.x, ... */
+template <int T, int R, int EPI, bool NORM, int WQ>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
 {
     __shared__ float red[T * R * (GEMV_MAX_THREADS / 32)];
@@ -118,11 +117,11 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
     const int ngroups = (a.N + R - 1) / R;
     int g = blockIdx.x;
 
-    uint4 wv[U][R];
-    uint32_t sz[U][R]; /* Q4 only */
+    uint4 wv[GEMV_UNROLL][R];
+    uint32_t sz[GEMV_UNROLL][R]; /* Q4 only */
     if (a.early)
         dsq_pdl_trigger();
-    load_w<R, WQ, U>(wv, sz, a, g, threadIdx.x, PW); /* before the wait: weights are constant */
+    load_w<R, WQ>(wv, sz, a, g, threadIdx.x, PW); /* before the wait: weights are constant */
     dsq_pdl_wait();
     if (!a.early)
         dsq_pdl_trigger();
@@ -139,7 +138,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                 acc[t][r] = 0.0f;
         for (int v = threadIdx.x;;) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
+            for (int u = 0; u < GEMV_UNROLL; u++) {
                 if (Q4 && v + u * NT < PW) {
                     const int p = v + u * NT;
                     float zb[R], part[T][R];
@@ -202,16 +201,16 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_vec_kernel(GemvArgs a)
                     }
                 }
             }
-            v += U * NT;
+            v += GEMV_UNROLL * NT;
             if (v >= PW)
                 break;
-            load_w<R, WQ, U>(wv, sz, a, g, v, PW);
+            load_w<R, WQ>(wv, sz, a, g, v, PW);
         }
         /* the next group's first weights go out before this group's
          * epilogue, so its reductions overlap the loads */
         const int next = g + gridDim.x;
         if (next < ngroups)
-            load_w<R, WQ, U>(wv, sz, a, next, threadIdx.x, PW);
+            load_w<R, WQ>(wv, sz, a, next, threadIdx.x, PW);
         gemv_block_epilogue<T, R, EPI>(acc, red, g * R, a.N, Q8 ? a.scales : nullptr, a.bias, a.y);
         g = next;
         if (g >= ngroups)
@@ -275,14 +274,14 @@ static bool balance_enabled(void)
  * slower (gate/up 494 vs 485 us per step).  The occupancy is cached per
  * kernel instance and block size (it does not depend on the device's SM
  * count, which is read per call). */
-template <int T, int R, int EPI, bool NORM, int WQ, int U = GEMV_UNROLL>
+template <int T, int R, int EPI, bool NORM, int WQ>
 static unsigned gemv_grid(int nt, size_t smem, unsigned groups)
 {
     if (!NORM && !balance_enabled())
         return groups;
-    static int64_t per_sm[GEMV_MAX_THREADS / 32 + 1]; /* by nt / 32 */
-    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM, WQ, U>, nt, smem,
-                                                &per_sm[nt / 32]);
+    static int64_t per_sm[4]; /* nt 64, 128, 256, 32 (quantized only) */
+    const unsigned cap = dsq_cu_resident_blocks((const void *)gemv_vec_kernel<T, R, EPI, NORM, WQ>, nt, smem,
+                                                &per_sm[nt == 64 ? 0 : nt == 128 ? 1 : nt == 256 ? 2 : 3]);
     if (groups <= cap)
         return groups;
     if (NORM) /* every resident block: measured faster than balanced here */
@@ -309,16 +308,6 @@ static cudaError_t launch_rows(bool vec, bool norm, int nt, const GemvArgs &a, c
         return cudaErrorInvalidValue;
     gemv_scalar_kernel<T, R, EPI><<<groups, GEMV_MAX_THREADS, 0, s>>>(a.x, a.w, a.bias, a.N, a.K, a.y);
     return cudaGetLastError();
-}
-
-/* The one-round instance (bf16, 1-2 tokens, 2 rows per block, no norm):
- * see one_round_cfg */
-template <int T, int EPI>
-static cudaError_t launch_one_round(int nt, const GemvArgs &a, cudaStream_t s)
-{
-    const unsigned groups = (unsigned)((a.N + 1) / 2);
-    return dsq_launch_pdl(gemv_vec_kernel<T, 2, EPI, false, WQ_BF16, 8>,
-                          dim3(gemv_grid<T, 2, EPI, false, WQ_BF16, 8>(nt, 0, groups)), dim3(nt), 0, s, a);
 }
 
 template <int T, int EPI, int WQ>
@@ -377,32 +366,6 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
         *nt = 128;
         *r = T <= 2 ? 2 : 4;
     }
-}
-
-/* One round per row (stop 42's experiment, DSQ_CUDA_GEMV_ONE_ROUND=1, read
- * once; off by default until measured): bf16 products of 1-2 tokens whose
- * rows take more than one round of the default block (K > 4,096: down,
- * K = 8,960, 1,120 pieces against 512 per round of 128 x 4) run blocks of
- * nt = 32 * ceil(K8 / 256) threads (down: 160) holding 8 pieces each, so
- * a row group's whole weight stream is one round of loads in flight and
- * the next group's goes out before this group's epilogue.  The default's 3
- * rounds per group x 2 groups per block are 6 dependent round trips; the
- * down product at 1 row took 12.7 us on the H100 (2.2 TB/s) against
- * gate/up's 2.7 TB/s (stop 41's table).  Returns the block size, or 0
- * where the shape does not apply. */
-static int one_round_cfg(int T, int K)
-{
-    static int on = -1;
-    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("DSQ_CUDA_GEMV_ONE_ROUND");
-        v = e && e[0] == '1' && e[1] == 0;
-        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
-    }
-    const int K8 = K / 8;
-    if (!v || T > 2 || K % 8 || K8 <= GEMV_UNROLL * 128 || K8 > 8 * GEMV_MAX_THREADS)
-        return 0;
-    return 32 * ((K8 + 8 * 32 - 1) / (8 * 32));
 }
 
 /* DSQ_CUDA_Q8_SMALL=128 (read once): the 128-thread shape below for the
@@ -506,7 +469,7 @@ static int norm_ok(int32_t T, int32_t K, int piece, const void *xr, const float 
            ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && ((uintptr_t)w & 15) == 0;
 }
 
-static dsq_status run(const GemvArgs &a, bool norm, int wq, int32_t T, dsq_epilogue epi, int nt, int r, int u,
+static dsq_status run(const GemvArgs &a, bool norm, int wq, int32_t T, dsq_epilogue epi, int nt, int r,
                       cudaStream_t stream)
 {
     const int N = a.N, K = a.K;
@@ -525,37 +488,6 @@ static dsq_status run(const GemvArgs &a, bool norm, int wq, int32_t T, dsq_epilo
      * yet to read (the backend folds norms only into qkv and gate/up) */
     if (norm && epi == DSQ_EPI_ADD)
         return dsq_fail(DSQ_ERR_INTERNAL, "%s+norm: the ADD epilogue is not supported", name);
-    if ((nt <= 0 || r <= 0) && u == 0 && !quant && !norm) {
-        const int ont = one_round_cfg(T, K);
-        if (ont > 0) {
-            nt = ont;
-            r = 2;
-            u = 8;
-        }
-    }
-    if (u != 0 && u != GEMV_UNROLL) {
-        /* the one-round instance: bf16, 1-2 tokens, 2 rows, any block of
-         * 32..256 threads in warps */
-        if (u != 8 || quant || norm || T > 2 || r != 2 || nt < 32 || nt > GEMV_MAX_THREADS || nt % 32 ||
-            K % 8 || ((uintptr_t)a.x & 15) || ((uintptr_t)a.w & 15))
-            return dsq_fail(DSQ_ERR_INTERNAL, "gemv: %d pieces per round needs bf16 16-byte aligned rows "
-                            "(K %% 8 == 0), 1-2 tokens, 2 rows and 32..256 threads in warps (T %d, K %d, nt %d, r %d)",
-                            u, T, K, nt, r);
-        GemvArgs ea = a;
-        ea.early = (dsq_pdl_early() & DSQ_PDL_EARLY_GEMV) != 0;
-        cudaError_t e = cudaSuccess;
-        switch (epi) {
-#define OCASE(E)                                                                                       \
-    case E: e = T == 1 ? launch_one_round<1, E>(nt, ea, stream) : launch_one_round<2, E>(nt, ea, stream); break;
-            OCASE(DSQ_EPI_STORE)
-            OCASE(DSQ_EPI_BIAS)
-            OCASE(DSQ_EPI_ADD)
-            OCASE(DSQ_EPI_SILU_MUL)
-#undef OCASE
-        default: return dsq_fail(DSQ_ERR_INTERNAL, "gemv: unknown epilogue %d", (int)epi);
-        }
-        return dsq_cu_status(e, "gemv kernel (one round)");
-    }
     if (nt <= 0 || r <= 0) {
         if (q4)
             q4_default_cfg(T, N, K, &nt, &r);
@@ -632,14 +564,7 @@ extern "C" dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, cons
                                       int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                                       cudaStream_t stream)
 {
-    return run(args_of(x, NULL, NULL, NULL, 0.0f, w, NULL, bias, N, K, y), false, WQ_BF16, T, epi, nt, r, 0, stream);
-}
-
-extern "C" dsq_status dsq_cu_gemv_u_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
-                                        int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r, int u,
-                                        cudaStream_t stream)
-{
-    return run(args_of(x, NULL, NULL, NULL, 0.0f, w, NULL, bias, N, K, y), false, WQ_BF16, T, epi, nt, r, u, stream);
+    return run(args_of(x, NULL, NULL, NULL, 0.0f, w, NULL, bias, N, K, y), false, WQ_BF16, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
@@ -652,7 +577,7 @@ extern "C" dsq_status dsq_cu_gemv_norm_cfg(const float *xr, const int32_t *rows,
                                            const dsq_bf16 *w, const float *bias, int32_t T, int32_t N, int32_t K,
                                            dsq_epilogue epi, void *y, int nt, int r, cudaStream_t stream)
 {
-    return run(args_of(NULL, xr, rows, nw, eps, w, NULL, bias, N, K, y), true, WQ_BF16, T, epi, nt, r, 0, stream);
+    return run(args_of(NULL, xr, rows, nw, eps, w, NULL, bias, N, K, y), true, WQ_BF16, T, epi, nt, r, stream);
 }
 
 extern "C" int dsq_cu_gemv_q8_pdl_ok(int32_t T, int32_t K, const void *x, const int8_t *q)
@@ -669,7 +594,7 @@ extern "C" dsq_status dsq_cu_gemv_q8_pdl_cfg(const dsq_bf16 *x, const int8_t *q,
                                              const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
                                              void *y, int nt, int r, cudaStream_t stream)
 {
-    return run(args_of(x, NULL, NULL, NULL, 0.0f, q, scales, bias, N, K, y), false, WQ_Q8, T, epi, nt, r, 0, stream);
+    return run(args_of(x, NULL, NULL, NULL, 0.0f, q, scales, bias, N, K, y), false, WQ_Q8, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
@@ -677,7 +602,7 @@ extern "C" dsq_status dsq_cu_gemv_q8_norm_cfg(const float *xr, const int32_t *ro
                                               int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                                               cudaStream_t stream)
 {
-    return run(args_of(NULL, xr, rows, nw, eps, q, scales, bias, N, K, y), true, WQ_Q8, T, epi, nt, r, 0, stream);
+    return run(args_of(NULL, xr, rows, nw, eps, q, scales, bias, N, K, y), true, WQ_Q8, T, epi, nt, r, stream);
 }
 
 extern "C" int dsq_cu_gemv_q4_pdl_ok(int32_t T, int32_t K, const void *x, const uint8_t *q)
@@ -697,7 +622,7 @@ extern "C" dsq_status dsq_cu_gemv_q4_pdl_cfg(const dsq_bf16 *x, const uint8_t *q
     GemvArgs a = args_of(x, NULL, NULL, NULL, 0.0f, q, NULL, bias, N, K, y);
     a.gscales = scales;
     a.gzeros = zeros;
-    return run(a, false, WQ_Q4, T, epi, nt, r, 0, stream);
+    return run(a, false, WQ_Q4, T, epi, nt, r, stream);
 }
 
 extern "C" dsq_status dsq_cu_gemv_q4_norm_cfg(const float *xr, const int32_t *rows, const float *nw, float eps,
@@ -708,5 +633,5 @@ extern "C" dsq_status dsq_cu_gemv_q4_norm_cfg(const float *xr, const int32_t *ro
     GemvArgs a = args_of(NULL, xr, rows, nw, eps, q, NULL, bias, N, K, y);
     a.gscales = scales;
     a.gzeros = zeros;
-    return run(a, true, WQ_Q4, T, epi, nt, r, 0, stream);
+    return run(a, true, WQ_Q4, T, epi, nt, r, stream);
 }

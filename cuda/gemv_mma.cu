@@ -7,8 +7,8 @@
  * x 16 k of a step in one instruction per warp.
  *
  * Layout: a block owns one tile of 16 consecutive rows of W; its warps split
- * K in chunks of 32 (chunk c to warp c % warps), MMA_UNROLL chunks per warp
- * loaded at once.  Lane (g = lane / 4, q = lane % 4) loads 16 bytes of rows
+ * K in chunks of 32 (chunk c to warp c % warps), U chunks per warp loaded
+ * at once (8 in plain launches, MMA_UNROLL = 4 with the norm).  Lane (g = lane / 4, q = lane % 4) loads 16 bytes of rows
  * g and g + 8 and of x row (token) g at columns 32c + 8q .. 32c + 8q + 7.
  * The k order inside an MMA is free (the product sums over k), so those
  * registers are the A and B fragments as they are: the first MMA of the
@@ -60,9 +60,8 @@ __device__ __forceinline__ void load_tile_w(uint4 (&wa)[U], uint4 (&wb)[U], cons
     }
 }
 
-/* U: chunks per warp in flight (MMA_UNROLL; 8 with DSQ_CUDA_GEMV_MMA_UNROLL=8,
- * stop 41's unrun experiment: with 8 warps a K = 1,536 tile's 48 chunks
- * then go out in one round instead of two) */
+/* U: chunks per warp in flight (MMA_UNROLL with the norm, 8 in plain
+ * launches: plain_unroll) */
 template <int EPI, bool NORM, int U = MMA_UNROLL>
 __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
 {
@@ -154,31 +153,23 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
     }
 }
 
-/* Measurement knobs of plain launches (read once; stop 41, not yet run on
- * a GPU): DSQ_CUDA_GEMV_MMA_UNROLL=8 keeps 8 chunks per warp in flight
- * instead of 4 (a K = 1,536 tile's loads in one round at 8 warps: gate/up
- * and the head at 4-8 rows ran at ~2.3 TB/s of the H100's 3.35);
- * DSQ_CUDA_GEMV_MMA_GRID=resident launches only the blocks that fit at
- * once, each looping over tiles with the next tile's weights requested
- * before this tile's epilogue, instead of one block per tile. */
-static void mma_plain_knobs(int *unroll, int *resident)
+/* Chunks per warp in flight in plain launches: 8 (stop 42; with 8 warps a
+ * K = 1,536 tile's 48 chunks go out in one round instead of two: gate/up
+ * at 8 rows 22.4 vs 24.4 us, the head 161.4 vs 164.9, the batch-8 step
+ * 1.911-1.922 vs 2.006-2.010 ms, batch 4 1.873-1.875 vs 1.922-1.929, on an
+ * H100).  DSQ_CUDA_GEMV_MMA_UNROLL=4 gives 4, as before (a measurement
+ * knob, read once).  Launches with the norm keep 4: none runs by default
+ * (the norm is folded at 1 row only, this kernel starts at 4). */
+static int plain_unroll(void)
 {
-    static int v = -1; /* bit 0: unroll 8, bit 1: resident grid */
+    static int v = -1;
     int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
     if (r < 0) {
-        const char *u = getenv("DSQ_CUDA_GEMV_MMA_UNROLL"), *g = getenv("DSQ_CUDA_GEMV_MMA_GRID");
-        r = (u && !strcmp(u, "8") ? 1 : 0) | (g && !strcmp(g, "resident") ? 2 : 0);
+        const char *u = getenv("DSQ_CUDA_GEMV_MMA_UNROLL");
+        r = u && !strcmp(u, "4") ? 4 : 8;
         __atomic_store_n(&v, r, __ATOMIC_RELAXED);
     }
-    *unroll = r & 1 ? 8 : MMA_UNROLL;
-    *resident = (r & 2) != 0;
-}
-
-/* min(tiles, the blocks of `func` resident at once) */
-static unsigned mma_grid_cap(const void *func, int nt, unsigned tiles, int64_t *cache)
-{
-    const unsigned cap = dsq_cu_resident_blocks(func, nt, 0, cache);
-    return tiles < cap ? tiles : cap;
+    return r;
 }
 
 /* resident blocks of a NORM launch (see gemv.cu's gemv_grid) */
@@ -200,21 +191,9 @@ static cudaError_t launch(const MmaArgs &a, bool norm, int nt, cudaStream_t s)
         return dsq_launch_pdl(gemv_mma_kernel<EPI, true>, dim3(mma_norm_grid<EPI>(nt, smem, tiles)), dim3(nt), smem,
                               s, a);
     }
-    /* DSQ_CUDA_GEMV_MMA_UNROLL=8 and DSQ_CUDA_GEMV_MMA_GRID=resident: see
-     * mma_plain_knobs (stop 41, not yet run on a GPU) */
-    int unroll = 0, resident = 0;
-    mma_plain_knobs(&unroll, &resident);
-    if (unroll == 8) {
-        static int64_t per_sm8[MMA_MAX_WARPS + 1];
-        const unsigned grid =
-            resident ? mma_grid_cap((const void *)gemv_mma_kernel<EPI, false, 8>, nt, tiles, &per_sm8[nt / 32])
-                     : tiles;
-        return dsq_launch_pdl(gemv_mma_kernel<EPI, false, 8>, dim3(grid), dim3(nt), 0, s, a);
-    }
-    static int64_t per_sm4[MMA_MAX_WARPS + 1];
-    const unsigned grid =
-        resident ? mma_grid_cap((const void *)gemv_mma_kernel<EPI, false>, nt, tiles, &per_sm4[nt / 32]) : tiles;
-    return dsq_launch_pdl(gemv_mma_kernel<EPI, false>, dim3(grid), dim3(nt), 0, s, a);
+    if (plain_unroll() == 8)
+        return dsq_launch_pdl(gemv_mma_kernel<EPI, false, 8>, dim3(tiles), dim3(nt), 0, s, a);
+    return dsq_launch_pdl(gemv_mma_kernel<EPI, false>, dim3(tiles), dim3(nt), 0, s, a);
 }
 
 /* DSQ_CUDA_GEMV_MMA_NT (read once): the block size of plain launches asked

@@ -155,14 +155,6 @@ dsq_status dsq_cu_gemv_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bi
                            int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r,
                            cudaStream_t stream);
 
-/* The same with the pieces each thread keeps in flight per row: u = 0 the
- * default (4, or the one-round shape under DSQ_CUDA_GEMV_ONE_ROUND=1), 4,
- * or 8 (bf16, T <= 2, r = 2, nt any multiple of 32 in 32..256; for tests
- * and the timing table). */
-dsq_status dsq_cu_gemv_u_cfg(const dsq_bf16 *x, const dsq_bf16 *w, const float *bias, int32_t T,
-                             int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt, int r, int u,
-                             cudaStream_t stream);
-
 /* The same with the RMSNorm that makes x folded in (batch-1 decode: one
  * launch instead of two, and the weight stream starts before the norm):
  * x[t] = bf16(nw * (xr[r] * rsqrt(mean(xr[r]^2) + eps))), r = rows ? rows[t]

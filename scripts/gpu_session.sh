@@ -51,6 +51,8 @@
 #                                       # knobs' tests and table, a profile
 #   bash scripts/gpu_session.sh bench42 # stop 42: the mma unroll knob's bench
 #                                       # rows beside the defaults
+#   bash scripts/gpu_session.sh final42 # stop 42's final tree: every CUDA
+#                                       # test, rows beside the old unroll
 #   bash scripts/gpu_session.sh defaults41 # stop 41's small-batch defaults:
 #                                       # every CUDA test, rows beside the old
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
@@ -494,12 +496,13 @@ norm41)
     bench_row new_b64 1024 64 --kv f16
     ;;
 start42)
-    # stop 42's first call: every test_cuda_* binary on main plus the
-    # branch's two experiments, both off by default (gemv_mma.cu's
-    # DSQ_CUDA_GEMV_MMA_UNROLL / _GRID, gemv.cu's one-round instance of
-    # DSQ_CUDA_GEMV_ONE_ROUND, tested and timed explicitly in
+    # stop 42's first call (tree 4a055b1): every test_cuda_* binary on main
+    # plus two experiments, both off by default then (gemv_mma.cu's
+    # DSQ_CUDA_GEMV_MMA_UNROLL=8 / _GRID=resident, gemv.cu's one-round
+    # instance, tag oneround-stop42, tested and timed explicitly in
     # test_cuda_kernels), the mma knobs' test and 1-8-row table each way,
-    # then where a sampled batch-1 step goes (PDL on, timeline).
+    # then where a sampled batch-1 step goes (PDL on, timeline).  On later
+    # trees the unroll is the default and the other knobs do nothing.
     prebuilt_stage start42
     DEADLINE=${DEADLINE:-560}
     bash scripts/run_cuda_tests.sh $B 2>&1 | tee "$OUT/cuda_tests.log" | grep -vE "^ok " | tail -30
@@ -543,31 +546,27 @@ bench42)
     bench_row b8_none 512 8 --kv f16 --sampling none
     DSQ_CUDA_GEMV_MMA_UNROLL=8 bench_row u8_b8_none 512 8 --kv f16 --sampling none
     ;;
-mmaunroll)
-    # stop 41's unrun experiment (branch mma-unroll): the tensor-core GEMV's
-    # plain launches with 8 chunks per warp in flight
-    # (DSQ_CUDA_GEMV_MMA_UNROLL=8) and / or only the resident blocks,
-    # looping over tiles (DSQ_CUDA_GEMV_MMA_GRID=resident).  Its test each
-    # way, the 1-8-row timing table each way, bench rows interleaved.
-    prebuilt_stage mmaunroll
+final42)
+    # stop 42's last call: every test_cuda_* binary on the final tree (the
+    # tensor-core GEMV's plain launches at 8 chunks per warp by default),
+    # then bench rows beside the previous default (DSQ_CUDA_GEMV_MMA_UNROLL=4)
+    prebuilt_stage final42
     DEADLINE=${DEADLINE:-560}
-    for cfg in "" "DSQ_CUDA_GEMV_MMA_UNROLL=8" "DSQ_CUDA_GEMV_MMA_GRID=resident" \
-               "DSQ_CUDA_GEMV_MMA_UNROLL=8 DSQ_CUDA_GEMV_MMA_GRID=resident"; do
-        tag=$(echo "${cfg:-default}" | tr -c 'a-zA-Z0-9\n' '_')
-        LOGSUFFIX=_$tag gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma" $cfg
-        LOGSUFFIX=_t_$tag gtest test_cuda_kernels DSQ_TEST_FILTER=test_small_rows_timing $cfg
-        grep -E "^  (gate/up|lm_head|qkv|o ) .* (4|8) " "$OUT/test_cuda_kernels_t_$tag.log"
-    done
-    wait $MODEL_PID
-    bench_header
+    bash scripts/run_cuda_tests.sh $B 2>&1 | tee "$OUT/cuda_tests.log" | grep -vE "^ok " | tail -30
+    echo "== tests done ($(el))"
+    LOGSUFFIX=_u4 gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma" DSQ_CUDA_GEMV_MMA_UNROLL=4
+    bench_start
     for rep in 1 2; do
         for b in 4 8; do
             bench_row b${b}_r$rep 512 $b --kv f16
-            DSQ_CUDA_GEMV_MMA_UNROLL=8 bench_row u8_b${b}_r$rep 512 $b --kv f16
-            DSQ_CUDA_GEMV_MMA_GRID=resident bench_row res_b${b}_r$rep 512 $b --kv f16
-            DSQ_CUDA_GEMV_MMA_UNROLL=8 DSQ_CUDA_GEMV_MMA_GRID=resident bench_row u8res_b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_GEMV_MMA_UNROLL=4 bench_row u4_b${b}_r$rep 512 $b --kv f16
         done
     done
+    bench_row b1 512 1 --kv f16
+    bench_row b1_none 512 1 --kv f16 --sampling none
+    bench_row b2 512 2 --kv f16
+    bench_row b8_8192 8192 8 --kv f16
+    bench_row b64_1024 1024 64 --kv f16
     ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the

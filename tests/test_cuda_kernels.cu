@@ -475,9 +475,7 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
         free(hf);
         cudaFree(dgf);
         cudaFree(dgu);
-    } else if (use_gemm == 5) /* the GEMV with 8 pieces per thread in flight (one round per row) */
-        DS(dsq_cu_gemv_u_cfg(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, r, 8, 0));
-    else if (use_gemm == 2)
+    } else if (use_gemm == 2)
         DS(dsq_cu_gemv_mma(xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, dy, nt, 0));
     else if (use_gemm)
         DS(dsq_gemm_run(g, xin, (const dsq_bf16 *)dw, (const float *)db, T, N, K, epi, (float *)dy, 0));
@@ -498,8 +496,7 @@ static void run_product(dsq_gemm *g, int use_gemm, int T, int N, int K, dsq_epil
     static const char *en[] = {"store", "bias", "add", "silu*mul"};
     char name[96];
     snprintf(name, sizeof name, "%s T=%d N=%d K=%d %s%s nt=%d r=%d",
-             use_gemm == 5   ? "gemv-u8"
-             : use_gemm == 4 ? "gemm-bf16"
+             use_gemm == 4   ? "gemm-bf16"
              : use_gemm == 3 ? "gemm-rows"
              : use_gemm == 2 ? "gemv-mma"
              : use_gemm      ? "gemm"
@@ -532,25 +529,6 @@ static void test_gemv(void **state)
                 run_product(NULL, 0, T, 34, 1000, DSQ_EPI_SILU_MUL, 0, nts[a], rs[b]);
                 run_product(NULL, 0, T, 37, 2056, DSQ_EPI_ADD, 0, nts[a], rs[b]);
             }
-    /* 8 pieces per thread in flight (dsq_cu_gemv_u_cfg; the one-round shape
-     * of DSQ_CUDA_GEMV_ONE_ROUND, 160 threads for K = 8,960): rows of one
-     * partial round, of exactly one, of several, odd N (the last group's
-     * second row past the end); blocks looping over groups (N = 1,537) */
-    const int u8[][3] = {{37, 8960, 160}, {1537, 8960, 160}, {35, 2048, 32}, {9, 1000, 64}, {64, 4104, 96}};
-    for (int T = 1; T <= 2; T++)
-        for (int s = 0; s < 5; s++)
-            for (int e = 0; e < 4; e++)
-                run_product(NULL, 5, T, u8[s][0], u8[s][1], (dsq_epilogue)e, 0, u8[s][2], 2);
-    /* refused: quantities the instance was not built for */
-    assert_int_equal(dsq_cu_gemv_u_cfg((const dsq_bf16 *)16, (const dsq_bf16 *)16, NULL, 3, 8, 8960, DSQ_EPI_STORE,
-                                       (void *)16, 160, 2, 8, 0),
-                     DSQ_ERR_INTERNAL);
-    assert_int_equal(dsq_cu_gemv_u_cfg((const dsq_bf16 *)16, (const dsq_bf16 *)16, NULL, 1, 8, 8960, DSQ_EPI_STORE,
-                                       (void *)16, 100, 2, 8, 0),
-                     DSQ_ERR_INTERNAL);
-    assert_int_equal(dsq_cu_gemv_u_cfg((const dsq_bf16 *)16, (const dsq_bf16 *)16, NULL, 1, 8, 8960, DSQ_EPI_STORE,
-                                       (void *)16, 160, 4, 8, 0),
-                     DSQ_ERR_INTERNAL);
 }
 
 /* GEMV with the RMSNorm folded in (dsq_cu_gemv_norm_cfg) against a double
@@ -707,8 +685,8 @@ static void test_gemv_mma(void **state)
     }
     run_gemv_norm(8, 17920, 1536, DSQ_EPI_SILU_MUL, 1, 0, 0, 1);
     run_gemv_norm(5, 17920, 1536, DSQ_EPI_STORE, 0, 128, 0, 1);
-    /* plain launches of more 16-row tiles than fit at once (gate/up and
-     * head shapes; with DSQ_CUDA_GEMV_MMA_GRID=resident the blocks loop) */
+    /* plain launches (8 chunks per warp in flight) of more 16-row tiles
+     * than fit at once: gate/up shapes, odd N */
     run_product(NULL, 2, 8, 17921, 1536, DSQ_EPI_ADD, 0);
     run_product(NULL, 2, 5, 17920, 1536, DSQ_EPI_SILU_MUL, 0);
     assert_false(dsq_cu_gemv_mma_ok(9, 1536, (void *)16, (const dsq_bf16 *)16));
@@ -1174,8 +1152,6 @@ static float time_product(int method, int nt, int r, dsq_gemm *g, const void *dx
             DS(dsq_cu_gemv_cfg((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, r, 0));
         else if (method == 2)
             DS(dsq_cu_gemv_mma((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, 0));
-        else if (method == 5)
-            DS(dsq_cu_gemv_u_cfg((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, nt, r, 8, 0));
         else if (method == 3) /* nt = splits, 0: its plan */
             DS(dsq_cu_gemm_rows((const dsq_bf16 *)dx, w, NULL, T, N, K, DSQ_EPI_STORE, dy, g_rows_ws, kRowsWsBytes,
                                 g_rows_tk, kRowsTickets, nt, 0));
@@ -1368,8 +1344,7 @@ static void test_small_rows_timing(void **state)
     CU(cudaEventCreate(&e1));
     printf("\n  products at 1-8 rows, us per call: FMA GEMV (default shape), tensor-core GEMV (default\n"
            "  block, 128 and 256 threads), cuBLASLt\n");
-    printf("  %-20s %2s %7s %7s %7s %7s %9s %8s\n", "shape", "T", "gemv", "mma", "mma128", "mma256", "cuBLASLt",
-           "1-round");
+    printf("  %-20s %2s %7s %7s %7s %7s %9s\n", "shape", "T", "gemv", "mma", "mma128", "mma256", "cuBLASLt");
     for (int s = 0; s < 5; s++) {
         const size_t wb = (size_t)sh[s].N * sh[s].K * 2;
         const int copies = (int)(pool / wb) < 1 ? 1 : (int)(pool / wb) > 8 ? 8 : (int)(pool / wb);
@@ -1379,11 +1354,7 @@ static void test_small_rows_timing(void **state)
             const int nts[] = {0, 128, 256};
             for (int a = 0; a < 3; a++)
                 printf(" %7.1f", time_product(2, nts[a], 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
-            printf(" %9.1f", time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
-            if (T <= 2 && K / 8 > 512 && K % 8 == 0) /* one round per row (dsq_cu_gemv_u_cfg, u 8) */
-                printf(" %8.1f", time_product(5, 32 * ((K / 8 + 255) / 256), 2, g, dx, dw, copies, wb, dy, T, N, K,
-                                              e0, e1));
-            printf("\n");
+            printf(" %9.1f\n", time_product(1, 0, 0, g, dx, dw, copies, wb, dy, T, N, K, e0, e1));
         }
     }
     cudaEventDestroy(e0);
