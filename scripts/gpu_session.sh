@@ -567,6 +567,16 @@ final42)
     bench_row b2 512 2 --kv f16
     bench_row b8_8192 8192 8 --kv f16
     bench_row b64_1024 1024 64 --kv f16
+    # decode attention at one split per sequence (the direct output, no
+    # merge launch) where the plan gives 2-3 (batch 64: 128 kv-head units)
+    DSQ_CUDA_DECODE_SPLITS_MAX=1 bench_row s1_b64_1024 1024 64 --kv f16
+    bench_row b64_4096 4096 64 --kv f16
+    DSQ_CUDA_DECODE_SPLITS_MAX=1 bench_row s1_b64_4096 4096 64 --kv f16
+    bench_row b64_4096_i8 4096 64 --kv int8
+    DSQ_CUDA_DECODE_SPLITS_MAX=1 bench_row s1_b64_4096_i8 4096 64 --kv int8
+    DSQ_CUDA_DECODE_SPLITS_MAX=2 bench_row s2_b64_4096_i8 4096 64 --kv int8
+    bench_row b64_1024_r2 1024 64 --kv f16
+    DSQ_CUDA_DECODE_SPLITS_MAX=1 bench_row s1_b64_1024_r2 1024 64 --kv f16
     ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
