@@ -8,8 +8,9 @@
  *
  * Layout: a block owns one tile of 16 consecutive rows of W; its warps split
  * K in chunks of 32 (chunk c to warp c % warps), U chunks per warp loaded
- * at once (8 in plain launches, MMA_UNROLL = 4 with the norm).  Lane (g = lane / 4, q = lane % 4) loads 16 bytes of rows
- * g and g + 8 and of x row (token) g at columns 32c + 8q .. 32c + 8q + 7.
+ * at once (8 in plain launches, MMA_UNROLL = 4 with the norm).  Lane
+ * (g = lane / 4, q = lane % 4) loads 16 bytes of rows g and g + 8 and of x
+ * row (token) g at columns 32c + 8q .. 32c + 8q + 7.
  * The k order inside an MMA is free (the product sums over k), so those
  * registers are the A and B fragments as they are: the first MMA of the
  * chunk takes the lane's columns 8q + 0..3, the second 8q + 4..7, and A and
