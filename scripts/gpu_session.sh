@@ -555,6 +555,7 @@ final42)
     bash scripts/run_cuda_tests.sh $B 2>&1 | tee "$OUT/cuda_tests.log" | grep -vE "^ok " | tail -30
     echo "== tests done ($(el))"
     LOGSUFFIX=_u4 gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma" DSQ_CUDA_GEMV_MMA_UNROLL=4
+    LOGSUFFIX=_lr4 gtest test_cuda_e2e DSQ_CUDA_GEMV_LONG_R=4
     bench_start
     for rep in 1 2; do
         for b in 4 8; do
@@ -562,7 +563,13 @@ final42)
             DSQ_CUDA_GEMV_MMA_UNROLL=4 bench_row u4_b${b}_r$rep 512 $b --kv f16
         done
     done
-    bench_row b1 512 1 --kv f16
+    # down at 1-2 rows on 128 x 4 / 128 x 8 blocks (DSQ_CUDA_GEMV_LONG_R)
+    for rep in 1 2; do
+        bench_row b1_r$rep 512 1 --kv f16
+        DSQ_CUDA_GEMV_LONG_R=4 bench_row lr4_b1_r$rep 512 1 --kv f16
+        DSQ_CUDA_GEMV_LONG_R=8 bench_row lr8_b1_r$rep 512 1 --kv f16
+    done
+    DSQ_CUDA_GEMV_LONG_R=4 bench_row lr4_b2 512 2 --kv f16
     bench_row b1_none 512 1 --kv f16 --sampling none
     bench_row b2 512 2 --kv f16
     bench_row b8_8192 8192 8 --kv f16
