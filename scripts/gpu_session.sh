@@ -555,7 +555,6 @@ final42)
     bash scripts/run_cuda_tests.sh $B 2>&1 | tee "$OUT/cuda_tests.log" | grep -vE "^ok " | tail -30
     echo "== tests done ($(el))"
     LOGSUFFIX=_u4 gtest test_cuda_kernels "DSQ_TEST_FILTER=test_gemv_mma" DSQ_CUDA_GEMV_MMA_UNROLL=4
-    LOGSUFFIX=_lr4 gtest test_cuda_e2e DSQ_CUDA_GEMV_LONG_R=4
     bench_start
     for rep in 1 2; do
         for b in 4 8; do
