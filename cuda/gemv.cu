@@ -44,7 +44,6 @@
  * one-warp blocks it was slower: docs/performance.md, stop 38). */
 #include <cuda_fp16.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common.cuh"
@@ -341,23 +340,6 @@ static cudaError_t dispatch_tokens(int T, bool vec, bool norm, int nt, int r, co
     }
 }
 
-/* DSQ_CUDA_GEMV_LONG_R (read once; stop 42, a measurement knob): rows per
- * block, 2, 4 or 8, of the bf16 GEMV's long-row products (K > 2,048: down)
- * at 1-2 rows, instead of 2 (the H100's product table of stop 42 had down
- * at 1 row 11.0 us on 128 x 4 against 12.3 on 128 x 2; earlier H200
- * tables had 128 x 2 ahead by ~0.2 us).  0: unset. */
-static int long_rows_r_env(void)
-{
-    static int v = -1;
-    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (r < 0) {
-        const char *e = getenv("DSQ_CUDA_GEMV_LONG_R");
-        r = e && (!strcmp(e, "2") || !strcmp(e, "4") || !strcmp(e, "8")) ? atoi(e) : 0;
-        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
-    }
-    return r;
-}
-
 /* Block shape for (T, K): see dsq_cu_gemv_cfg.  Chosen from the timing
  * table of test_cuda_kernels on the H200 (docs/performance.md). */
 static void default_cfg(int T, int N, int K, int *nt, int *r)
@@ -383,9 +365,6 @@ static void default_cfg(int T, int N, int K, int *nt, int *r)
     } else {
         *nt = 128;
         *r = T <= 2 ? 2 : 4;
-        const int lr = long_rows_r_env();
-        if (lr && T <= 2)
-            *r = lr;
     }
 }
 

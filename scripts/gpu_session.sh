@@ -562,7 +562,8 @@ final42)
             DSQ_CUDA_GEMV_MMA_UNROLL=4 bench_row u4_b${b}_r$rep 512 $b --kv f16
         done
     done
-    # down at 1-2 rows on 128 x 4 / 128 x 8 blocks (DSQ_CUDA_GEMV_LONG_R)
+    # down at 1-2 rows on 128 x 4 / 128 x 8 blocks (DSQ_CUDA_GEMV_LONG_R, a
+    # knob of tree c4df826 only: measured no faster, taken out after)
     for rep in 1 2; do
         bench_row b1_r$rep 512 1 --kv f16
         DSQ_CUDA_GEMV_LONG_R=4 bench_row lr4_b1_r$rep 512 1 --kv f16
