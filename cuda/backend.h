@@ -153,6 +153,8 @@ typedef struct cu_ctx {
     int32_t gemv_mma_min;  /* GEMV products of >= this many rows on the tensor cores (0: never) */
     int32_t gemv_long_min; /* bf16 products with K > 4,096 of >= this many rows off the FMA GEMV (0: never;
                             * DSQ_CUDA_GEMV_LONG_MIN; linear.cu) */
+    int32_t gemv_mma_norm; /* the RMSNorm folded into tensor-core GEMVs of at most this many tiles (0: never;
+                            * DSQ_CUDA_MMA_NORM; linear.cu) */
     int32_t norm_fuse;     /* fold RMSNorm into the next GEMV: bf16 products of at most this many rows (default
                             * 1), the quantized GEMVs' where non-zero (DSQ_CUDA_NORM_FUSE; 0: never) */
     int32_t gu_f32;        /* prompt gate/up products in fp32 before SiLU*mul (DSQ_CUDA_GU_F32=1), else bf16 */

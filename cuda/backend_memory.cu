@@ -176,6 +176,12 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->gemv_long_min = 4;
     if (long_env && *long_env)
         cc->gemv_long_min = atoi(long_env) < 0 ? 0 : atoi(long_env);
+    /* The RMSNorm folded into the tensor-core GEMV of few tiles (qkv at 4-8
+     * rows; a warp per row computes the norm in each block): stop 42's
+     * experiment, off until measured.  DSQ_CUDA_MMA_NORM=n: products of at
+     * most n 16-row tiles (256 takes qkv's 128, not gate/up's 1,120). */
+    const char *mnorm_env = getenv("DSQ_CUDA_MMA_NORM");
+    cc->gemv_mma_norm = mnorm_env && *mnorm_env && atoi(mnorm_env) > 0 ? atoi(mnorm_env) : 0;
     /* The RMSNorm folded into the FMA GEMV after it: bf16 weights at 1 row
      * only (H100 stop 41, ms per step with the fold / the norm's own kernel:
      * batch 1 1.609 / 1.704, batch 2 1.845-1.862 / 1.758-1.761, batch 3

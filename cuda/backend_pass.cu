@@ -29,6 +29,7 @@ static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
     e.gemv_max = gemv_max;
     e.mma_min = cc->gemv_mma_min;
     e.long_min = cc->gemv_long_min;
+    e.mma_norm = cc->gemv_mma_norm;
     e.norm_fuse = cc->norm_fuse;
     e.stream = cc->stream;
     e.wq_tile = cc->wq_tile;

@@ -8,7 +8,7 @@
  *
  * Layout: a block owns one tile of 16 consecutive rows of W; its warps split
  * K in chunks of 32 (chunk c to warp c % warps), U chunks per warp loaded
- * at once (8 in plain launches, MMA_UNROLL = 4 with the norm).  Lane
+ * at once (8; MMA_UNROLL = 4 with DSQ_CUDA_GEMV_MMA_UNROLL=4).  Lane
  * (g = lane / 4, q = lane % 4) loads 16 bytes of rows g and g + 8 and of x
  * row (token) g at columns 32c + 8q .. 32c + 8q + 7.
  * The k order inside an MMA is free (the product sums over k), so those
@@ -19,8 +19,9 @@
  * memory, then the epilogue runs per (row, token).
  *
  * With NORM the block first writes its T normalised rows to shared memory
- * (gemv_norm.cuh; rows padded by 64 bytes so the 8 token rows of a load hit
- * different banks) and then loops over row tiles, like gemv.cu's NORM path.
+ * (gemv_norm.cuh, a warp per row where the block has T warps; rows padded
+ * by 64 bytes so the 8 token rows of a load hit different banks) and then
+ * loops over row tiles, like gemv.cu's NORM path.
  * Weights are loaded before dsq_pdl_wait() (pdl.cuh). */
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,7 @@ __device__ __forceinline__ void load_tile_w(uint4 (&wa)[U], uint4 (&wb)[U], cons
     }
 }
 
-/* U: chunks per warp in flight (MMA_UNROLL with the norm, 8 in plain
- * launches: plain_unroll) */
+/* U: chunks per warp in flight (8, or MMA_UNROLL: mma_unroll) */
 template <int EPI, bool NORM, int U = MMA_UNROLL>
 __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
 {
@@ -79,8 +79,11 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
     dsq_pdl_trigger();
     const uint16_t *xbase;
     if (NORM) {
-        gemv_norm_rows<DSQ_GEMV_MAX_TOKENS>(a.xr, a.rows, a.nw, a.eps, a.T, a.K, reinterpret_cast<uint16_t *>(xs_dyn),
-                                            xstride, red);
+        if (a.T <= NWp) /* a warp per row */
+            gemv_norm_rows_warp(a.xr, a.rows, a.nw, a.eps, a.T, a.K, reinterpret_cast<uint16_t *>(xs_dyn), xstride);
+        else
+            gemv_norm_rows<DSQ_GEMV_MAX_TOKENS>(a.xr, a.rows, a.nw, a.eps, a.T, a.K,
+                                                reinterpret_cast<uint16_t *>(xs_dyn), xstride, red);
         xbase = reinterpret_cast<const uint16_t *>(xs_dyn);
     } else {
         xbase = a.x;
@@ -154,14 +157,14 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
     }
 }
 
-/* Chunks per warp in flight in plain launches: 8 (stop 42; with 8 warps a
+/* Chunks per warp in flight: 8 (stop 42; with 8 warps a
  * K = 1,536 tile's 48 chunks go out in one round instead of two: gate/up
  * at 8 rows 22.4 vs 24.4 us, the head 161.4 vs 164.9, the batch-8 step
  * 1.911-1.922 vs 2.006-2.010 ms, batch 4 1.873-1.875 vs 1.922-1.929, on an
  * H100).  DSQ_CUDA_GEMV_MMA_UNROLL=4 gives 4, as before (a measurement
- * knob, read once).  Launches with the norm keep 4: none runs by default
- * (the norm is folded at 1 row only, this kernel starts at 4). */
-static int plain_unroll(void)
+ * knob, read once).  Launches with the norm likewise (since stop 42's
+ * branch mma-norm; 4 before). */
+static int mma_unroll(void)
 {
     static int v = -1;
     int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
@@ -174,27 +177,31 @@ static int plain_unroll(void)
 }
 
 /* resident blocks of a NORM launch (see gemv.cu's gemv_grid) */
-template <int EPI>
+template <int EPI, int U>
 static unsigned mma_norm_grid(int nt, size_t smem, unsigned tiles)
 {
     static int64_t per_sm[MMA_MAX_WARPS + 1];
     const unsigned cap =
-        dsq_cu_resident_blocks((const void *)gemv_mma_kernel<EPI, true>, nt, smem, &per_sm[nt / 32]);
+        dsq_cu_resident_blocks((const void *)gemv_mma_kernel<EPI, true, U>, nt, smem, &per_sm[nt / 32]);
     return tiles < cap ? tiles : cap;
+}
+
+template <int EPI, int U>
+static cudaError_t launch_u(const MmaArgs &a, bool norm, int nt, cudaStream_t s)
+{
+    const unsigned tiles = (unsigned)((a.N + 15) / 16);
+    if (norm) {
+        const size_t smem = (size_t)a.T * (a.K + 32) * 2;
+        return dsq_launch_pdl(gemv_mma_kernel<EPI, true, U>, dim3(mma_norm_grid<EPI, U>(nt, smem, tiles)), dim3(nt),
+                              smem, s, a);
+    }
+    return dsq_launch_pdl(gemv_mma_kernel<EPI, false, U>, dim3(tiles), dim3(nt), 0, s, a);
 }
 
 template <int EPI>
 static cudaError_t launch(const MmaArgs &a, bool norm, int nt, cudaStream_t s)
 {
-    const unsigned tiles = (unsigned)((a.N + 15) / 16);
-    if (norm) {
-        const size_t smem = (size_t)a.T * (a.K + 32) * 2;
-        return dsq_launch_pdl(gemv_mma_kernel<EPI, true>, dim3(mma_norm_grid<EPI>(nt, smem, tiles)), dim3(nt), smem,
-                              s, a);
-    }
-    if (plain_unroll() == 8)
-        return dsq_launch_pdl(gemv_mma_kernel<EPI, false, 8>, dim3(tiles), dim3(nt), 0, s, a);
-    return dsq_launch_pdl(gemv_mma_kernel<EPI, false>, dim3(tiles), dim3(nt), 0, s, a);
+    return mma_unroll() == 8 ? launch_u<EPI, 8>(a, norm, nt, s) : launch_u<EPI, MMA_UNROLL>(a, norm, nt, s);
 }
 
 /* DSQ_CUDA_GEMV_MMA_NT (read once): the block size of plain launches asked
@@ -235,7 +242,7 @@ static dsq_status run(const MmaArgs &a, bool norm, dsq_epilogue epi, int nt, cud
         nt = nt_env();
     if (nt <= 0 && !norm) /* 8 warps per tile keep enough loads in flight */
         nt = 256;
-    if (nt <= 0) /* the norm variant (unused by dsq_cu_linear): as before stop 41 */
+    if (nt <= 0) /* the norm variant (dsq_cu_linear with mma_norm): 8 warps below 512 tiles */
         nt = (a.N + 15) / 16 < 512 ? 256 : 128;
     if (nt % 32 || nt < 32 || nt > MMA_MAX_WARPS * 32)
         return dsq_fail(DSQ_ERR_INTERNAL, "gemv (tensor cores): block of %d threads", nt);

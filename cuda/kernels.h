@@ -279,6 +279,10 @@ typedef struct dsq_cu_linear_env {
     int32_t long_min;    /* bf16 products with K > 4,096 (down) of long_min..gemv_max
                             rows take the path of more rows, not the FMA GEMV
                             (linear.cu); 0: never */
+    int32_t mma_norm;    /* bf16 products on the tensor-core GEMV of at most this
+                            many 16-row tiles take the RMSNorm folded in
+                            (dsq_cu_gemv_mma_norm: qkv, 128 tiles) instead of
+                            the norm's own kernel; 0: never */
     cudaStream_t stream;
     /* quantized weights (Q8_ROW / Q4_G128) with T > DSQ_QGEMV_MAX: the
      * matrix dequantized to bf16 here, then the cuBLASLt path; NULL or too

@@ -212,8 +212,10 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
         const dsq_bf16 *w = (const dsq_bf16 *)W->data;
         /* folded into the FMA GEMV (1 row by default: from 2 rows its
          * every-block norm made the step slower, stop 41); the tensor-core
-         * GEMV's norm variant (dsq_cu_gemv_mma_norm) is slower than rmsnorm
-         * + MMA on the H200 at 8 rows (12.6 vs ~7 us, qkv shape), so unused */
+         * GEMV's norm variant (dsq_cu_gemv_mma_norm) was slower than rmsnorm
+         * + MMA on the H200 at 8 rows (12.6 vs ~7 us, qkv shape, its norm
+         * then T rounds of loads and two barriers), so it runs only where
+         * mma_norm says (below) */
         if (W->format == DSQ_WF_BF16 && T <= env->gemv_max && T <= env->norm_fuse && !use_mma(env, T, K) &&
             !(rows_from_min(env, T) && dsq_cu_gemm_rows_ok(T, K, x, w))) {
             if (dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, w)) {
@@ -237,6 +239,14 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
                                            (const uint8_t *)W->data, (const uint16_t *)W->scales,
                                            (const uint8_t *)W->zeros, bias, T, (int32_t)W->rows, K, epi, y, 0, 0,
                                            env->stream);
+        /* the tensor-core GEMV of few tiles (mma_norm: qkv at 4-8 rows):
+         * each block computes the T norms, a warp per row */
+        if (W->format == DSQ_WF_BF16 && env->mma_norm > 0 && T <= env->gemv_max && use_mma(env, T, K) &&
+            (W->rows + 15) / 16 <= env->mma_norm && dsq_cu_gemv_mma_ok(T, K, env->norm_x, w) &&
+            ((uintptr_t)env->norm_w & 15) == 0 && (size_t)T * (K + 32) * 2 <= DSQ_GEMV_NORM_MAX_SMEM &&
+            epi != DSQ_EPI_ADD && !(rows_from_min(env, T) && dsq_cu_gemm_rows_ok(T, K, x, w)))
+            return dsq_cu_gemv_mma_norm(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps, w, bias, T,
+                                        (int32_t)W->rows, K, epi, y, 0, env->stream);
         dsq_status st = dsq_cu_rmsnorm(env->norm_x, env->norm_rows, T, K, env->norm_w, env->norm_eps,
                                        (dsq_bf16 *)x, env->stream);
         if (st != DSQ_OK)

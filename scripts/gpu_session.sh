@@ -53,6 +53,8 @@
 #                                       # rows beside the defaults
 #   bash scripts/gpu_session.sh final42 # stop 42's final tree: every CUDA
 #                                       # test, rows beside the old unroll
+#   bash scripts/gpu_session.sh mmanorm42 # branch mma-norm: the norm folded
+#                                       # into qkv's tensor-core GEMV at 4-8 rows
 #   bash scripts/gpu_session.sh defaults41 # stop 41's small-batch defaults:
 #                                       # every CUDA test, rows beside the old
 #   bash scripts/gpu_session.sh defaults40 # stop 40's new defaults: tests,
@@ -584,6 +586,26 @@ final42)
     DSQ_CUDA_DECODE_SPLITS_MAX=2 bench_row s2_b64_4096_i8 4096 64 --kv int8
     bench_row b64_1024_r2 1024 64 --kv f16
     DSQ_CUDA_DECODE_SPLITS_MAX=1 bench_row s1_b64_1024_r2 1024 64 --kv f16
+    ;;
+mmanorm42)
+    # stop 42's branch mma-norm: the RMSNorm before qkv folded into the
+    # tensor-core GEMV at 4-8 rows (DSQ_CUDA_MMA_NORM=256, off by default;
+    # its norm now a warp per row): the kernel and dispatch tests, the e2e
+    # tests with it on, then bench rows beside the default, interleaved
+    prebuilt_stage mmanorm42
+    DEADLINE=${DEADLINE:-300}
+    LOGSUFFIX=_mma gtest test_cuda_kernels DSQ_TEST_FILTER=test_gemv_mma
+    LOGSUFFIX=_disp gtest test_cuda_kernels DSQ_TEST_FILTER=test_linear_dispatch
+    grep -hE "dsq_cu_linear|FAIL|worst" "$OUT"/test_cuda_kernels_mma.log "$OUT"/test_cuda_kernels_disp.log | head -12
+    LOGSUFFIX=_mn gtest test_cuda_e2e DSQ_CUDA_MMA_NORM=256
+    LOGSUFFIX=_mn gtest test_cuda_step_greedy DSQ_CUDA_MMA_NORM=256
+    bench_start
+    for rep in 1 2; do
+        for b in 4 8; do
+            bench_row b${b}_r$rep 512 $b --kv f16
+            DSQ_CUDA_MMA_NORM=256 bench_row mn_b${b}_r$rep 512 $b --kv f16
+        done
+    done
     ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
