@@ -294,7 +294,9 @@ typedef struct dsq_cu_linear_env {
      * dsq_cu_rmsnorm(norm_x, norm_rows, T, cols, norm_w, norm_eps), or the
      * norm is folded into the GEMV (dsq_cu_gemv_norm_cfg: bf16 weights,
      * T <= gemv_max and T <= norm_fuse, not the tensor-core GEMV,
-     * dsq_cu_gemv_norm_ok) and x is not written. */
+     * dsq_cu_gemv_norm_ok; or dsq_cu_gemv_mma_norm: the tensor-core GEMV
+     * of at most mma_norm tiles, not the ADD epilogue) and x is not
+     * written. */
     const float *norm_x;     /* fp32 residual rows [*][cols] */
     const int32_t *norm_rows; /* device int32 [T] or NULL */
     const float *norm_w;     /* fp32 [cols] */

@@ -1088,54 +1088,59 @@ static void test_linear_dispatch(void **state)
         free(xlh); free(xlf); free(wlh); free(wlf);
         env.long_min = 0;
     }
-    /* the RMSNorm before a product of 4-8 rows on the tensor cores: with
-     * mma_norm >= its tiles, folded into dsq_cu_gemv_mma_norm (the x buffer
-     * left alone); without, rmsnorm into x and then dsq_cu_gemv_mma */
+    /* the RMSNorm before a product of 4-8 rows on the tensor cores (qkv:
+     * the bias epilogue): with mma_norm >= its tiles, folded into
+     * dsq_cu_gemv_mma_norm (the x buffer left alone); without, or past the
+     * cap, or with the ADD epilogue (refused by the fold), rmsnorm into x
+     * and then dsq_cu_gemv_mma */
     {
-        const int TN = 8;
-        float *xr = rand_f32((size_t)TN * K, 3.0f), *nw = rand_f32(K, 1.5f);
+        const int TN = 8, tiles = (N + 15) / 16;
+        float *xr = rand_f32((size_t)TN * K, 3.0f), *nw = rand_f32(K, 1.5f), *bias = rand_f32(N, 1.0f);
+        float *y0 = rand_f32((size_t)TN * N, 5.0f);
         void *dxr = dev_copy(xr, (size_t)TN * K * 4), *dnw = dev_copy(nw, (size_t)K * 4);
-        void *dxn = dev_nan((size_t)TN * K * 2);
+        void *dbias = dev_copy(bias, (size_t)N * 4);
+        void *dxn = dev_nan((size_t)TN * K * 2), *dx2 = dev_nan((size_t)TN * K * 2);
+        uint16_t *hx = (uint16_t *)malloc((size_t)TN * K * 2);
         env.mma_min = 4;
         env.norm_x = (const float *)dxr;
         env.norm_w = (const float *)dnw;
         env.norm_eps = 1e-6f;
-        for (int fold = 1; fold >= 0; fold--) { /* hb ends with the unfused result */
-            env.mma_norm = fold ? (N + 15) / 16 : 0;
+        /* case: 0 folded, 1 no fold, 2 past the cap, 3 ADD (not foldable) */
+        for (int c = 0; c < 4; c++) {
+            const dsq_epilogue epi = c == 3 ? DSQ_EPI_ADD : DSQ_EPI_BIAS;
+            const float *bb = c == 3 ? NULL : (const float *)dbias;
+            env.mma_norm = c == 1 ? 0 : c == 2 ? tiles - 1 : tiles;
             CU(cudaMemset(dxn, 0xff, (size_t)TN * K * 2));
-            DS(dsq_cu_linear(&w, (const dsq_bf16 *)dxn, NULL, TN, DSQ_EPI_STORE, da, &env));
-            if (fold) {
+            if (c == 3) {
+                CU(cudaMemcpy(da, y0, (size_t)TN * N * 4, cudaMemcpyHostToDevice));
+                CU(cudaMemcpy(db, y0, (size_t)TN * N * 4, cudaMemcpyHostToDevice));
+            }
+            DS(dsq_cu_linear(&w, (const dsq_bf16 *)dxn, bb, TN, epi, da, &env));
+            if (c == 0) {
                 DS(dsq_cu_gemv_mma_norm((const float *)dxr, NULL, (const float *)dnw, 1e-6f, (const dsq_bf16 *)dw,
-                                        NULL, TN, N, K, DSQ_EPI_STORE, db, 0, 0));
-                uint16_t *hx = (uint16_t *)malloc((size_t)TN * K * 2);
-                to_host(hx, dxn, (size_t)TN * K * 2);
-                for (size_t i = 0; i < (size_t)TN * K; i++)
-                    assert_int_equal(hx[i], 0xffff); /* untouched */
-                free(hx);
+                                        bb, TN, N, K, epi, db, 0, 0));
             } else {
-                void *dx2 = dev_nan((size_t)TN * K * 2);
                 DS(dsq_cu_rmsnorm((const float *)dxr, NULL, TN, K, (const float *)dnw, 1e-6f, (dsq_bf16 *)dx2, 0));
-                DS(dsq_cu_gemv_mma((const dsq_bf16 *)dx2, (const dsq_bf16 *)dw, NULL, TN, N, K, DSQ_EPI_STORE, db,
-                                   0, 0));
-                cudaFree(dx2);
+                DS(dsq_cu_gemv_mma((const dsq_bf16 *)dx2, (const dsq_bf16 *)dw, bb, TN, N, K, epi, db, 0, 0));
             }
             to_host(ha, da, (size_t)TN * N * 4);
             to_host(hb, db, (size_t)TN * N * 4);
             assert_memory_equal(ha, hb, (size_t)TN * N * 4);
+            /* x: untouched by the fold, the norm's output otherwise */
+            to_host(hx, dxn, (size_t)TN * K * 2);
+            size_t untouched = 0;
+            for (size_t i = 0; i < (size_t)TN * K; i++)
+                untouched += hx[i] == 0xffff;
+            assert_int_equal(untouched, c == 0 ? (size_t)TN * K : 0);
         }
-        /* more tiles than mma_norm: the norm's own kernel */
-        env.mma_norm = (N + 15) / 16 - 1;
-        DS(dsq_cu_linear(&w, (const dsq_bf16 *)dxn, NULL, TN, DSQ_EPI_STORE, da, &env));
-        to_host(ha, da, (size_t)TN * N * 4);
-        assert_memory_equal(ha, hb, (size_t)TN * N * 4);
         printf("  dsq_cu_linear T=%d with the norm: folded into the tensor-core GEMV where mma_norm allows, "
-               "else rmsnorm + GEMV (bit-identical to the direct launches)\n", TN);
+               "else (no fold, past the cap, ADD) rmsnorm + GEMV; bit-identical to the direct launches\n", TN);
         env.mma_norm = 0;
         env.mma_min = 0;
         env.norm_x = NULL;
         env.norm_w = NULL;
-        cudaFree(dxr); cudaFree(dnw); cudaFree(dxn);
-        free(xr); free(nw);
+        cudaFree(dxr); cudaFree(dnw); cudaFree(dbias); cudaFree(dxn); cudaFree(dx2);
+        free(xr); free(nw); free(bias); free(y0); free(hx);
     }
     /* rows_max (DSQ_CUDA_GEMM_ROWS): more rows than the GEMV takes go
      * through gemm_rows.cu, with the env's workspace and tickets */
