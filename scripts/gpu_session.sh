@@ -600,7 +600,7 @@ mmanorm42)
     LOGSUFFIX=_mn gtest test_cuda_e2e DSQ_CUDA_MMA_NORM=256
     LOGSUFFIX=_mn gtest test_cuda_step_greedy DSQ_CUDA_MMA_NORM=256
     bench_start
-    for rep in 1 2; do
+    for rep in $(seq 1 ${REPS:-2}); do
         for b in 4 8; do
             bench_row b${b}_r$rep 512 $b --kv f16
             DSQ_CUDA_MMA_NORM=256 bench_row mn_b${b}_r$rep 512 $b --kv f16
