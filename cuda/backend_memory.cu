@@ -177,11 +177,15 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     if (long_env && *long_env)
         cc->gemv_long_min = atoi(long_env) < 0 ? 0 : atoi(long_env);
     /* The RMSNorm folded into the tensor-core GEMV of few tiles (qkv at 4-8
-     * rows; a warp per row computes the norm in each block): stop 42's
-     * experiment, off until measured.  DSQ_CUDA_MMA_NORM=n: products of at
-     * most n 16-row tiles (256 takes qkv's 128, not gate/up's 1,120). */
+     * rows; a warp per row computes the norm in each block).  H100, stop 43,
+     * ms per step folded / norm kernel + GEMV: batch 4 1.856, 1.840 / 1.867,
+     * 1.868; batch 8 1.908, 1.907 / 1.918, 1.917.  DSQ_CUDA_MMA_NORM=n:
+     * products of at most n 16-row tiles (default 256: qkv's 128, not
+     * gate/up's 1,120); 0: never. */
     const char *mnorm_env = getenv("DSQ_CUDA_MMA_NORM");
-    cc->gemv_mma_norm = mnorm_env && *mnorm_env && atoi(mnorm_env) > 0 ? atoi(mnorm_env) : 0;
+    cc->gemv_mma_norm = 256;
+    if (mnorm_env && *mnorm_env)
+        cc->gemv_mma_norm = atoi(mnorm_env) > 0 ? atoi(mnorm_env) : 0;
     /* The RMSNorm folded into the FMA GEMV after it: bf16 weights at 1 row
      * only (H100 stop 41, ms per step with the fold / the norm's own kernel:
      * batch 1 1.609 / 1.704, batch 2 1.845-1.862 / 1.758-1.761, batch 3

@@ -214,8 +214,8 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
          * every-block norm made the step slower, stop 41); the tensor-core
          * GEMV's norm variant (dsq_cu_gemv_mma_norm) was slower than rmsnorm
          * + MMA on the H200 at 8 rows (12.6 vs ~7 us, qkv shape, its norm
-         * then T rounds of loads and two barriers), so it runs only where
-         * mma_norm says (below) */
+         * then T rounds of loads and two barriers); with its norm a warp per
+         * row it is faster (stop 43) and runs where mma_norm says (below) */
         if (W->format == DSQ_WF_BF16 && T <= env->gemv_max && T <= env->norm_fuse && !use_mma(env, T, K) &&
             !(rows_from_min(env, T) && dsq_cu_gemm_rows_ok(T, K, x, w))) {
             if (dsq_cu_gemv_norm_ok(T, K, env->norm_x, env->norm_w, w)) {

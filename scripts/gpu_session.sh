@@ -607,6 +607,40 @@ mmanorm42)
         done
     done
     ;;
+split43)
+    # stop 43: the mma-norm fold now on by default (its tests on the default
+    # build, batch 4 / 8 rows beside DSQ_CUDA_MMA_NORM=0), then ncu of the
+    # batch-1 step's 4-bit gate/up (gemm_rows_kernel) and of the batch-64
+    # step's decode attention kernel (what bounds them).
+    prebuilt_stage split43
+    DEADLINE=${DEADLINE:-420}
+    gtest test_cuda_e2e
+    gtest test_cuda_step_greedy
+    LOGSUFFIX=_disp gtest test_cuda_kernels DSQ_TEST_FILTER=test_linear_dispatch
+    bench_start
+    for rep in 1 2; do
+        bench_row b8_r$rep 512 8 --kv f16
+        DSQ_CUDA_MMA_NORM=0 bench_row b8_nomn_r$rep 512 8 --kv f16
+        bench_row b4_r$rep 512 4 --kv f16
+        DSQ_CUDA_MMA_NORM=0 bench_row b4_nomn_r$rep 512 4 --kv f16
+    done
+    if command -v ncu >/dev/null; then
+        ncu_k() { # name regex skip count prompt_len batch args...
+            local name=$1 rx=$2 skip=$3 cnt=$4 pl=$5 bt=$6
+            shift 6
+            timeout 150 ncu --clock-control none -k regex:$rx --launch-skip $skip --launch-count $cnt \
+                --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+                --section MemoryWorkloadAnalysis --section SchedulerStats \
+                "$B/examples/dsqwen" bench --model $M --prompt-len $pl --max-tokens 4 --batch $bt "$@" \
+                >"$OUT/ncu_$name.log" 2>&1
+            echo "== ncu $name rc=$? ($(el))"
+            grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Grid Size|Block Size|Dynamic Shared|[Ss]tall" \
+                "$OUT/ncu_$name.log" | head -${NCU_ROWS:-60}
+        }
+        ncu_k q4gu gemm_rows_kernel 40 1 512 1 --kv f16 --quantize q4
+        ncu_k attn64 decode_kernel 40 1 1024 64 --kv f16
+    fi
+    ;;
 defaults40)
     # stop 40's defaults, measured before only through their knobs: the
     # one-split decode output (DSQ_CUDA_DECODE_DIRECT now on) and the 4-bit
