@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "gemv_mma_tile.cuh"
 #include "gemv_norm.cuh"
 
 #define MMA_UNROLL 4
@@ -113,43 +114,9 @@ __global__ void __launch_bounds__(MMA_MAX_WARPS * 32) gemv_mma_kernel(MmaArgs a)
         const int next = tile + gridDim.x; /* its first weights go out before this tile's epilogue */
         if (next < ntiles)
             load_tile_w<U>(wa, wb, a, next, warp, NWp, KC);
-        /* C fragment: c0,c1 = rows g, tokens 2q, 2q+1; c2,c3 = row g + 8 */
-        float *rw = red + warp * 128;
-        rw[g * 8 + 2 * q] = c[0];
-        rw[g * 8 + 2 * q + 1] = c[1];
-        rw[(g + 8) * 8 + 2 * q] = c[2];
-        rw[(g + 8) * 8 + 2 * q + 1] = c[3];
+        dsq_mma_tile_put(c, red);
         __syncthreads();
-        const int n0 = tile * 16;
-        if (EPI == DSQ_EPI_SILU_MUL) {
-            for (int j = threadIdx.x; j < 8 * a.T; j += blockDim.x) { /* (gate, up) row pairs 2p, 2p+1 */
-                const int t = j / 8, p = j % 8, n = n0 + 2 * p;
-                if (n + 1 < a.N) {
-                    float gs = 0.0f, us = 0.0f;
-                    for (int w = 0; w < NWp; w++) {
-                        gs += red[w * 128 + (2 * p) * 8 + t];
-                        us += red[w * 128 + (2 * p + 1) * 8 + t];
-                    }
-                    const float s = gs / (1.0f + expf(-gs));
-                    static_cast<uint16_t *>(a.y)[(size_t)t * (a.N / 2) + n / 2] = dsq_f2bf(s * us);
-                }
-            }
-        } else {
-            for (int j = threadIdx.x; j < 16 * a.T; j += blockDim.x) {
-                const int t = j / 16, r = j % 16, n = n0 + r;
-                if (n < a.N) {
-                    float v = 0.0f;
-                    for (int w = 0; w < NWp; w++)
-                        v += red[w * 128 + r * 8 + t];
-                    float *yo = static_cast<float *>(a.y) + (size_t)t * a.N + n;
-                    if (EPI == DSQ_EPI_BIAS)
-                        v += a.bias[n];
-                    if (EPI == DSQ_EPI_ADD)
-                        v += *yo;
-                    *yo = v;
-                }
-            }
-        }
+        dsq_mma_tile_epilogue<EPI>(red, NWp, tile * 16, a.T, a.N, a.bias, a.y);
         tile = next;
         if (tile >= ntiles)
             break;
