@@ -1,5 +1,5 @@
 /* gemv_mma_tile.cuh - the end of a 16-row tile of the tensor-core GEMVs
- * (gemv_mma.cu: bf16 weights; gemv_mma_q4.cu: Q4_G128): each warp's
+ * (gemv_mma.cu: bf16 weights; gemv_mma_quant.cu: Q4_G128, Q8_ROW): each warp's
  * m16n8k16 accumulators C[16 rows][8 tokens] into shared memory, then the
  * warps' sums through the epilogue, per (row, token).
  *

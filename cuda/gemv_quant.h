@@ -127,19 +127,25 @@ dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, cons
                                   int32_t K, int32_t n0, int32_t n1, int32_t part, dsq_bf16 *out,
                                   cudaStream_t stream);
 
-/* Q4_G128 products of 1..DSQ_GEMV_MAX_TOKENS rows on the tensor cores
- * (cuda/gemv_mma_q4.cu): one block of nt threads (a multiple of 32 up to
- * 256; 0 = its choice) per 16 rows of W, no K split, no workspace; codes
- * loaded before the PDL wait.  Only where dsq_cu_gemv_mma_q4_ok(): K a
- * multiple of 128, x and q 16-byte aligned; zero points 0..16 (as
- * gemm_rows.cu).  Numerics as dsq_cu_gemm_rows_q4.  dsq_cu_gemv_mma_q4_use:
- * whether the backend sends a product of T rows here (DSQ_CUDA_Q4_MMA=n:
- * up to n rows; unset or 0: never). */
+/* Q4_G128 / Q8_ROW products of 1..DSQ_GEMV_MAX_TOKENS rows on the tensor
+ * cores (cuda/gemv_mma_quant.cu): blocks of nt threads (a multiple of 32
+ * up to 256; 0 = its choice) over 16-row tiles of W, no K split, no
+ * workspace; codes loaded before the PDL wait.  Only where the _ok
+ * function holds: K a multiple of 128 (Q4) or 64 (Q8), x and q 16-byte
+ * aligned; Q4 zero points 0..16 (as gemm_rows.cu).  Numerics as
+ * dsq_cu_gemm_rows_q4 / _q8.  The _use functions: whether the backend
+ * sends a product of T rows there (DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n: up
+ * to n rows, K <= 4,096; unset or 0: never). */
 int dsq_cu_gemv_mma_q4_ok(int32_t T, int32_t K, const void *x, const uint8_t *q);
 int dsq_cu_gemv_mma_q4_use(int32_t T, int32_t N, int32_t K, const void *x, const uint8_t *q);
 dsq_status dsq_cu_gemv_mma_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
                               const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
                               int32_t K, dsq_epilogue epi, void *y, int nt, cudaStream_t stream);
+int dsq_cu_gemv_mma_q8_ok(int32_t T, int32_t K, const void *x, const int8_t *q);
+int dsq_cu_gemv_mma_q8_use(int32_t T, int32_t N, int32_t K, const void *x, const int8_t *q);
+dsq_status dsq_cu_gemv_mma_q8(const dsq_bf16 *x, const int8_t *q, const float *scales, const float *bias,
+                              int32_t T, int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt,
+                              cudaStream_t stream);
 
 /* Tensor-core products of 1..DSQ_GEMM_ROWS_MAX rows (cuda/gemm_rows.cu,
  * the bf16 dsq_cu_gemm_rows of kernels.h with the codes converted to bf16

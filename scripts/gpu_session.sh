@@ -610,17 +610,19 @@ mmanorm42)
 split43)
     # stop 43: (1) the mma-norm fold, now on by default: its tests on the
     # default build, batch 4 / 8 beside DSQ_CUDA_MMA_NORM=0; (2) the new
-    # 4-bit tensor-core GEMV (gemv_mma_q4.cu, DSQ_CUDA_Q4_MMA=n, off by
-    # default): its tests, timing table, the quantized e2e test with it on,
-    # and 4-bit batch-1/2 rows beside the default; (3) NCU=1: ncu of the
-    # 4-bit gate/up kernels and the batch-64 decode attention kernel
+    # quantized tensor-core GEMV (gemv_mma_quant.cu, DSQ_CUDA_Q4_MMA /
+    # DSQ_CUDA_Q8_MMA=n, off by default): its tests, timing table, the
+    # quantized e2e test with it on, and 4-bit / INT8 rows beside the
+    # default; (3) NCU=1: ncu of the 4-bit gate/up kernels and the
+    # batch-64 decode attention kernel
     prebuilt_stage split43
     DEADLINE=${DEADLINE:-480}
-    GTEST_TIMEOUT=200 LOGSUFFIX=_mq4 gtest test_cuda_quant DSQ_TEST_FILTER=test_q4_mma* DSQ_CUDA_Q4_MMA=8
-    grep -hE "gemv mma q4|dsq_cu_linear q4|FAIL|ERROR" "$OUT/test_cuda_quant_mq4.log" | head -14
+    GTEST_TIMEOUT=200 LOGSUFFIX=_mq4 gtest test_cuda_quant DSQ_TEST_FILTER=test_q4_mma* DSQ_CUDA_Q4_MMA=8 \
+        DSQ_CUDA_Q8_MMA=8
+    grep -hE "gemv mma q|dsq_cu_linear q. [0-9]+x[0-9]+ T=[18]:|FAIL|ERROR" "$OUT/test_cuda_quant_mq4.log" | head -14
     GTEST_TIMEOUT=200 LOGSUFFIX=_mq4t gtest test_cuda_quant DSQ_TEST_FILTER=test_timing_q4_mma
-    sed -n '/4-bit products/,$p' "$OUT/test_cuda_quant_mq4t.log" | head -22
-    LOGSUFFIX=_mq4 gtest test_cuda_quant_e2e DSQ_CUDA_Q4_MMA=2
+    sed -n '/quantized products, us per call/,$p' "$OUT/test_cuda_quant_mq4t.log" | head -40
+    LOGSUFFIX=_mq4 gtest test_cuda_quant_e2e DSQ_CUDA_Q4_MMA=2 DSQ_CUDA_Q8_MMA=2
     gtest test_cuda_e2e
     gtest test_cuda_step_greedy
     LOGSUFFIX=_disp gtest test_cuda_kernels DSQ_TEST_FILTER=test_linear_dispatch
@@ -634,6 +636,12 @@ split43)
     done
     DSQ_CUDA_Q4_MMA=8 bench_row q4b8_mma 512 8 --kv f16 --quantize q4
     bench_row q4b8 512 8 --kv f16 --quantize q4
+    for rep in 1 2; do
+        bench_row q8_r$rep 512 1 --kv f16 --quantize int8
+        DSQ_CUDA_Q8_MMA=1 bench_row q8_mma_r$rep 512 1 --kv f16 --quantize int8
+    done
+    DSQ_CUDA_Q8_MMA=8 bench_row q8b8_mma 512 8 --kv f16 --quantize int8
+    bench_row q8b8 512 8 --kv f16 --quantize int8
     for rep in 1 2; do
         bench_row b8_r$rep 512 8 --kv f16
         DSQ_CUDA_MMA_NORM=0 bench_row b8_nomn_r$rep 512 8 --kv f16
@@ -654,7 +662,7 @@ split43)
                 "$OUT/ncu_$name.log" | head -${NCU_ROWS:-60}
         }
         ncu_k q4gu gemm_rows_kernel 40 1 512 1 --kv f16 --quantize q4
-        DSQ_CUDA_Q4_MMA=1 ncu_k q4gu_mma gemv_mma_q4 40 1 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_Q4_MMA=1 ncu_k q4gu_mma gemv_mma_quant 40 1 512 1 --kv f16 --quantize q4
         ncu_k attn64 decode_kernel 40 1 1024 64 --kv f16
     fi
     ;;

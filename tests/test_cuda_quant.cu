@@ -157,16 +157,19 @@ static void cpu_ref(const qmat *m, const float *xf, int T, float *y, double *mag
     free(scratch);
 }
 
-/* rows_splits -1: the GEMV (nt x r); -2: gemv_mma_q4.cu (nt threads);
+/* rows_splits -1: the GEMV (nt x r); -2: gemv_mma_quant.cu (nt threads);
  * >= 0: gemm_rows.cu with that many
  * K splits (0: its plan) over a NaN-poisoned workspace and zeroed tickets,
  * which must come back zero. */
 static dsq_status launch(const qmat *m, const uint16_t *dx, const float *dbias, int T, dsq_epilogue epi,
                          void *dy, int nt, int r, int rows_splits)
 {
-    if (rows_splits == -2) /* gemv_mma_q4.cu, nt threads (0: its choice) */
-        return dsq_cu_gemv_mma_q4(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds, (const uint8_t *)m->dz, dbias,
-                                  T, (int32_t)m->N, (int32_t)m->K, epi, dy, nt, 0);
+    if (rows_splits == -2) /* gemv_mma_quant.cu, nt threads (0: its choice) */
+        return m->is_q4 ? dsq_cu_gemv_mma_q4(dx, (const uint8_t *)m->dq, (const uint16_t *)m->ds,
+                                             (const uint8_t *)m->dz, dbias, T, (int32_t)m->N, (int32_t)m->K, epi, dy,
+                                             nt, 0)
+                        : dsq_cu_gemv_mma_q8(dx, (const int8_t *)m->dq, (const float *)m->ds, dbias, T,
+                                             (int32_t)m->N, (int32_t)m->K, epi, dy, nt, 0);
     if (rows_splits < 0) {
         /* gemv_quant.cu's own kernels: nt == 1 at their default shape, nt < 0 at -nt x r */
         if (m->is_q4 && (nt == 1 || nt < 0))
@@ -545,11 +548,11 @@ static void test_gemm_rows_q4(void **state)
  * to that many rows go to gemm_rows.cu with the env's workspace and tickets
  * (the same bits as the direct launch), more rows keep the previous path;
  * with qrows_max 0 a few rows still take the GEMV. */
-/* gemv_mma_q4.cu against the CPU product: odd tile counts (N not a
- * multiple of 16), K of 1 to 70 groups (more groups than a warp's U in
- * flight: several rounds), every epilogue, 1..8 rows, block sizes of 1 to 8
- * warps (the default from the group count too), more tiles than resident
- * blocks, output poisoned with NaN */
+/* gemv_mma_quant.cu (Q4 and Q8) against the CPU product: odd tile counts
+ * (N not a multiple of 16), K of 1 to 70 Q4 groups (more units than a
+ * warp's U in flight: several rounds), every epilogue, 1..8 rows, block
+ * sizes of 1 to 8 warps (the default from the unit count too), more tiles
+ * than resident blocks, output poisoned with NaN */
 static void test_q4_mma_gemv(void **state)
 {
     (void)state;
@@ -557,9 +560,10 @@ static void test_q4_mma_gemv(void **state)
      * 132-SM GPU (6-7 per SM): blocks walk several tiles */
     static const int64_t sizes[][2] = {{1, 128}, {17, 384}, {31, 1536}, {130, 128}, {18, 8960}, {40, 4096},
                                        {129, 1536}, {9, 640}, {13002, 128}};
+    for (int is_q4 = 1; is_q4 >= 0; is_q4--) {
     double worst = 0;
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-        qmat m = make_qmat(1, sizes[si][0], sizes[si][1]);
+        qmat m = make_qmat(is_q4, sizes[si][0], sizes[si][1]);
         for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++) {
             check_case(&m, T, DSQ_EPI_STORE, 0, 0, 0, &worst, -2);
             if (T == 1 || T == 2 || T == 5 || T == 8) {
@@ -577,7 +581,31 @@ static void test_q4_mma_gemv(void **state)
         }
         free_qmat(&m);
     }
-    printf("  gemv mma q4: worst |gpu - cpu| / tol over all cases = %.3g\n", worst);
+    printf("  gemv mma %s: worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8", worst);
+    }
+    { /* Q8: K not whole 64-k units, misaligned x, no row scales */
+        qmat m8 = make_qmat(0, 8, 256);
+        uint16_t *dx8 = (uint16_t *)dev_nan(8 * 256 * 2 + 16);
+        float *dy8 = (float *)dev_nan(8 * 8 * 4);
+        assert_false(dsq_cu_gemv_mma_q8_ok(1, 96, dx8, (const int8_t *)m8.dq));
+        assert_false(dsq_cu_gemv_mma_q8_ok(1, 256, dx8 + 1, (const int8_t *)m8.dq));
+        assert_true(dsq_cu_gemv_mma_q8_ok(1, 192, dx8, (const int8_t *)m8.dq));
+        assert_int_equal(dsq_cu_gemv_mma_q8(dx8 + 1, (const int8_t *)m8.dq, (const float *)m8.ds, NULL, 1, 8, 256,
+                                            DSQ_EPI_STORE, dy8, 0, 0),
+                         DSQ_ERR_INTERNAL);
+        assert_int_equal(dsq_cu_gemv_mma_q8(dx8, (const int8_t *)m8.dq, NULL, NULL, 1, 8, 256, DSQ_EPI_STORE, dy8,
+                                            0, 0),
+                         DSQ_ERR_INTERNAL);
+        assert_int_equal(dsq_cu_gemv_mma_q8(dx8, (const int8_t *)m8.dq, (const float *)m8.ds, NULL, 1, 7, 256,
+                                            DSQ_EPI_SILU_MUL, dy8, 0, 0),
+                         DSQ_ERR_INTERNAL);
+        float h8[64];
+        to_host(h8, dy8, sizeof h8);
+        for (int i = 0; i < 64; i++)
+            assert_true(isnan(h8[i])); /* untouched */
+        cudaFree(dx8), cudaFree(dy8);
+        free_qmat(&m8);
+    }
 
     /* refused, nothing launched: K not whole groups, misaligned x, T out
      * of range, odd N with SwiGLU, BIAS without bias, block size */
@@ -609,51 +637,53 @@ static void test_q4_mma_gemv(void **state)
     free_qmat(&m);
 }
 
-/* With DSQ_CUDA_Q4_MMA set in the environment (read once per process),
- * dsq_cu_linear sends the Q4_G128 products it covers to gemv_mma_q4.cu:
- * the same bits as the direct launch.  Without it, the products stay off
- * it (not checked bit for bit: the other kernels sum in other orders). */
+/* With DSQ_CUDA_Q4_MMA (DSQ_CUDA_Q8_MMA) set in the environment (read
+ * once per process), dsq_cu_linear sends the Q4_G128 (Q8_ROW) products of
+ * short rows to gemv_mma_quant.cu: the same bits as the direct launch.
+ * Products of long rows (down) stay on the GEMV. */
 static void test_q4_mma_linear(void **state)
 {
     (void)state;
-    const char *e = getenv("DSQ_CUDA_Q4_MMA");
-    if (!e || atoi(e) < 1) {
-        printf("  DSQ_CUDA_Q4_MMA not set: the dispatch to gemv_mma_q4.cu is not exercised here\n");
-        return;
-    }
-    const int rows = atoi(e);
-    static const int64_t sizes[][2] = {{2048, 1536}, {17920, 1536}, {1536, 8960}};
-    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-        qmat m = make_qmat(1, sizes[si][0], sizes[si][1]);
-        const int64_t N = m.N, K = m.K;
-        for (int T = 1; T <= rows && T <= DSQ_GEMV_MAX_TOKENS; T++) {
-            const dsq_epilogue epi = N == 17920 ? DSQ_EPI_SILU_MUL : DSQ_EPI_STORE;
-            uint16_t *x = (uint16_t *)malloc((size_t)(T * K) * 2);
-            for (int64_t i = 0; i < T * K; i++)
-                x[i] = dsq_f32_to_bf16(frand(1.0f));
-            uint16_t *dx = (uint16_t *)dev_copy(x, (size_t)(T * K) * 2);
-            const size_t yb = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
-            void *d0 = dev_nan(yb), *d1 = dev_nan(yb);
-            DS(dsq_cu_gemv_mma_q4((const dsq_bf16 *)dx, (const uint8_t *)m.dq, (const uint16_t *)m.ds,
-                                  (const uint8_t *)m.dz, NULL, T, (int32_t)N, (int32_t)K, epi, d0, 0, 0));
-            dsq_weight w = qweight_of(&m);
-            if (epi == DSQ_EPI_SILU_MUL)
-                w.layout = DSQ_WL_GATE_UP;
-            dsq_cu_linear_env env = {}; /* the rest on the GEMVs: no workspace, no tile */
-            env.gemv_max = DSQ_GEMV_MAX_TOKENS;
-            DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, epi, d1, &env));
-            void *h0 = malloc(yb), *h1 = malloc(yb);
-            to_host(h0, d0, yb);
-            to_host(h1, d1, yb);
-            const int via = K <= 4096;
-            if (via && memcmp(h0, h1, yb) != 0)
-                fail_msg("dsq_cu_linear q4 %lldx%lld T=%d: not the gemv_mma_q4 bits", (long long)N, (long long)K, T);
-            printf("  dsq_cu_linear q4 %lldx%lld T=%d: %s\n", (long long)N, (long long)K, T,
-                   via ? "gemv_mma_q4.cu's bits" : memcmp(h0, h1, yb) ? "another kernel (K > 4,096)" : "same bits?");
-            free(x), free(h0), free(h1);
-            cudaFree(dx), cudaFree(d0), cudaFree(d1);
+    for (int is_q4 = 1; is_q4 >= 0; is_q4--) {
+        const char *knob = is_q4 ? "DSQ_CUDA_Q4_MMA" : "DSQ_CUDA_Q8_MMA", *e = getenv(knob);
+        if (!e || atoi(e) < 1) {
+            printf("  %s not set: the dispatch to gemv_mma_quant.cu is not exercised here\n", knob);
+            continue;
         }
-        free_qmat(&m);
+        const int rows = atoi(e);
+        static const int64_t sizes[][2] = {{2048, 1536}, {17920, 1536}, {1536, 8960}};
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            qmat m = make_qmat(is_q4, sizes[si][0], sizes[si][1]);
+            const int64_t N = m.N, K = m.K;
+            for (int T = 1; T <= rows && T <= DSQ_GEMV_MAX_TOKENS; T++) {
+                const dsq_epilogue epi = N == 17920 ? DSQ_EPI_SILU_MUL : DSQ_EPI_STORE;
+                uint16_t *x = (uint16_t *)malloc((size_t)(T * K) * 2);
+                for (int64_t i = 0; i < T * K; i++)
+                    x[i] = dsq_f32_to_bf16(frand(1.0f));
+                uint16_t *dx = (uint16_t *)dev_copy(x, (size_t)(T * K) * 2);
+                const size_t yb = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
+                void *d0 = dev_nan(yb), *d1 = dev_nan(yb);
+                DS(launch(&m, dx, NULL, T, epi, d0, 0, 0, -2));
+                dsq_weight w = qweight_of(&m);
+                if (epi == DSQ_EPI_SILU_MUL)
+                    w.layout = DSQ_WL_GATE_UP;
+                dsq_cu_linear_env env = {}; /* the rest on the GEMVs: no workspace, no tile */
+                env.gemv_max = DSQ_GEMV_MAX_TOKENS;
+                DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, epi, d1, &env));
+                void *h0 = malloc(yb), *h1 = malloc(yb);
+                to_host(h0, d0, yb);
+                to_host(h1, d1, yb);
+                const int via = K <= 4096, same = memcmp(h0, h1, yb) == 0;
+                if (via && !same)
+                    fail_msg("dsq_cu_linear %s %lldx%lld T=%d: not gemv_mma_quant.cu's bits", is_q4 ? "q4" : "q8",
+                             (long long)N, (long long)K, T);
+                printf("  dsq_cu_linear %s %lldx%lld T=%d: %s\n", is_q4 ? "q4" : "q8", (long long)N, (long long)K, T,
+                       via ? "gemv_mma_quant.cu's bits" : same ? "the same bits (unexpected)" : "the GEMV's (K > 4,096)");
+                free(x), free(h0), free(h1);
+                cudaFree(dx), cudaFree(d0), cudaFree(d1);
+            }
+            free_qmat(&m);
+        }
     }
 }
 
@@ -1017,7 +1047,7 @@ static void test_bad_args(void **state)
 /* us per call, rotating through `copies` weight copies of `wb` bytes each in
  * pool (together larger than L2); q4 scales / zeros sit after the codes of
  * each copy.  nt < 0: gemm_rows.cu (`splits`, 0: its plan; ws, tickets);
- * nt >= 1000: gemv_mma_q4.cu at nt - 1000 threads (0: its choice). */
+ * nt >= 1000: gemv_mma_quant.cu at nt - 1000 threads (0: its choice). */
 static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_t wb, int copies, void *dy,
                     int T, int N, int K, cudaEvent_t e0, cudaEvent_t e1, float *ws = NULL, size_t ws_bytes = 0,
                     int32_t *tickets = NULL, int n_tickets = 0, int splits = 0)
@@ -1029,9 +1059,12 @@ static float time_q(int q4, int nt, int r, const uint16_t *dx, char *pool, size_
         if (it == 0)
             CU(cudaEventRecord(e0, 0));
         char *w = pool + (size_t)((it + 3) % copies) * wb;
-        if (nt >= 1000) /* gemv_mma_q4.cu, nt - 1000 threads (0: its choice) */
+        if (nt >= 1000 && q4) /* gemv_mma_quant.cu, nt - 1000 threads (0: its choice) */
             DS(dsq_cu_gemv_mma_q4(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
                                   (const uint8_t *)(w + codes + (size_t)N * G * 2), NULL, T, N, K, DSQ_EPI_STORE, dy,
+                                  nt - 1000, 0));
+        else if (nt >= 1000)
+            DS(dsq_cu_gemv_mma_q8(dx, (const int8_t *)w, (const float *)(w + codes), NULL, T, N, K, DSQ_EPI_STORE, dy,
                                   nt - 1000, 0));
         else if (nt < 0 && q4)
             DS(dsq_cu_gemm_rows_q4(dx, (const uint8_t *)w, (const uint16_t *)(w + codes),
@@ -1194,9 +1227,9 @@ static void test_quant_product_timing(void **state)
     cudaFree(tickets);
 }
 
-/* gemv_mma_q4.cu beside the paths the 4-bit products take today (the
- * GEMV's default shape, gemm_rows.cu's plan), us per call (GB/s of
- * quantized bytes), 1..8 rows; informative */
+/* gemv_mma_quant.cu beside the paths the quantized products take today
+ * (the GEMV's default shape; gemm_rows.cu's plan; Q8's gate/up: gemv_quant.cu's
+ * kernel), us per call (GB/s of quantized bytes), 1..8 rows; informative */
 static void test_timing_q4_mma(void **state)
 {
     (void)state;
@@ -1214,7 +1247,7 @@ static void test_timing_q4_mma(void **state)
     CU(cudaMalloc((void **)&tickets, (size_t)n_tickets * 4));
     CU(cudaMemset(tickets, 0, (size_t)n_tickets * 4));
     CU(cudaMalloc((void **)&pool, pool_bytes));
-    CU(cudaMemset(pool, 0x2c, pool_bytes)); /* fp16 0x2c2c = 0.066: finite scales; zero points 0x2c = 44 */
+    CU(cudaMemset(pool, 0x2c, pool_bytes)); /* fp16 0x2c2c = 0.066, fp32 0x2c2c2c2c: finite scales */
     CU(cudaMalloc(&dx, (size_t)8 * 8960 * 2));
     CU(cudaMemset(dx, 0x3c, (size_t)8 * 8960 * 2));
     CU(cudaMalloc(&dy, (size_t)8 * 17920 * 4));
@@ -1222,28 +1255,34 @@ static void test_timing_q4_mma(void **state)
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
     setenv("DSQ_CUDA_ROWS_WG", "0", 1); /* at 1..8 rows the plan is gemm_rows.cu's mma.sync kernel */
-    printf("\n  4-bit products, us per call (GB/s of quantized bytes): GEMV default shape, gemm_rows.cu planned,\n"
-           "  gemv_mma_q4.cu at its choice of warps and at 2, 4, 8 warps\n");
-    printf("  %-20s %2s %14s %14s %14s %8s %8s %8s\n", "shape", "T", "gemv", "rows", "mma q4", "2 w", "4 w", "8 w");
-    for (int si = 0; si < 4; si++) {
-        const int N = sh[si].N, K = sh[si].K;
-        const size_t G = (size_t)K / 128;
-        const size_t wb = (size_t)N * (K / 2) + (size_t)N * G * 3, wb_al = (wb + 255) & ~(size_t)255;
-        int copies = (int)(pool_bytes / wb_al);
-        copies = copies < 1 ? 1 : copies > 8 ? 8 : copies;
-        for (int T : {1, 2, 4, 8}) {
-            const uint16_t *x = (const uint16_t *)dx;
-            const float ug = time_q(1, 0, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
-            const float ur = time_q(1, -1, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1, ws, ws_bytes, tickets,
-                                    n_tickets);
-            const float um = time_q(1, 1000, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
-            float uw[3];
-            for (int i = 0; i < 3; i++)
-                uw[i] = time_q(1, 1000 + (64 << i), 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
-            printf("  %-20s %2d %6.1f (%5.0f) %6.1f (%5.0f) %6.1f (%5.0f) %8.1f %8.1f %8.1f\n", sh[si].name, T, ug,
-                   wb / (ug * 1e3), ur, wb / (ur * 1e3), um, wb / (um * 1e3), uw[0], uw[1], uw[2]);
+    printf("\n  quantized products, us per call (GB/s of quantized bytes): GEMV default shape (Q8: and\n"
+           "  gemv_quant.cu's kernel, gate/up's default), gemm_rows.cu planned, gemv_mma_quant.cu at its\n"
+           "  choice of warps and at 2, 4, 8 warps\n");
+    printf("  %-4s %-20s %2s %14s %8s %14s %14s %8s %8s %8s\n", "fmt", "shape", "T", "gemv", "old", "rows", "mma",
+           "2 w", "4 w", "8 w");
+    for (int q4 = 1; q4 >= 0; q4--)
+        for (int si = 0; si < 4; si++) {
+            const int N = sh[si].N, K = sh[si].K;
+            const size_t G = (size_t)K / 128;
+            const size_t wb = q4 ? (size_t)N * (K / 2) + (size_t)N * G * 3 : (size_t)N * K + (size_t)N * 4;
+            const size_t wb_al = (wb + 255) & ~(size_t)255;
+            int copies = (int)(pool_bytes / wb_al);
+            copies = copies < 1 ? 1 : copies > 8 ? 8 : copies;
+            for (int T : {1, 2, 4, 8}) {
+                const uint16_t *x = (const uint16_t *)dx;
+                const float ug = time_q(q4, 0, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
+                const float uo = q4 ? -1 : time_q(q4, 1, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
+                const float ur = time_q(q4, -1, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1, ws, ws_bytes, tickets,
+                                        n_tickets);
+                const float um = time_q(q4, 1000, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
+                float uw[3];
+                for (int i = 0; i < 3; i++)
+                    uw[i] = time_q(q4, 1000 + (64 << i), 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
+                printf("  %-4s %-20s %2d %6.1f (%5.0f) %8.1f %6.1f (%5.0f) %6.1f (%5.0f) %8.1f %8.1f %8.1f\n",
+                       q4 ? "q4" : "q8", sh[si].name, T, ug, wb / (ug * 1e3), uo, ur, wb / (ur * 1e3), um,
+                       wb / (um * 1e3), uw[0], uw[1], uw[2]);
+            }
         }
-    }
     unsetenv("DSQ_CUDA_ROWS_WG");
     rows_kernel_reset();
     cudaEventDestroy(e0);

@@ -1,0 +1,323 @@
+/* gemv_mma_quant.cu - y = epilogue(x W^T) for 1..8 rows of x with Q4_G128
+ * or Q8_ROW weights (gemv_quant.h's layouts) on the tensor cores, one block
+ * per 16-row tile of W and no split of K over blocks.
+ *
+ * Why: at one row the 4-bit gate/up ran on gemm_rows.cu at 2 K-splits (11.7
+ * us on an H100 for 14 MB of codes, 1.2 TB/s; docs/performance.md, stop
+ * 39): its blocks walk K in stages with two barriers and an x copy each,
+ * and the splits meet in a workspace fix-up; the INT8 one on gemv_quant.cu's
+ * FMA GEMV (12.7 us for 27.5 MB, stop 43's profile).  Here every warp asks
+ * for all its codes at once, before the PDL wait, reads x straight from
+ * global memory (L1/L2: a few KB shared by every block) and the warps of a
+ * tile meet once, in shared memory: the shape of gemv_mma.cu's bf16 GEMV,
+ * with the codes converted in registers as gemm_rows.cu does.
+ *
+ * Layout.  A block of NW warps owns rows n0 .. n0 + 15 (then n0 + 16 x
+ * the grid, where the tiles outnumber the resident blocks); K is walked in
+ * units of 64 bytes of a row's codes (Q4: a group of 128 k, with its scale
+ * and zero point; Q8: 64 k), unit c to warp c % NW, U units per warp in
+ * flight.  Lane (g = lane / 4, q = lane % 4) loads bytes 64c + 16q .. + 15
+ * of rows g and g + 8 (Q4: k = 128c + 32q .. + 31; Q8: k = 64c + 16q ..
+ * + 15) and x row (token) g at the same k (tokens g >= T are zeros).
+ * Inside an MMA the k order is free: every 8 codes of the lane's 16 bytes
+ * (Q4: word wi; Q8: words 2ci, 2ci + 1) become four exact bf16 pairs, the
+ * A fragments of two m16n8k16 MMAs whose B fragments are the lane's x at
+ * the same 8 k (one 16-byte load).  Q4: code - zero as 128 + code minus
+ * 128 + zero (zero points 0..16); a group's MMAs accumulate apart and are
+ * added to the result times the group's scale, as in gemm_rows.cu.  Q8:
+ * signed bytes by the 2^23 trick; the row scales multiply the row sums at
+ * the end.
+ *
+ * Numerics: fp32 accumulation of exact products x * code; the only
+ * difference from the CPU product (lib/quant_cpu_matmul.c) is the order and
+ * grouping of the fp32 additions (tests/test_cuda_quant.cu). */
+#include <cuda_fp16.h>
+#include <stdlib.h>
+
+#include "common.cuh"
+#include "gemv_mma_tile.cuh"
+#include "gemv_quant.h"
+#include "quant_decode.cuh"
+
+namespace {
+
+constexpr int kMaxWarps = 8;
+enum { F_Q4 = 0, F_Q8 = 1 };
+
+struct QMmaArgs {
+    const uint16_t *x;      /* bf16 [T][K] */
+    const uint8_t *q;       /* codes: Q4 [N][K/2] (two per byte, low nibble first), Q8 int8 [N][K] */
+    const uint16_t *scales; /* Q4: f16 bits [N][K/128] */
+    const uint8_t *zeros;   /* Q4: [N][K/128] */
+    const float *rscales;   /* Q8: fp32 [N] */
+    const float *bias;
+    int T, N, K;
+    int units; /* 64-byte units of a row's codes: Q4 K / 128 (= groups), Q8 K / 64 */
+    void *y;
+};
+
+/* One unit of this lane's two rows (g, g + 8): 16 bytes of codes each;
+ * Q4: the group's scales (f16 bits, row g low) and zero points (row g low). */
+struct QUnit {
+    uint4 a, b;
+    uint32_t sz, zz;
+};
+
+template <int F>
+__device__ __forceinline__ size_t row_bytes(const QMmaArgs &a)
+{
+    return F == F_Q4 ? (size_t)a.K / 2 : (size_t)a.K;
+}
+
+/* units c0 + u * NW (u < U) of tile rows n0 .. n0 + 15 */
+template <int F, int U>
+__device__ __forceinline__ void load_units(QUnit (&w)[U], const QMmaArgs &a, int n0, int c0, int NW)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int na = min(n0 + g, a.N - 1), nb = min(n0 + g + 8, a.N - 1);
+    const uint4 *ra = reinterpret_cast<const uint4 *>(a.q + (size_t)na * row_bytes<F>(a)) + q;
+    const uint4 *rb = reinterpret_cast<const uint4 *>(a.q + (size_t)nb * row_bytes<F>(a)) + q;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = c0 + u * NW;
+        if (c < a.units) {
+            w[u].a = __ldcs(ra + 4 * c);
+            w[u].b = __ldcs(rb + 4 * c);
+            if (F == F_Q4) {
+                w[u].sz = (uint32_t)__ldg(a.scales + (size_t)na * a.units + c) |
+                          (uint32_t)__ldg(a.scales + (size_t)nb * a.units + c) << 16;
+                w[u].zz = (uint32_t)__ldg(a.zeros + (size_t)na * a.units + c) |
+                          (uint32_t)__ldg(a.zeros + (size_t)nb * a.units + c) << 16;
+            }
+        }
+    }
+}
+
+/* word i (0..3) of a 16-byte piece */
+__device__ __forceinline__ uint32_t word_of(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* The unit's products for the lane's token row (xrow: this lane's first
+ * 16-byte piece of x in unit 0; NULL: zeros).  Q4: acc += the group's
+ * scale times x . (code - zero); Q8: acc += x . code (row scales later). */
+template <int F>
+__device__ __forceinline__ void unit_mma(const QUnit &w, const uint4 *xrow, int c, float (&acc)[4])
+{
+    constexpr int XP = F == F_Q4 ? 4 : 2; /* 16-byte pieces of x per lane per unit */
+    uint4 xv[XP];
+#pragma unroll
+    for (int i = 0; i < XP; i++)
+        xv[i] = xrow ? __ldg(xrow + 4 * XP * c + i) : make_uint4(0, 0, 0, 0);
+    if (F == F_Q8) {
+#pragma unroll
+        for (int ci = 0; ci < 2; ci++) { /* codes 8ci .. 8ci + 7: words 2ci, 2ci + 1 */
+            const uint32_t la = word_of(w.a, 2 * ci), ha = word_of(w.a, 2 * ci + 1);
+            const uint32_t lb = word_of(w.b, 2 * ci), hb = word_of(w.b, 2 * ci + 1);
+            dsq_mma_bf16(acc, dsq_qd_s8_bf16x2(la, 0), dsq_qd_s8_bf16x2(lb, 0), dsq_qd_s8_bf16x2(la, 1),
+                         dsq_qd_s8_bf16x2(lb, 1), xv[ci].x, xv[ci].y);
+            dsq_mma_bf16(acc, dsq_qd_s8_bf16x2(ha, 0), dsq_qd_s8_bf16x2(hb, 0), dsq_qd_s8_bf16x2(ha, 1),
+                         dsq_qd_s8_bf16x2(hb, 1), xv[ci].z, xv[ci].w);
+        }
+        return;
+    }
+    const uint32_t zqa = dsq_qd_q4_zero_bf16x2(w.zz & 0xffffu), zqb = dsq_qd_q4_zero_bf16x2(w.zz >> 16);
+    const __nv_bfloat162 za = *reinterpret_cast<const __nv_bfloat162 *>(&zqa);
+    const __nv_bfloat162 zb = *reinterpret_cast<const __nv_bfloat162 *>(&zqb);
+    float gs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int wi = 0; wi < 4; wi++) { /* codes 8wi .. 8wi + 7 */
+        const uint32_t wa = word_of(w.a, wi), wb = word_of(w.b, wi);
+        const uint32_t ua = wa >> 4, ub = wb >> 4;
+        uint32_t pa[4], pb[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t ba = dsq_qd_q4_bf16x2(wa, ua, i), bb = dsq_qd_q4_bf16x2(wb, ub, i);
+            const __nv_bfloat162 da = __hsub2(*reinterpret_cast<const __nv_bfloat162 *>(&ba), za);
+            const __nv_bfloat162 db = __hsub2(*reinterpret_cast<const __nv_bfloat162 *>(&bb), zb);
+            pa[i] = *reinterpret_cast<const uint32_t *>(&da);
+            pb[i] = *reinterpret_cast<const uint32_t *>(&db);
+        }
+        dsq_mma_bf16(gs, pa[0], pb[0], pa[1], pb[1], xv[wi].x, xv[wi].y);
+        dsq_mma_bf16(gs, pa[2], pb[2], pa[3], pb[3], xv[wi].z, xv[wi].w);
+    }
+    const float sa = __half2float(__ushort_as_half((unsigned short)(w.sz & 0xffffu)));
+    const float sb = __half2float(__ushort_as_half((unsigned short)(w.sz >> 16)));
+    acc[0] = fmaf(sa, gs[0], acc[0]);
+    acc[1] = fmaf(sa, gs[1], acc[1]);
+    acc[2] = fmaf(sb, gs[2], acc[2]);
+    acc[3] = fmaf(sb, gs[3], acc[3]);
+}
+
+template <int F, int EPI, int U>
+__global__ void __launch_bounds__(kMaxWarps * 32) gemv_mma_quant_kernel(QMmaArgs a)
+{
+    __shared__ float red[kMaxWarps * 16 * 8]; /* [warp][row 16][token 8] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, NW = blockDim.x >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const int ntiles = (a.N + 15) / 16;
+    int tile = blockIdx.x;
+
+    QUnit w[U];
+    load_units<F, U>(w, a, tile * 16, warp, NW); /* before the wait: weights are constant */
+    dsq_pdl_wait();
+    dsq_pdl_trigger();
+    /* this lane's token row (g < T) at its k of unit 0 (Q4: 32 k, Q8: 16) */
+    const uint4 *xrow =
+        g < a.T ? reinterpret_cast<const uint4 *>(a.x + (size_t)g * a.K) + (F == F_Q4 ? 4 : 2) * q : nullptr;
+
+    for (;;) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c0 = warp;;) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * NW;
+                if (c < a.units)
+                    unit_mma<F>(w[u], xrow, c, acc);
+            }
+            c0 += U * NW;
+            if (c0 >= a.units)
+                break;
+            load_units<F, U>(w, a, tile * 16, c0, NW);
+        }
+        if (F == F_Q8) { /* the row scales (every warp's partial sum: a common factor) */
+            const float sa = __ldg(a.rscales + min(tile * 16 + g, a.N - 1));
+            const float sb = __ldg(a.rscales + min(tile * 16 + g + 8, a.N - 1));
+            acc[0] *= sa, acc[1] *= sa, acc[2] *= sb, acc[3] *= sb;
+        }
+        const int next = tile + gridDim.x; /* its first codes go out before this tile's epilogue */
+        if (next < ntiles)
+            load_units<F, U>(w, a, next * 16, warp, NW);
+        dsq_mma_tile_put(acc, red);
+        __syncthreads();
+        dsq_mma_tile_epilogue<EPI>(red, NW, tile * 16, a.T, a.N, a.bias, a.y);
+        tile = next;
+        if (tile >= ntiles)
+            break;
+        __syncthreads(); /* red is read above before the next tile writes it */
+    }
+}
+
+/* units per warp in flight: K = 1,536's 12 Q4 groups in one round with 4
+ * warps, its 24 Q8 units with 8; 68 registers with the Q4 groups (80 with
+ * 4 in flight: 6 blocks of 4 warps per SM instead of 7) */
+constexpr int kU = 3;
+
+/* Warps per block: enough that each warp's units go out in one round (up
+ * to 8), at least 4. */
+int default_warps(int units)
+{
+    int nw = (units + kU - 1) / kU;
+    return nw < 4 ? 4 : nw > kMaxWarps ? kMaxWarps : nw;
+}
+
+/* Grid: one block per tile up to the resident blocks (gate/up's 1,120
+ * tiles are more than one wave of 4-warp blocks); the blocks then walk
+ * the tiles, each tile's first codes requested before the previous
+ * tile's epilogue. */
+template <int F, int EPI> cudaError_t launch(const QMmaArgs &a, int nw, cudaStream_t s)
+{
+    static int64_t per_sm[kMaxWarps + 1];
+    const unsigned tiles = (unsigned)((a.N + 15) / 16);
+    const unsigned cap =
+        dsq_cu_resident_blocks((const void *)gemv_mma_quant_kernel<F, EPI, kU>, nw * 32, 0, &per_sm[nw]);
+    return dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU>, dim3(tiles < cap ? tiles : cap),
+                          dim3((unsigned)nw * 32), 0, s, a);
+}
+
+template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cudaStream_t stream)
+{
+    const char *name = F == F_Q4 ? "gemv mma q4" : "gemv mma q8";
+    if (!a.x || !a.q || !a.y || a.N <= 0 || (F == F_Q4 ? !a.scales || !a.zeros : !a.rscales))
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: NULL operand or N %d", name, a.N);
+    if (epi == DSQ_EPI_SILU_MUL && a.N % 2)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: SwiGLU with odd N %d", name, a.N);
+    if (epi == DSQ_EPI_BIAS && !a.bias)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: BIAS without a bias", name);
+    if (nt != 0 && (nt % 32 || nt < 32 || nt > kMaxWarps * 32))
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d threads per block", name, nt);
+    const int nw = nt ? nt / 32 : default_warps(a.units);
+    cudaError_t e;
+    switch (epi) {
+    case DSQ_EPI_STORE: e = launch<F, DSQ_EPI_STORE>(a, nw, stream); break;
+    case DSQ_EPI_BIAS: e = launch<F, DSQ_EPI_BIAS>(a, nw, stream); break;
+    case DSQ_EPI_ADD: e = launch<F, DSQ_EPI_ADD>(a, nw, stream); break;
+    case DSQ_EPI_SILU_MUL: e = launch<F, DSQ_EPI_SILU_MUL>(a, nw, stream); break;
+    default: return dsq_fail(DSQ_ERR_INTERNAL, "%s: unknown epilogue %d", name, (int)epi);
+    }
+    return dsq_cu_status(e, F == F_Q4 ? "gemv mma q4 kernel" : "gemv mma q8 kernel");
+}
+
+/* DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n, read once: rows up to n (0 or
+ * unset: none) */
+int rows_knob(int *cache, const char *name)
+{
+    int r = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (r < 0) {
+        const char *e = getenv(name);
+        r = e && *e && atoi(e) > 0 ? atoi(e) : 0;
+        __atomic_store_n(cache, r, __ATOMIC_RELAXED);
+    }
+    return r;
+}
+
+int mma_q_ok(int32_t T, int32_t K, int32_t unit_k, const void *x, const void *q)
+{
+    return T >= 1 && T <= DSQ_GEMV_MAX_TOKENS && K > 0 && K % unit_k == 0 && ((uintptr_t)x & 15) == 0 &&
+           ((uintptr_t)q & 15) == 0;
+}
+
+} // namespace
+
+extern "C" int dsq_cu_gemv_mma_q4_ok(int32_t T, int32_t K, const void *x, const uint8_t *q)
+{
+    return mma_q_ok(T, K, 128, x, q);
+}
+
+extern "C" int dsq_cu_gemv_mma_q8_ok(int32_t T, int32_t K, const void *x, const int8_t *q)
+{
+    return mma_q_ok(T, K, 64, x, q);
+}
+
+/* Products of at most DSQ_CUDA_Q4_MMA (Q8: DSQ_CUDA_Q8_MMA) rows and short
+ * rows (K <= 4,096: qkv, o, gate/up, the head; down's 96 tiles of K = 8,960
+ * leave too few loads in flight, as for gemv_mma.cu) take these kernels
+ * where the backend asks (0 or unset: never). */
+extern "C" int dsq_cu_gemv_mma_q4_use(int32_t T, int32_t N, int32_t K, const void *x, const uint8_t *q)
+{
+    static int rows = -1;
+    (void)N;
+    return T <= rows_knob(&rows, "DSQ_CUDA_Q4_MMA") && K <= 4096 && dsq_cu_gemv_mma_q4_ok(T, K, x, q);
+}
+
+extern "C" int dsq_cu_gemv_mma_q8_use(int32_t T, int32_t N, int32_t K, const void *x, const int8_t *q)
+{
+    static int rows = -1;
+    (void)N;
+    return T <= rows_knob(&rows, "DSQ_CUDA_Q8_MMA") && K <= 4096 && dsq_cu_gemv_mma_q8_ok(T, K, x, q);
+}
+
+extern "C" dsq_status dsq_cu_gemv_mma_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
+                                         const uint8_t *zeros, const float *bias, int32_t T, int32_t N, int32_t K,
+                                         dsq_epilogue epi, void *y, int nt, cudaStream_t stream)
+{
+    if (!dsq_cu_gemv_mma_q4_ok(T, K, x, q))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv mma q4: T %d, K %d or alignment not supported", (int)T, (int)K);
+    QMmaArgs a = {};
+    a.x = (const uint16_t *)x, a.q = q, a.scales = scales, a.zeros = zeros, a.bias = bias;
+    a.T = T, a.N = N, a.K = K, a.units = K / 128, a.y = y;
+    return run<F_Q4>(a, epi, nt, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_mma_q8(const dsq_bf16 *x, const int8_t *q, const float *scales, const float *bias,
+                                         int32_t T, int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt,
+                                         cudaStream_t stream)
+{
+    if (!dsq_cu_gemv_mma_q8_ok(T, K, x, q))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv mma q8: T %d, K %d or alignment not supported", (int)T, (int)K);
+    QMmaArgs a = {};
+    a.x = (const uint16_t *)x, a.q = (const uint8_t *)q, a.rscales = scales, a.bias = bias;
+    a.T = T, a.N = N, a.K = K, a.units = K / 64, a.y = y;
+    return run<F_Q8>(a, epi, nt, stream);
+}
