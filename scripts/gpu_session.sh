@@ -663,7 +663,6 @@ split43)
         }
         ncu_k q4gu gemm_rows_kernel 40 1 512 1 --kv f16 --quantize q4
         DSQ_CUDA_Q4_MMA=1 ncu_k q4gu_mma gemv_mma_quant 40 1 512 1 --kv f16 --quantize q4
-        ncu_k attn64 decode_kernel 40 1 1024 64 --kv f16
     fi
     ;;
 defaults40)
