@@ -625,7 +625,6 @@ split43)
     LOGSUFFIX=_mq4 gtest test_cuda_quant_e2e DSQ_CUDA_Q4_MMA=2 DSQ_CUDA_Q8_MMA=2
     gtest test_cuda_e2e
     gtest test_cuda_step_greedy
-    LOGSUFFIX=_disp gtest test_cuda_kernels DSQ_TEST_FILTER=test_linear_dispatch
     LOGSUFFIX=_mma gtest test_cuda_kernels DSQ_TEST_FILTER=test_gemv_mma*
     bench_start
     for rep in 1 2; do
@@ -642,12 +641,10 @@ split43)
     done
     DSQ_CUDA_Q8_MMA=8 bench_row q8b8_mma 512 8 --kv f16 --quantize int8
     bench_row q8b8 512 8 --kv f16 --quantize int8
-    for rep in 1 2; do
-        bench_row b8_r$rep 512 8 --kv f16
-        DSQ_CUDA_MMA_NORM=0 bench_row b8_nomn_r$rep 512 8 --kv f16
-        bench_row b4_r$rep 512 4 --kv f16
-        DSQ_CUDA_MMA_NORM=0 bench_row b4_nomn_r$rep 512 4 --kv f16
-    done
+    bench_row b8 512 8 --kv f16
+    DSQ_CUDA_MMA_NORM=0 bench_row b8_nomn 512 8 --kv f16
+    bench_row b4 512 4 --kv f16
+    DSQ_CUDA_MMA_NORM=0 bench_row b4_nomn 512 4 --kv f16
     if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
         ncu_k() { # name regex skip count prompt_len batch args...
             local name=$1 rx=$2 skip=$3 cnt=$4 pl=$5 bt=$6
