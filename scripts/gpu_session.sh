@@ -623,11 +623,13 @@ split43)
     GTEST_TIMEOUT=200 LOGSUFFIX=_mq4t gtest test_cuda_quant DSQ_TEST_FILTER=test_timing_q4_mma
     sed -n '/quantized products, us per call/,$p' "$OUT/test_cuda_quant_mq4t.log" | head -40
     LOGSUFFIX=_mq4 gtest test_cuda_quant_e2e DSQ_CUDA_Q4_MMA=2 DSQ_CUDA_Q8_MMA=2
-    gtest test_cuda_e2e
-    gtest test_cuda_step_greedy
-    LOGSUFFIX=_mma gtest test_cuda_kernels DSQ_TEST_FILTER=test_gemv_mma*
+    if [ "${QUICK:-0}" != 1 ]; then # QUICK=1: the quantized kernel's tests and rows only
+        gtest test_cuda_e2e
+        gtest test_cuda_step_greedy
+        LOGSUFFIX=_mma gtest test_cuda_kernels DSQ_TEST_FILTER=test_gemv_mma*
+    fi
     bench_start
-    for rep in 1 2; do
+    for rep in $(seq 1 ${REPS:-2}); do
         bench_row q4_r$rep 512 1 --kv f16 --quantize q4
         DSQ_CUDA_Q4_MMA=1 bench_row q4_mma_r$rep 512 1 --kv f16 --quantize q4
         bench_row q4b2_r$rep 512 2 --kv f16 --quantize q4
@@ -635,7 +637,7 @@ split43)
     done
     DSQ_CUDA_Q4_MMA=8 bench_row q4b8_mma 512 8 --kv f16 --quantize q4
     bench_row q4b8 512 8 --kv f16 --quantize q4
-    for rep in 1 2; do
+    for rep in $(seq 1 ${REPS:-2}); do
         bench_row q8_r$rep 512 1 --kv f16 --quantize int8
         DSQ_CUDA_Q8_MMA=1 bench_row q8_mma_r$rep 512 1 --kv f16 --quantize int8
     done
