@@ -12,8 +12,7 @@
  * tile meet once, in shared memory: the shape of gemv_mma.cu's bf16 GEMV,
  * with the codes converted in registers as gemm_rows.cu does.
  *
- * Layout.  A block of NW warps owns rows n0 .. n0 + 15 (then n0 + 16 x
- * the grid, where the tiles outnumber the resident blocks); K is walked in
+ * Layout.  A block of NW warps owns rows n0 .. n0 + 15; K is walked in
  * units of 64 bytes of a row's codes (Q4: a group of 128 k, with its scale
  * and zero point; Q8: 64 k), unit c to warp c % NW, U units per warp in
  * flight.  Lane (g = lane / 4, q = lane % 4) loads bytes 64c + 16q .. + 15
@@ -156,52 +155,42 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_mma_quant_kernel(QMmaArgs
     __shared__ float red[kMaxWarps * 16 * 8]; /* [warp][row 16][token 8] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, NW = blockDim.x >> 5;
     const int g = lane >> 2, q = lane & 3;
-    const int ntiles = (a.N + 15) / 16;
-    int tile = blockIdx.x;
+    const int n0 = blockIdx.x * 16;
 
     QUnit w[U];
-    load_units<F, U>(w, a, tile * 16, warp, NW); /* before the wait: weights are constant */
+    load_units<F, U>(w, a, n0, warp, NW); /* before the wait: weights are constant */
     dsq_pdl_wait();
     dsq_pdl_trigger();
     /* this lane's token row (g < T) at its k of unit 0 (Q4: 32 k, Q8: 16) */
     const uint4 *xrow =
         g < a.T ? reinterpret_cast<const uint4 *>(a.x + (size_t)g * a.K) + (F == F_Q4 ? 4 : 2) * q : nullptr;
 
-    for (;;) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int c0 = warp;;) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int c0 = warp;;) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * NW;
-                if (c < a.units)
-                    unit_mma<F>(w[u], xrow, c, acc);
-            }
-            c0 += U * NW;
-            if (c0 >= a.units)
-                break;
-            load_units<F, U>(w, a, tile * 16, c0, NW);
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * NW;
+            if (c < a.units)
+                unit_mma<F>(w[u], xrow, c, acc);
         }
-        if (F == F_Q8) { /* the row scales (every warp's partial sum: a common factor) */
-            const float sa = __ldg(a.rscales + min(tile * 16 + g, a.N - 1));
-            const float sb = __ldg(a.rscales + min(tile * 16 + g + 8, a.N - 1));
-            acc[0] *= sa, acc[1] *= sa, acc[2] *= sb, acc[3] *= sb;
-        }
-        const int next = tile + gridDim.x; /* its first codes go out before this tile's epilogue */
-        if (next < ntiles)
-            load_units<F, U>(w, a, next * 16, warp, NW);
-        dsq_mma_tile_put(acc, red);
-        __syncthreads();
-        dsq_mma_tile_epilogue<EPI>(red, NW, tile * 16, a.T, a.N, a.bias, a.y);
-        tile = next;
-        if (tile >= ntiles)
+        c0 += U * NW;
+        if (c0 >= a.units)
             break;
-        __syncthreads(); /* red is read above before the next tile writes it */
+        load_units<F, U>(w, a, n0, c0, NW);
     }
+    if (F == F_Q8) { /* the row scales (every warp's partial sum: a common factor) */
+        const float sa = __ldg(a.rscales + min(n0 + g, a.N - 1));
+        const float sb = __ldg(a.rscales + min(n0 + g + 8, a.N - 1));
+        acc[0] *= sa, acc[1] *= sa, acc[2] *= sb, acc[3] *= sb;
+    }
+    dsq_mma_tile_put(acc, red);
+    __syncthreads();
+    dsq_mma_tile_epilogue<EPI>(red, NW, n0, a.T, a.N, a.bias, a.y);
 }
 
 /* units per warp in flight: K = 1,536's 12 Q4 groups in one round with 4
- * warps, its 24 Q8 units with 8; 68 registers with the Q4 groups (80 with
- * 4 in flight: 6 blocks of 4 warps per SM instead of 7) */
+ * warps, its 24 Q8 units with 8; 64-68 registers with the Q4 groups (8
+ * blocks of 4 warps per SM; 4 in flight took 80: 6 blocks) */
 constexpr int kU = 3;
 
 /* Warps per block: enough that each warp's units go out in one round (up
@@ -212,17 +201,14 @@ int default_warps(int units)
     return nw < 4 ? 4 : nw > kMaxWarps ? kMaxWarps : nw;
 }
 
-/* Grid: one block per tile up to the resident blocks (gate/up's 1,120
- * tiles are more than one wave of 4-warp blocks); the blocks then walk
- * the tiles, each tile's first codes requested before the previous
- * tile's epilogue. */
+/* Grid: one block per tile, gate/up's 1,120 tiles too (more than one wave
+ * of 4-warp blocks): for gemv_mma.cu's bf16 GEMV a grid of the resident
+ * blocks walking the tiles, the next tile's weights requested before the
+ * epilogue, measured slower (stop 42, H100: gate/up at 8 rows 24.9 vs 22.4
+ * us, the head 179.7 vs 161.6) */
 template <int F, int EPI> cudaError_t launch(const QMmaArgs &a, int nw, cudaStream_t s)
 {
-    static int64_t per_sm[kMaxWarps + 1];
-    const unsigned tiles = (unsigned)((a.N + 15) / 16);
-    const unsigned cap =
-        dsq_cu_resident_blocks((const void *)gemv_mma_quant_kernel<F, EPI, kU>, nw * 32, 0, &per_sm[nw]);
-    return dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU>, dim3(tiles < cap ? tiles : cap),
+    return dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU>, dim3((unsigned)((a.N + 15) / 16)),
                           dim3((unsigned)nw * 32), 0, s, a);
 }
 

@@ -552,12 +552,12 @@ static void test_gemm_rows_q4(void **state)
  * (N not a multiple of 16), K of 1 to 70 Q4 groups (more units than a
  * warp's U in flight: several rounds), every epilogue, 1..8 rows, block
  * sizes of 1 to 8 warps (the default from the unit count too), more tiles
- * than resident blocks, output poisoned with NaN */
+ * than one wave of resident blocks, output poisoned with NaN */
 static void test_q4_mma_gemv(void **state)
 {
     (void)state;
-    /* 13,002 x 128: 813 tiles, more than the resident 4-warp blocks of a
-     * 132-SM GPU (6-7 per SM): blocks walk several tiles */
+    /* 13,002 x 128: 813 tiles, more than one wave of 4-warp blocks on a
+     * 132-SM GPU (6-7 per SM) */
     static const int64_t sizes[][2] = {{1, 128}, {17, 384}, {31, 1536}, {130, 128}, {18, 8960}, {40, 4096},
                                        {129, 1536}, {9, 640}, {13002, 128}};
     for (int is_q4 = 1; is_q4 >= 0; is_q4--) {
