@@ -189,8 +189,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_mma_quant_kernel(QMmaArgs
 }
 
 /* units per warp in flight: K = 1,536's 12 Q4 groups in one round with 4
- * warps, its 24 Q8 units with 8; 64-68 registers with the Q4 groups (8
- * blocks of 4 warps per SM; 4 in flight took 80: 6 blocks) */
+ * warps, its 24 Q8 units with 8; Q4 takes 64 registers (68 with SwiGLU:
+ * 8 or 7 blocks of 4 warps per SM; 4 in flight took 80: 6 blocks) */
 constexpr int kU = 3;
 
 /* Warps per block: enough that each warp's units go out in one round (up
@@ -267,9 +267,11 @@ extern "C" int dsq_cu_gemv_mma_q8_ok(int32_t T, int32_t K, const void *x, const 
 }
 
 /* Products of at most DSQ_CUDA_Q4_MMA (Q8: DSQ_CUDA_Q8_MMA) rows and short
- * rows (K <= 4,096: qkv, o, gate/up, the head; down's 96 tiles of K = 8,960
- * leave too few loads in flight, as for gemv_mma.cu) take these kernels
- * where the backend asks (0 or unset: never). */
+ * rows (K <= 4,096: o, gate/up, the head, qkv where its RMSNorm is not
+ * folded into the quantized GEMV -- dsq_cu_linear tries that fold first;
+ * down's 96 tiles of K = 8,960 leave too few loads in flight, as for
+ * gemv_mma.cu) take these kernels where linear_quant asks (0 or unset:
+ * never). */
 extern "C" int dsq_cu_gemv_mma_q4_use(int32_t T, int32_t N, int32_t K, const void *x, const uint8_t *q)
 {
     static int rows = -1;

@@ -129,7 +129,8 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
 {
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
     /* DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA: products of few rows on
-     * gemv_mma_quant.cu, ahead of gemm_rows.cu and the quantized GEMVs */
+     * gemv_mma_quant.cu, ahead of gemm_rows.cu and the quantized GEMVs
+     * (not qkv where dsq_cu_linear folded its RMSNorm into the GEMV) */
     if (W->format == DSQ_WF_Q4_G128 && dsq_cu_gemv_mma_q4_use(T, N, K, x, (const uint8_t *)W->data))
         return dsq_cu_gemv_mma_q4(x, (const uint8_t *)W->data, (const uint16_t *)W->scales,
                                   (const uint8_t *)W->zeros, bias, T, N, K, epi, y, 0, env->stream);
