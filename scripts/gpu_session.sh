@@ -623,6 +623,11 @@ split43)
     GTEST_TIMEOUT=200 LOGSUFFIX=_mq4t gtest test_cuda_quant DSQ_TEST_FILTER=test_timing_q4_mma
     sed -n '/quantized products, us per call/,$p' "$OUT/test_cuda_quant_mq4t.log" | head -40
     LOGSUFFIX=_mq4 gtest test_cuda_quant_e2e DSQ_CUDA_Q4_MMA=2 DSQ_CUDA_Q8_MMA=2
+    if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then # memcheck of the new kernel's tests
+        DSQ_TEST_FILTER=test_q4_mma_gemv timeout 200 compute-sanitizer --tool memcheck "$B/tests/test_cuda_quant" \
+            >"$OUT/memcheck_mq4.log" 2>&1
+        echo "== memcheck rc=$? ($(el)) $(grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck_mq4.log" | tr '\n' ' ')"
+    fi
     if [ "${QUICK:-0}" != 1 ]; then # QUICK=1: the quantized kernel's tests and rows only
         gtest test_cuda_e2e
         gtest test_cuda_step_greedy
