@@ -232,7 +232,7 @@ template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cud
     case DSQ_EPI_SILU_MUL: e = launch<F, DSQ_EPI_SILU_MUL>(a, nw, stream); break;
     default: return dsq_fail(DSQ_ERR_INTERNAL, "%s: unknown epilogue %d", name, (int)epi);
     }
-    return dsq_cu_status(e, F == F_Q4 ? "gemv mma q4 kernel" : "gemv mma q8 kernel");
+    return dsq_cu_status(e, name);
 }
 
 /* DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n, read once: rows up to n (0 or
@@ -242,7 +242,8 @@ int rows_knob(int *cache, const char *name)
     int r = __atomic_load_n(cache, __ATOMIC_RELAXED);
     if (r < 0) {
         const char *e = getenv(name);
-        r = e && *e && atoi(e) > 0 ? atoi(e) : 0;
+        r = e ? atoi(e) : 0;
+        r = r > 0 ? r : 0;
         __atomic_store_n(cache, r, __ATOMIC_RELAXED);
     }
     return r;
