@@ -188,18 +188,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_mma_quant_kernel(QMmaArgs
     dsq_mma_tile_epilogue<EPI>(red, NW, n0, a.T, a.N, a.bias, a.y);
 }
 
-/* units per warp in flight: K = 1,536's 12 Q4 groups in one round with 4
- * warps, its 24 Q8 units with 8; Q4 takes 64 registers (68 with SwiGLU:
- * 8 or 7 blocks of 4 warps per SM; 4 in flight took 80: 6 blocks) */
+/* units per warp in flight: K = 1,536's 24 Q8 units in one round with 8
+ * warps (its 12 Q4 groups with 4); Q4 takes 64 registers (68 with SwiGLU:
+ * 4 or 3 blocks of 8 warps per SM; 4 in flight took 80) */
 constexpr int kU = 3;
 
-/* Warps per block: enough that each warp's units go out in one round (up
- * to 8), at least 4. */
-int default_warps(int units)
-{
-    int nw = (units + kU - 1) / kU;
-    return nw < 4 ? 4 : nw > kMaxWarps ? kMaxWarps : nw;
-}
+/* Warps per block: 8 whatever K.  H100, stop 44 (test_timing_q4_mma, us
+ * per call at 1 / 8 rows): Q4 gate/up 10.3 / 11.6 with 8 warps against
+ * 10.9 / 11.8 with 4 (the choice of one round of units per warp, 4 for K
+ * = 1,536), qkv 3.1 / 3.3 against 3.3 / 3.7, o equal; down (70 Q4
+ * groups) 9.5 against 16.6; Q8 chose 8 already (24 units). */
+constexpr int kDefaultWarps = kMaxWarps;
 
 /* Grid: one block per tile, gate/up's 1,120 tiles too (more than one wave
  * of 4-warp blocks): for gemv_mma.cu's bf16 GEMV a grid of the resident
@@ -223,7 +222,7 @@ template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cud
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: BIAS without a bias", name);
     if (nt != 0 && (nt % 32 || nt < 32 || nt > kMaxWarps * 32))
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d threads per block", name, nt);
-    const int nw = nt ? nt / 32 : default_warps(a.units);
+    const int nw = nt ? nt / 32 : kDefaultWarps;
     cudaError_t e;
     switch (epi) {
     case DSQ_EPI_STORE: e = launch<F, DSQ_EPI_STORE>(a, nw, stream); break;
@@ -233,20 +232,6 @@ template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cud
     default: return dsq_fail(DSQ_ERR_INTERNAL, "%s: unknown epilogue %d", name, (int)epi);
     }
     return dsq_cu_status(e, name);
-}
-
-/* DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n, read once: rows up to n (0 or
- * unset: none) */
-int rows_knob(int *cache, const char *name)
-{
-    int r = __atomic_load_n(cache, __ATOMIC_RELAXED);
-    if (r < 0) {
-        const char *e = getenv(name);
-        r = e ? atoi(e) : 0;
-        r = r > 0 ? r : 0;
-        __atomic_store_n(cache, r, __ATOMIC_RELAXED);
-    }
-    return r;
 }
 
 int mma_q_ok(int32_t T, int32_t K, int32_t unit_k, const void *x, const void *q)
@@ -265,26 +250,6 @@ extern "C" int dsq_cu_gemv_mma_q4_ok(int32_t T, int32_t K, const void *x, const 
 extern "C" int dsq_cu_gemv_mma_q8_ok(int32_t T, int32_t K, const void *x, const int8_t *q)
 {
     return mma_q_ok(T, K, 64, x, q);
-}
-
-/* Products of at most DSQ_CUDA_Q4_MMA (Q8: DSQ_CUDA_Q8_MMA) rows and short
- * rows (K <= 4,096: o, gate/up, the head, qkv where its RMSNorm is not
- * folded into the quantized GEMV -- dsq_cu_linear tries that fold first;
- * down's 96 tiles of K = 8,960 leave too few loads in flight, as for
- * gemv_mma.cu) take these kernels where linear_quant asks (0 or unset:
- * never). */
-extern "C" int dsq_cu_gemv_mma_q4_use(int32_t T, int32_t N, int32_t K, const void *x, const uint8_t *q)
-{
-    static int rows = -1;
-    (void)N;
-    return T <= rows_knob(&rows, "DSQ_CUDA_Q4_MMA") && K <= 4096 && dsq_cu_gemv_mma_q4_ok(T, K, x, q);
-}
-
-extern "C" int dsq_cu_gemv_mma_q8_use(int32_t T, int32_t N, int32_t K, const void *x, const int8_t *q)
-{
-    static int rows = -1;
-    (void)N;
-    return T <= rows_knob(&rows, "DSQ_CUDA_Q8_MMA") && K <= 4096 && dsq_cu_gemv_mma_q8_ok(T, K, x, q);
 }
 
 extern "C" dsq_status dsq_cu_gemv_mma_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,

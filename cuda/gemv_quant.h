@@ -133,16 +133,13 @@ dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, cons
  * workspace; codes loaded before the PDL wait.  Only where the _ok
  * function holds: K a multiple of 128 (Q4) or 64 (Q8), x and q 16-byte
  * aligned; Q4 zero points 0..16 (as gemm_rows.cu).  Numerics as
- * dsq_cu_gemm_rows_q4 / _q8.  The _use functions: whether the backend
- * sends a product of T rows there (DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n: up
- * to n rows, K <= 4,096; unset or 0: never). */
+ * dsq_cu_gemm_rows_q4 / _q8.  dsq_cu_linear sends products there as
+ * its env's qmma_* fields say (cuda/kernels.h). */
 int dsq_cu_gemv_mma_q4_ok(int32_t T, int32_t K, const void *x, const uint8_t *q);
-int dsq_cu_gemv_mma_q4_use(int32_t T, int32_t N, int32_t K, const void *x, const uint8_t *q);
 dsq_status dsq_cu_gemv_mma_q4(const dsq_bf16 *x, const uint8_t *q, const uint16_t *scales,
                               const uint8_t *zeros, const float *bias, int32_t T, int32_t N,
                               int32_t K, dsq_epilogue epi, void *y, int nt, cudaStream_t stream);
 int dsq_cu_gemv_mma_q8_ok(int32_t T, int32_t K, const void *x, const int8_t *q);
-int dsq_cu_gemv_mma_q8_use(int32_t T, int32_t N, int32_t K, const void *x, const int8_t *q);
 dsq_status dsq_cu_gemv_mma_q8(const dsq_bf16 *x, const int8_t *q, const float *scales, const float *bias,
                               int32_t T, int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt,
                               cudaStream_t stream);

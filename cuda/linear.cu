@@ -128,13 +128,16 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
                                dsq_epilogue epi, void *y, const dsq_cu_linear_env *env)
 {
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
-    /* DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA: products of few rows on
-     * gemv_mma_quant.cu, ahead of gemm_rows.cu and the quantized GEMVs
+    /* products of few rows on gemv_mma_quant.cu (env qmma_*: 1-8 rows,
+     * 4-bit down from 4), ahead of gemm_rows.cu and the quantized GEMVs
      * (not qkv where dsq_cu_linear folded its RMSNorm into the GEMV) */
-    if (W->format == DSQ_WF_Q4_G128 && dsq_cu_gemv_mma_q4_use(T, N, K, x, (const uint8_t *)W->data))
+    const int mma_k_ok = K <= 4096 || (env->qmma_long_min > 0 && T >= env->qmma_long_min);
+    if (W->format == DSQ_WF_Q4_G128 && T <= env->qmma_q4_max && mma_k_ok &&
+        dsq_cu_gemv_mma_q4_ok(T, K, x, (const uint8_t *)W->data))
         return dsq_cu_gemv_mma_q4(x, (const uint8_t *)W->data, (const uint16_t *)W->scales,
                                   (const uint8_t *)W->zeros, bias, T, N, K, epi, y, 0, env->stream);
-    if (W->format == DSQ_WF_Q8_ROW && dsq_cu_gemv_mma_q8_use(T, N, K, x, (const int8_t *)W->data))
+    if (W->format == DSQ_WF_Q8_ROW && T <= env->qmma_q8_max && K <= 4096 &&
+        dsq_cu_gemv_mma_q8_ok(T, K, x, (const int8_t *)W->data))
         return dsq_cu_gemv_mma_q8(x, (const int8_t *)W->data, (const float *)W->scales, bias, T, N, K, epi, y, 0,
                                   env->stream);
     if (quant_rows_path(W, x, T, env)) {

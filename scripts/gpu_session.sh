@@ -47,6 +47,8 @@
 #                                       # rows, the products' table, profile
 #   bash scripts/gpu_session.sh rows24  # 2-4 rows: where the tensor-core GEMV
 #                                       # and cuBLASLt's down start, the norm
+#   bash scripts/gpu_session.sh qmma44  # stop 44: the quantized tensor-core
+#                                       # GEMV as the default: tests, rows
 #   bash scripts/gpu_session.sh start42 # stop 42: every CUDA test, the mma
 #                                       # knobs' tests and table, a profile
 #   bash scripts/gpu_session.sh bench42 # stop 42: the mma unroll knob's bench
@@ -606,6 +608,50 @@ mmanorm42)
             DSQ_CUDA_MMA_NORM=256 bench_row mn_b${b}_r$rep 512 $b --kv f16
         done
     done
+    ;;
+qmma44)
+    # stop 44: the quantized tensor-core GEMV (gemv_mma_quant.cu) as the
+    # default for Q4 / Q8 products of 1-8 rows (K <= 4,096; 4-bit down from
+    # 4 rows, DSQ_CUDA_Q4_MMA_LONG): every quantized GPU test on the default
+    # build, then rows beside DSQ_CUDA_Q4_MMA=0 / DSQ_CUDA_Q8_MMA=0 (stop 43's
+    # paths) and beside DSQ_CUDA_Q4_MMA_LONG=0
+    prebuilt_stage qmma44
+    DEADLINE=${DEADLINE:-540}
+    GTEST_TIMEOUT=240 gtest test_cuda_quant
+    grep -hE "dsq_cu_linear q. [0-9]+x8960 T=[1248] rows 8|worst|SKIP|FAIL|ERROR" "$OUT/test_cuda_quant.log" | head -16
+    gtest test_cuda_quant_e2e
+    gtest test_cuda_quant_decode
+    if [ "${QUICK:-0}" != 1 ]; then
+        gtest test_cuda_e2e
+        gtest test_cuda_step_greedy
+    fi
+    bench_start
+    for rep in $(seq 1 ${REPS:-2}); do
+        bench_row q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_Q4_MMA=0 bench_row q4_old_r$rep 512 1 --kv f16 --quantize q4
+    done
+    bench_row q4_none 512 1 --kv f16 --quantize q4 --sampling none
+    bench_row q4b2 512 2 --kv f16 --quantize q4
+    DSQ_CUDA_Q4_MMA=0 bench_row q4b2_old 512 2 --kv f16 --quantize q4
+    for rep in $(seq 1 ${REPS:-2}); do
+        bench_row q4b4_r$rep 512 4 --kv f16 --quantize q4
+        DSQ_CUDA_Q4_MMA_LONG=0 bench_row q4b4_nolong_r$rep 512 4 --kv f16 --quantize q4
+        bench_row q4b8_r$rep 512 8 --kv f16 --quantize q4
+        DSQ_CUDA_Q4_MMA_LONG=0 bench_row q4b8_nolong_r$rep 512 8 --kv f16 --quantize q4
+    done
+    DSQ_CUDA_Q4_MMA=0 bench_row q4b4_old 512 4 --kv f16 --quantize q4
+    DSQ_CUDA_Q4_MMA=0 bench_row q4b8_old 512 8 --kv f16 --quantize q4
+    bench_row q4b8_none 512 8 --kv f16 --quantize q4 --sampling none
+    for rep in $(seq 1 ${REPS:-2}); do
+        bench_row q8_r$rep 512 1 --kv f16 --quantize int8
+        DSQ_CUDA_Q8_MMA=0 bench_row q8_old_r$rep 512 1 --kv f16 --quantize int8
+    done
+    bench_row q8_none 512 1 --kv f16 --quantize int8 --sampling none
+    bench_row q8b8 512 8 --kv f16 --quantize int8
+    DSQ_CUDA_Q8_MMA=0 bench_row q8b8_old 512 8 --kv f16 --quantize int8
+    bench_row q8b8_none 512 8 --kv f16 --quantize int8 --sampling none
+    bench_row b1 512 1 --kv f16
+    bench_row b8 512 8 --kv f16
     ;;
 split43)
     # stop 43: (1) the mma-norm fold, now on by default: its tests on the

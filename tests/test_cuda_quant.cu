@@ -633,62 +633,72 @@ static void test_q4_mma_gemv(void **state)
     free_qmat(&m);
 }
 
-/* With DSQ_CUDA_Q4_MMA (DSQ_CUDA_Q8_MMA) set in the environment (read
- * once per process), dsq_cu_linear sends the Q4_G128 (Q8_ROW) products of
- * short rows to gemv_mma_quant.cu: the same bits as the direct launch.
- * Products of long rows (down) stay on the GEMV. */
+/* dsq_cu_linear sends the Q4_G128 (Q8_ROW) products of at most qmma_q4_max
+ * (qmma_q8_max) rows to gemv_mma_quant.cu -- the same bits as the direct
+ * launch -- where K <= 4,096 or (Q4 only) T >= qmma_long_min; other
+ * products keep the GEMV (qrows_max 0 here).  Two settings: the backend's
+ * defaults (8 rows, 4-bit down from 4) and 2 rows without long rows. */
 static void test_q4_mma_linear(void **state)
 {
     (void)state;
-    for (int is_q4 = 1; is_q4 >= 0; is_q4--) {
-        const char *knob = is_q4 ? "DSQ_CUDA_Q4_MMA" : "DSQ_CUDA_Q8_MMA", *e = getenv(knob);
-        if (!e || atoi(e) < 1) {
-            printf("  %s not set: the dispatch to gemv_mma_quant.cu is not exercised here\n", knob);
-            continue;
-        }
-        const int rows = atoi(e);
-        static const int64_t sizes[][2] = {{2048, 1536}, {17920, 1536}, {1536, 8960}};
-        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-            qmat m = make_qmat(is_q4, sizes[si][0], sizes[si][1]);
-            const int64_t N = m.N, K = m.K;
-            for (int T = 1; T <= rows && T <= DSQ_GEMV_MAX_TOKENS; T++) {
-                const dsq_epilogue epi = N == 17920 ? DSQ_EPI_SILU_MUL : DSQ_EPI_STORE;
-                uint16_t *x = (uint16_t *)malloc((size_t)(T * K) * 2);
-                for (int64_t i = 0; i < T * K; i++)
-                    x[i] = dsq_f32_to_bf16(frand(1.0f));
-                uint16_t *dx = (uint16_t *)dev_copy(x, (size_t)(T * K) * 2);
-                const size_t yb = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
-                void *d0 = dev_nan(yb), *d1 = dev_nan(yb);
-                DS(launch(&m, dx, NULL, T, epi, d0, 0, 0, -2));
-                dsq_weight w = qweight_of(&m);
-                if (epi == DSQ_EPI_SILU_MUL)
-                    w.layout = DSQ_WL_GATE_UP;
-                dsq_cu_linear_env env = {}; /* the rest on the GEMVs: no workspace, no tile */
-                env.gemv_max = DSQ_GEMV_MAX_TOKENS;
-                DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, epi, d1, &env));
-                void *h0 = malloc(yb), *h1 = malloc(yb);
-                to_host(h0, d0, yb);
-                to_host(h1, d1, yb);
-                const int via = K <= 4096, same = memcmp(h0, h1, yb) == 0;
-                if (epi == DSQ_EPI_SILU_MUL) { /* written at all (both buffers were NaN) */
-                    const uint16_t v = ((const uint16_t *)h1)[0];
-                    if ((v & 0x7f80u) == 0x7f80u && (v & 0x7fu))
-                        fail_msg("dsq_cu_linear %s T=%d: output not written", is_q4 ? "q4" : "q8", T);
-                } else if (isnan(((const float *)h1)[0]) || isnan(((const float *)h1)[yb / 4 - 1])) {
-                    fail_msg("dsq_cu_linear %s %lldx%lld T=%d: output not written", is_q4 ? "q4" : "q8",
-                             (long long)N, (long long)K, T);
+    static const int cfg[][2] = {{8, 4}, {2, 0}}; /* {max rows, long_min} */
+    for (int ci = 0; ci < 2; ci++)
+        for (int is_q4 = 1; is_q4 >= 0; is_q4--) {
+            const int rows = cfg[ci][0], long_min = cfg[ci][1];
+            static const int64_t sizes[][2] = {{2048, 1536}, {17920, 1536}, {1536, 8960}};
+            for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+                qmat m = make_qmat(is_q4, sizes[si][0], sizes[si][1]);
+                const int64_t N = m.N, K = m.K;
+                for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++) {
+                    if (ci == 1 && T > rows + 1)
+                        break;
+                    const dsq_epilogue epi = N == 17920 ? DSQ_EPI_SILU_MUL : DSQ_EPI_STORE;
+                    uint16_t *x = (uint16_t *)malloc((size_t)(T * K) * 2);
+                    for (int64_t i = 0; i < T * K; i++)
+                        x[i] = dsq_f32_to_bf16(frand(1.0f));
+                    uint16_t *dx = (uint16_t *)dev_copy(x, (size_t)(T * K) * 2);
+                    const size_t yb = epi == DSQ_EPI_SILU_MUL ? (size_t)(T * (N / 2)) * 2 : (size_t)(T * N) * 4;
+                    void *d0 = dev_nan(yb), *d1 = dev_nan(yb);
+                    DS(launch(&m, dx, NULL, T, epi, d0, 0, 0, -2));
+                    dsq_weight w = qweight_of(&m);
+                    if (epi == DSQ_EPI_SILU_MUL)
+                        w.layout = DSQ_WL_GATE_UP;
+                    dsq_cu_linear_env env = {}; /* the rest on the GEMVs: no workspace, no tile */
+                    env.gemv_max = DSQ_GEMV_MAX_TOKENS;
+                    env.qmma_q4_max = is_q4 ? rows : 0;
+                    env.qmma_q8_max = is_q4 ? 0 : rows;
+                    env.qmma_long_min = long_min;
+                    DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, epi, d1, &env));
+                    void *h0 = malloc(yb), *h1 = malloc(yb);
+                    to_host(h0, d0, yb);
+                    to_host(h1, d1, yb);
+                    const int via =
+                        T <= rows && (K <= 4096 || (is_q4 && long_min > 0 && T >= long_min));
+                    const int same = memcmp(h0, h1, yb) == 0;
+                    if (epi == DSQ_EPI_SILU_MUL) { /* written at all (both buffers were NaN) */
+                        const uint16_t v = ((const uint16_t *)h1)[0];
+                        if ((v & 0x7f80u) == 0x7f80u && (v & 0x7fu))
+                            fail_msg("dsq_cu_linear %s T=%d: output not written", is_q4 ? "q4" : "q8", T);
+                    } else if (isnan(((const float *)h1)[0]) || isnan(((const float *)h1)[yb / 4 - 1])) {
+                        fail_msg("dsq_cu_linear %s %lldx%lld T=%d: output not written", is_q4 ? "q4" : "q8",
+                                 (long long)N, (long long)K, T);
+                    }
+                    if (via && !same)
+                        fail_msg("dsq_cu_linear %s %lldx%lld T=%d: not gemv_mma_quant.cu's bits",
+                                 is_q4 ? "q4" : "q8", (long long)N, (long long)K, T);
+                    if (!via && same) /* the GEMV sums in another order: equal bits would mean the mma ran */
+                        fail_msg("dsq_cu_linear %s %lldx%lld T=%d (rows %d, long %d): gemv_mma_quant.cu's bits "
+                                 "where the GEMV should run",
+                                 is_q4 ? "q4" : "q8", (long long)N, (long long)K, T, rows, long_min);
+                    printf("  dsq_cu_linear %s %lldx%lld T=%d rows %d long %d: %s\n", is_q4 ? "q4" : "q8",
+                           (long long)N, (long long)K, T, rows, long_min,
+                           via ? "gemv_mma_quant.cu's bits" : "the GEMV's");
+                    free(x), free(h0), free(h1);
+                    cudaFree(dx), cudaFree(d0), cudaFree(d1);
                 }
-                if (via && !same)
-                    fail_msg("dsq_cu_linear %s %lldx%lld T=%d: not gemv_mma_quant.cu's bits", is_q4 ? "q4" : "q8",
-                             (long long)N, (long long)K, T);
-                printf("  dsq_cu_linear %s %lldx%lld T=%d: %s\n", is_q4 ? "q4" : "q8", (long long)N, (long long)K, T,
-                       via ? "gemv_mma_quant.cu's bits" : same ? "the same bits (unexpected)" : "the GEMV's (K > 4,096)");
-                free(x), free(h0), free(h1);
-                cudaFree(dx), cudaFree(d0), cudaFree(d1);
+                free_qmat(&m);
             }
-            free_qmat(&m);
         }
-    }
 }
 
 /* dsq_cu_linear with qrows_max (DSQ_CUDA_QROWS): quantized products of up
@@ -698,13 +708,6 @@ static void test_q4_mma_linear(void **state)
 static void test_linear_qrows_dispatch(void **state)
 {
     (void)state;
-    /* the knobs send some of these products to gemv_mma_quant.cu instead
-     * (read once per process; test_q4_mma_linear checks that dispatch) */
-    const char *k4 = getenv("DSQ_CUDA_Q4_MMA"), *k8 = getenv("DSQ_CUDA_Q8_MMA");
-    if ((k4 && atoi(k4) > 0) || (k8 && atoi(k8) > 0)) {
-        printf("  SKIP: DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA set: the gemm_rows.cu dispatch is not checked here\n");
-        skip();
-    }
     for (int is_q4 = 0; is_q4 < 2; is_q4++) {
         const int N = 96, K = 384, TM = 64;
         qmat m = make_qmat(is_q4, N, K);
