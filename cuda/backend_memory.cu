@@ -232,20 +232,21 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
      * slower (stop 38: 1.71 vs 1.45 ms) */
     const char *q4min_env = getenv("DSQ_CUDA_QROWS_Q4_MIN");
     cc->qrows_q4_min = q4min_env && *q4min_env ? atoi(q4min_env) : 3;
-    /* Q4_G128 / Q8_ROW products of 1-8 rows on the quantized tensor-core
-     * GEMV (gemv_mma_quant.cu) where K <= 4,096, 4-bit down (K = 8,960)
-     * from 4 rows.  H100, stop 44, ms per step with it / without
-     * (DSQ_CUDA_Q4_MMA=0 DSQ_CUDA_Q8_MMA=0): 4-bit batch 1 @ 512 1.265,
-     * 1.281 / 1.285, 1.299; batch 2 1.350, 1.349 / 1.449, 1.437; batch 8
-     * 1.466 / 1.746; INT8 batch 1 1.323, 1.320 / 1.332, 1.341; batch 8 1.526
-     * / 1.795 (K <= 4,096 only, in that call).  Its 8-warp blocks on 4-bit
-     * down: 9.9-10.3 us at 4-8 rows against 10.5-12.3 on gemm_rows.cu, 9.5
-     * against 7.0 on the GEMV at 1-2 (test_timing_q4_mma); INT8 down stays
-     * on its GEMV / gemm_rows.cu (11.6 us against 7.7-11.9).
+    /* Q4_G128 / Q8_ROW products of 1-8 rows with K <= 4,096 (all but
+     * down) on the quantized tensor-core GEMV (gemv_mma_quant.cu).  H100,
+     * stop 44, `dsqwen bench` @ 512, ms per step with it / without
+     * (DSQ_CUDA_Q4_MMA=0, DSQ_CUDA_Q8_MMA=0): 4-bit batch 1 1.258, 1.259 /
+     * 1.290, 1.306; batch 2 1.342 / 1.428; batch 4 1.374, 1.381 / 1.574;
+     * batch 8 1.486, 1.491 / 1.742; INT8 batch 1 1.299, 1.298 / 1.325,
+     * 1.326; batch 8 1.511 / 1.793.  4-bit down there too from 4 rows
+     * (DSQ_CUDA_Q4_MMA_LONG=4) was faster alone (9.9-10.3 us against
+     * 10.5-12.3 on gemm_rows.cu, test_timing_q4_mma) but slower in the step
+     * (batch 4 1.482, 1.470; batch 8 1.544, 1.542): off.  INT8 down stays
+     * on its GEMV / gemm_rows.cu (11.6 us against 7.7-11.9 alone).
      * DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n: up to n rows (0: never);
-     * DSQ_CUDA_Q4_MMA_LONG=m: 4-bit down from m rows (0: never). */
+     * DSQ_CUDA_Q4_MMA_LONG=m: 4-bit down from m rows (default 0: never). */
     cc->qmma_q4_max = cc->qmma_q8_max = major >= 8 ? 8 : 0;
-    cc->qmma_long_min = 4;
+    cc->qmma_long_min = 0;
     const char *q4mma_env = getenv("DSQ_CUDA_Q4_MMA"), *q8mma_env = getenv("DSQ_CUDA_Q8_MMA");
     const char *q4long_env = getenv("DSQ_CUDA_Q4_MMA_LONG");
     if (q4mma_env && *q4mma_env && major >= 8)

@@ -129,7 +129,7 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
 {
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
     /* products of few rows on gemv_mma_quant.cu (env qmma_*: 1-8 rows,
-     * 4-bit down from 4), ahead of gemm_rows.cu and the quantized GEMVs
+     * not down by default), ahead of gemm_rows.cu and the quantized GEMVs
      * (not qkv where dsq_cu_linear folded its RMSNorm into the GEMV) */
     const int mma_k_ok = K <= 4096 || (env->qmma_long_min > 0 && T >= env->qmma_long_min);
     if (W->format == DSQ_WF_Q4_G128 && T <= env->qmma_q4_max && mma_k_ok &&

@@ -611,10 +611,12 @@ mmanorm42)
     ;;
 qmma44)
     # stop 44: the quantized tensor-core GEMV (gemv_mma_quant.cu) as the
-    # default for Q4 / Q8 products of 1-8 rows (K <= 4,096; 4-bit down from
-    # 4 rows, DSQ_CUDA_Q4_MMA_LONG): every quantized GPU test on the default
-    # build, then rows beside DSQ_CUDA_Q4_MMA=0 / DSQ_CUDA_Q8_MMA=0 (stop 43's
-    # paths) and beside DSQ_CUDA_Q4_MMA_LONG=0
+    # default for Q4 / Q8 products of 1-8 rows (K <= 4,096): every quantized
+    # GPU test on the default build, then rows beside DSQ_CUDA_Q4_MMA=0 /
+    # DSQ_CUDA_Q8_MMA=0 (stop 43's paths).  As run at 9d79900 the default
+    # also had 4-bit down there from 4 rows: the "nolong" rows
+    # (DSQ_CUDA_Q4_MMA_LONG=0) are today's default, the plain q4b4 / q4b8
+    # rows now need DSQ_CUDA_Q4_MMA_LONG=4
     prebuilt_stage qmma44
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=240 gtest test_cuda_quant

@@ -637,7 +637,8 @@ static void test_q4_mma_gemv(void **state)
  * (qmma_q8_max) rows to gemv_mma_quant.cu -- the same bits as the direct
  * launch -- where K <= 4,096 or (Q4 only) T >= qmma_long_min; other
  * products keep the GEMV (qrows_max 0 here).  Two settings: the backend's
- * defaults (8 rows, 4-bit down from 4) and 2 rows without long rows. */
+ * row cap (8) with 4-bit down from 4 rows (DSQ_CUDA_Q4_MMA_LONG=4), and
+ * 2 rows without long rows (the default's long_min 0). */
 static void test_q4_mma_linear(void **state)
 {
     (void)state;
