@@ -239,16 +239,18 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
      * 1.290, 1.306; batch 2 1.342 / 1.428; batch 4 1.374, 1.381 / 1.574;
      * batch 8 1.486, 1.491 / 1.742; INT8 batch 1 1.299, 1.298 / 1.325,
      * 1.326; batch 8 1.511 / 1.793.  4-bit down there too from 4 rows
-     * (DSQ_CUDA_Q4_MMA_LONG=4) was faster alone (9.9-10.3 us against
+     * (DSQ_CUDA_QMMA_LONG=4) was faster alone (9.9-10.3 us against
      * 10.5-12.3 on gemm_rows.cu, test_timing_q4_mma) but slower in the step
      * (batch 4 1.482, 1.470; batch 8 1.544, 1.542): off.  INT8 down stays
-     * on its GEMV / gemm_rows.cu (11.6 us against 7.7-11.9 alone).
+     * on its GEMV / gemm_rows.cu (11.6 us against 7.7-11.9 alone; 8 warps
+     * then, down now takes 16).
      * DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n: up to n rows (0: never);
-     * DSQ_CUDA_Q4_MMA_LONG=m: 4-bit down from m rows (default 0: never). */
+     * DSQ_CUDA_QMMA_LONG=m: down (K > 4,096) there too from m rows
+     * (default 0: never). */
     cc->qmma_q4_max = cc->qmma_q8_max = major >= 8 ? 8 : 0;
     cc->qmma_long_min = 0;
     const char *q4mma_env = getenv("DSQ_CUDA_Q4_MMA"), *q8mma_env = getenv("DSQ_CUDA_Q8_MMA");
-    const char *q4long_env = getenv("DSQ_CUDA_Q4_MMA_LONG");
+    const char *q4long_env = getenv("DSQ_CUDA_QMMA_LONG");
     if (q4mma_env && *q4mma_env && major >= 8)
         cc->qmma_q4_max = atoi(q4mma_env) < 0 ? 0 : atoi(q4mma_env);
     if (q8mma_env && *q8mma_env && major >= 8)

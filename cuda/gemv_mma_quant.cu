@@ -40,7 +40,7 @@
 
 namespace {
 
-constexpr int kMaxWarps = 8;
+constexpr int kMaxWarps = 16;
 enum { F_Q4 = 0, F_Q8 = 1 };
 
 struct QMmaArgs {
@@ -190,15 +190,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_mma_quant_kernel(QMmaArgs
 
 /* units per warp in flight: K = 1,536's 24 Q8 units in one round with 8
  * warps (its 12 Q4 groups with 4); Q4 takes 64 registers (68 with SwiGLU:
- * 4 or 3 blocks of 8 warps per SM; 4 in flight took 80) */
-constexpr int kU = 3;
+ * 4 or 3 blocks of 8 warps per SM; 4 in flight took 80).  Rows of more
+ * units than kU per warp (down: 70 Q4 groups, 140 Q8 units) keep kUBig in
+ * flight: with 16 warps a 4-bit down row in one round. */
+constexpr int kU = 3, kUBig = 5;
 
-/* Warps per block: 8 whatever K.  H100, stop 44 (test_timing_q4_mma, us
- * per call at 1 / 8 rows): Q4 gate/up 10.3 / 11.6 with 8 warps against
- * 10.9 / 11.8 with 4 (the choice of one round of units per warp, 4 for K
- * = 1,536), qkv 3.1 / 3.3 against 3.3 / 3.7, o equal; down (70 Q4
- * groups) 9.5 against 16.6; Q8 chose 8 already (24 units). */
-constexpr int kDefaultWarps = kMaxWarps;
+/* Warps per block: 8 for rows of at most 24 units (K = 1,536 in either
+ * format), else 16.  H100, stop 44 (test_timing_q4_mma, us per call at 1 /
+ * 8 rows): Q4 gate/up 10.3 / 11.6 with 8 warps against 10.9 / 11.8 with 4
+ * (the choice of one round of units per warp, 4 for K = 1,536), qkv 3.1 /
+ * 3.3 against 3.3 / 3.7, o equal; down (70 Q4 groups) 9.5 with 8 warps
+ * (then 3 rounds of 3 units) against 16.6 with 4; Q8 chose 8 already. */
+int default_warps(int units)
+{
+    return units <= 24 ? 8 : kMaxWarps;
+}
 
 /* Grid: one block per tile, gate/up's 1,120 tiles too (more than one wave
  * of 4-warp blocks): for gemv_mma.cu's bf16 GEMV a grid of the resident
@@ -207,6 +213,9 @@ constexpr int kDefaultWarps = kMaxWarps;
  * us, the head 179.7 vs 161.6) */
 template <int F, int EPI> cudaError_t launch(const QMmaArgs &a, int nw, cudaStream_t s)
 {
+    if (a.units > kU * nw)
+        return dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig>, dim3((unsigned)((a.N + 15) / 16)),
+                              dim3((unsigned)nw * 32), 0, s, a);
     return dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU>, dim3((unsigned)((a.N + 15) / 16)),
                           dim3((unsigned)nw * 32), 0, s, a);
 }
@@ -222,7 +231,7 @@ template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cud
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: BIAS without a bias", name);
     if (nt != 0 && (nt % 32 || nt < 32 || nt > kMaxWarps * 32))
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d threads per block", name, nt);
-    const int nw = nt ? nt / 32 : kDefaultWarps;
+    const int nw = nt ? nt / 32 : default_warps(a.units);
     cudaError_t e;
     switch (epi) {
     case DSQ_EPI_STORE: e = launch<F, DSQ_EPI_STORE>(a, nw, stream); break;

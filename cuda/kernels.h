@@ -318,8 +318,8 @@ typedef struct dsq_cu_linear_env {
     int32_t qrows_q4_min;
     /* Q4_G128 (Q8_ROW) products of T <= qmma_q4_max (qmma_q8_max) rows on
      * the quantized tensor-core GEMV (gemv_mma_quant.cu), ahead of the
-     * paths above, where K <= 4,096 or, Q4_G128 only, T >= qmma_long_min
-     * (down's K = 8,960 from that many rows; 0: never); 0: never */
+     * paths above, where K <= 4,096 or T >= qmma_long_min (down's K =
+     * 8,960 from that many rows; 0: never); 0: never */
     int32_t qmma_q4_max;
     int32_t qmma_q8_max;
     int32_t qmma_long_min;

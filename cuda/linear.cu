@@ -136,7 +136,7 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
         dsq_cu_gemv_mma_q4_ok(T, K, x, (const uint8_t *)W->data))
         return dsq_cu_gemv_mma_q4(x, (const uint8_t *)W->data, (const uint16_t *)W->scales,
                                   (const uint8_t *)W->zeros, bias, T, N, K, epi, y, 0, env->stream);
-    if (W->format == DSQ_WF_Q8_ROW && T <= env->qmma_q8_max && K <= 4096 &&
+    if (W->format == DSQ_WF_Q8_ROW && T <= env->qmma_q8_max && mma_k_ok &&
         dsq_cu_gemv_mma_q8_ok(T, K, x, (const int8_t *)W->data))
         return dsq_cu_gemv_mma_q8(x, (const int8_t *)W->data, (const float *)W->scales, bias, T, N, K, epi, y, 0,
                                   env->stream);

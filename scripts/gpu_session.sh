@@ -49,6 +49,8 @@
 #                                       # and cuBLASLt's down start, the norm
 #   bash scripts/gpu_session.sh qmma44  # stop 44: the quantized tensor-core
 #                                       # GEMV as the default: tests, rows
+#   bash scripts/gpu_session.sh long44  # stop 44: down on that GEMV (16 warps),
+#                                       # the INT8 head, a 4-bit timeline
 #   bash scripts/gpu_session.sh start42 # stop 42: every CUDA test, the mma
 #                                       # knobs' tests and table, a profile
 #   bash scripts/gpu_session.sh bench42 # stop 42: the mma unroll knob's bench
@@ -609,14 +611,53 @@ mmanorm42)
         done
     done
     ;;
+long44)
+    # stop 44, second step: down (K = 8,960) on the quantized tensor-core
+    # GEMV with 16-warp blocks and 5 units in flight per warp
+    # (DSQ_CUDA_QMMA_LONG=m, off by default): its tests, the product table
+    # with a 16-warp column, rows beside the default; the INT8 head on the
+    # new default (DSQ_CUDA_Q8_MMA covers it) beside Q8_MMA=0; a sampled
+    # 4-bit batch-1 timeline (PROF=0 skips it)
+    prebuilt_stage long44
+    DEADLINE=${DEADLINE:-540}
+    GTEST_TIMEOUT=200 LOGSUFFIX=_mq gtest test_cuda_quant DSQ_TEST_FILTER=test_q4_mma*
+    grep -hE "gemv mma q|x8960 T=[18] rows|FAIL|ERROR" "$OUT/test_cuda_quant_mq.log" | head -10
+    GTEST_TIMEOUT=200 LOGSUFFIX=_mqt gtest test_cuda_quant DSQ_TEST_FILTER=test_timing_q4_mma
+    sed -n '/quantized products, us per call/,$p' "$OUT/test_cuda_quant_mqt.log" | grep -E "fmt|down|gate" | head -20
+    LOGSUFFIX=_long gtest test_cuda_quant_e2e DSQ_CUDA_QMMA_LONG=1
+    bench_start
+    for rep in $(seq 1 ${REPS:-2}); do
+        bench_row q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QMMA_LONG=1 bench_row q4_long_r$rep 512 1 --kv f16 --quantize q4
+        bench_row q8_r$rep 512 1 --kv f16 --quantize int8
+        DSQ_CUDA_QMMA_LONG=1 bench_row q8_long_r$rep 512 1 --kv f16 --quantize int8
+    done
+    bench_row q4b8 512 8 --kv f16 --quantize q4
+    DSQ_CUDA_QMMA_LONG=1 bench_row q4b8_long 512 8 --kv f16 --quantize q4
+    bench_row q8b8 512 8 --kv f16 --quantize int8
+    DSQ_CUDA_QMMA_LONG=1 bench_row q8b8_long 512 8 --kv f16 --quantize int8
+    for rep in $(seq 1 ${REPS:-2}); do
+        bench_row q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+        DSQ_CUDA_Q8_MMA=0 bench_row q8h_old_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
+    done
+    bench_row q4h 512 1 --kv f16 --quantize q4 --quantize-head
+    bench_row q4h_none 512 1 --kv f16 --quantize q4 --quantize-head --sampling none
+    if [ "${PROF:-1}" = 1 ]; then
+        export PYTHONUNBUFFERED=1 DSQWEN_LIBRARY=$B/libdsqwen.so
+        timeout 90 python3 tests/bench/kernel_profile.py --model $M --json "$OUT/q4_b1_s.json" --batch 1 \
+            --context 512 --quantize q4 --sample >"$OUT/q4_b1_s.log" 2>&1
+        echo "== profile q4 b1 rc=$? ($(el))"
+        sed -n '/^timeline/,$p' "$OUT/q4_b1_s.log" | head -24
+    fi
+    ;;
 qmma44)
     # stop 44: the quantized tensor-core GEMV (gemv_mma_quant.cu) as the
     # default for Q4 / Q8 products of 1-8 rows (K <= 4,096): every quantized
     # GPU test on the default build, then rows beside DSQ_CUDA_Q4_MMA=0 /
     # DSQ_CUDA_Q8_MMA=0 (stop 43's paths).  As run at 9d79900 the default
     # also had 4-bit down there from 4 rows: the "nolong" rows
-    # (DSQ_CUDA_Q4_MMA_LONG=0) are today's default, the plain q4b4 / q4b8
-    # rows now need DSQ_CUDA_Q4_MMA_LONG=4
+    # (then DSQ_CUDA_Q4_MMA_LONG=0) are today's default, the plain q4b4 /
+    # q4b8 rows now need DSQ_CUDA_QMMA_LONG=4 (the knob's name since d7a72bb)
     prebuilt_stage qmma44
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=240 gtest test_cuda_quant
@@ -637,9 +678,9 @@ qmma44)
     DSQ_CUDA_Q4_MMA=0 bench_row q4b2_old 512 2 --kv f16 --quantize q4
     for rep in $(seq 1 ${REPS:-2}); do
         bench_row q4b4_r$rep 512 4 --kv f16 --quantize q4
-        DSQ_CUDA_Q4_MMA_LONG=0 bench_row q4b4_nolong_r$rep 512 4 --kv f16 --quantize q4
+        DSQ_CUDA_QMMA_LONG=0 bench_row q4b4_nolong_r$rep 512 4 --kv f16 --quantize q4
         bench_row q4b8_r$rep 512 8 --kv f16 --quantize q4
-        DSQ_CUDA_Q4_MMA_LONG=0 bench_row q4b8_nolong_r$rep 512 8 --kv f16 --quantize q4
+        DSQ_CUDA_QMMA_LONG=0 bench_row q4b8_nolong_r$rep 512 8 --kv f16 --quantize q4
     done
     DSQ_CUDA_Q4_MMA=0 bench_row q4b4_old 512 4 --kv f16 --quantize q4
     DSQ_CUDA_Q4_MMA=0 bench_row q4b8_old 512 8 --kv f16 --quantize q4

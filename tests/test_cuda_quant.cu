@@ -569,7 +569,7 @@ static void test_q4_mma_gemv(void **state)
                     check_case(&m, T, DSQ_EPI_SILU_MUL, 0, 0, 0, &worst, -2);
             }
         }
-        for (int nt : {32, 96, 128, 256}) {
+        for (int nt : {32, 96, 128, 256, 512}) {
             check_case(&m, 1, DSQ_EPI_STORE, nt, 0, 0, &worst, -2);
             check_case(&m, 3, DSQ_EPI_BIAS, nt, 0, 0, &worst, -2);
             if (m.N % 2 == 0)
@@ -623,7 +623,7 @@ static void test_q4_mma_gemv(void **state)
     assert_int_equal(dsq_cu_gemv_mma_q4(dx, q, sc, NULL, NULL, 1, 8, 256, DSQ_EPI_STORE, dy, 0, 0),
                      DSQ_ERR_INTERNAL);
     assert_int_equal(dsq_cu_gemv_mma_q4(dx, q, sc, z, NULL, 1, 8, 256, DSQ_EPI_STORE, dy, 48, 0), DSQ_ERR_INTERNAL);
-    assert_int_equal(dsq_cu_gemv_mma_q4(dx, q, sc, z, NULL, 1, 8, 256, DSQ_EPI_STORE, dy, 288, 0), DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemv_mma_q4(dx, q, sc, z, NULL, 1, 8, 256, DSQ_EPI_STORE, dy, 544, 0), DSQ_ERR_INTERNAL);
     float *hy = (float *)malloc(8 * 8 * 4);
     to_host(hy, dy, 8 * 8 * 4);
     for (int i = 0; i < 64; i++)
@@ -635,9 +635,9 @@ static void test_q4_mma_gemv(void **state)
 
 /* dsq_cu_linear sends the Q4_G128 (Q8_ROW) products of at most qmma_q4_max
  * (qmma_q8_max) rows to gemv_mma_quant.cu -- the same bits as the direct
- * launch -- where K <= 4,096 or (Q4 only) T >= qmma_long_min; other
+ * launch -- where K <= 4,096 or T >= qmma_long_min; other
  * products keep the GEMV (qrows_max 0 here).  Two settings: the backend's
- * row cap (8) with 4-bit down from 4 rows (DSQ_CUDA_Q4_MMA_LONG=4), and
+ * row cap (8) with down from 4 rows (DSQ_CUDA_QMMA_LONG=4), and
  * 2 rows without long rows (the default's long_min 0). */
 static void test_q4_mma_linear(void **state)
 {
@@ -674,7 +674,7 @@ static void test_q4_mma_linear(void **state)
                     to_host(h0, d0, yb);
                     to_host(h1, d1, yb);
                     const int via =
-                        T <= rows && (K <= 4096 || (is_q4 && long_min > 0 && T >= long_min));
+                        T <= rows && (K <= 4096 || (long_min > 0 && T >= long_min));
                     const int same = memcmp(h0, h1, yb) == 0;
                     if (epi == DSQ_EPI_SILU_MUL) { /* written at all (both buffers were NaN) */
                         const uint16_t v = ((const uint16_t *)h1)[0];
@@ -1276,9 +1276,9 @@ static void test_timing_q4_mma(void **state)
     setenv("DSQ_CUDA_ROWS_WG", "0", 1); /* at 1..8 rows the plan is gemm_rows.cu's mma.sync kernel */
     printf("\n  quantized products, us per call (GB/s of quantized bytes): GEMV default shape (Q8: and\n"
            "  gemv_quant.cu's kernel, gate/up's default), gemm_rows.cu planned, gemv_mma_quant.cu at its\n"
-           "  choice of warps and at 2, 4, 8 warps\n");
-    printf("  %-4s %-20s %2s %14s %8s %14s %14s %8s %8s %8s\n", "fmt", "shape", "T", "gemv", "old", "rows", "mma",
-           "2 w", "4 w", "8 w");
+           "  choice of warps and at 2, 4, 8, 16 warps\n");
+    printf("  %-4s %-20s %2s %14s %8s %14s %14s %8s %8s %8s %8s\n", "fmt", "shape", "T", "gemv", "old", "rows",
+           "mma", "2 w", "4 w", "8 w", "16 w");
     for (int q4 = 1; q4 >= 0; q4--)
         for (int si = 0; si < 4; si++) {
             const int N = sh[si].N, K = sh[si].K;
@@ -1294,12 +1294,12 @@ static void test_timing_q4_mma(void **state)
                 const float ur = time_q(q4, -1, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1, ws, ws_bytes, tickets,
                                         n_tickets);
                 const float um = time_q(q4, 1000, 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
-                float uw[3];
-                for (int i = 0; i < 3; i++)
+                float uw[4];
+                for (int i = 0; i < 4; i++)
                     uw[i] = time_q(q4, 1000 + (64 << i), 0, x, pool, wb_al, copies, dy, T, N, K, e0, e1);
-                printf("  %-4s %-20s %2d %6.1f (%5.0f) %8.1f %6.1f (%5.0f) %6.1f (%5.0f) %8.1f %8.1f %8.1f\n",
+                printf("  %-4s %-20s %2d %6.1f (%5.0f) %8.1f %6.1f (%5.0f) %6.1f (%5.0f) %8.1f %8.1f %8.1f %8.1f\n",
                        q4 ? "q4" : "q8", sh[si].name, T, ug, wb / (ug * 1e3), uo, ur, wb / (ur * 1e3), um,
-                       wb / (um * 1e3), uw[0], uw[1], uw[2]);
+                       wb / (um * 1e3), uw[0], uw[1], uw[2], uw[3]);
             }
         }
     unsetenv("DSQ_CUDA_ROWS_WG");
