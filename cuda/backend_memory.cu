@@ -232,31 +232,34 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
      * slower (stop 38: 1.71 vs 1.45 ms) */
     const char *q4min_env = getenv("DSQ_CUDA_QROWS_Q4_MIN");
     cc->qrows_q4_min = q4min_env && *q4min_env ? atoi(q4min_env) : 3;
-    /* Q4_G128 / Q8_ROW products of 1-8 rows with K <= 4,096 (all but
-     * down) on the quantized tensor-core GEMV (gemv_mma_quant.cu).  H100,
-     * stop 44, `dsqwen bench` @ 512, ms per step with it / without
-     * (DSQ_CUDA_Q4_MMA=0, DSQ_CUDA_Q8_MMA=0): 4-bit batch 1 1.258, 1.259 /
-     * 1.290, 1.306; batch 2 1.342 / 1.428; batch 4 1.374, 1.381 / 1.574;
-     * batch 8 1.486, 1.491 / 1.742; INT8 batch 1 1.299, 1.298 / 1.325,
-     * 1.326; batch 8 1.511 / 1.793.  4-bit down there too from 4 rows
-     * (DSQ_CUDA_QMMA_LONG=4) was faster alone (9.9-10.3 us against
-     * 10.5-12.3 on gemm_rows.cu, test_timing_q4_mma) but slower in the step
-     * (batch 4 1.482, 1.470; batch 8 1.544, 1.542): off.  INT8 down stays
-     * on its GEMV / gemm_rows.cu (11.6 us against 7.7-11.9 alone; 8 warps
-     * then, down now takes 16).
-     * DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n: up to n rows (0: never);
-     * DSQ_CUDA_QMMA_LONG=m: down (K > 4,096) there too from m rows
-     * (default 0: never). */
+    /* Q4_G128 / Q8_ROW products of 1-8 rows on the quantized tensor-core
+     * GEMV (gemv_mma_quant.cu): all but down; down (K = 8,960) too, 4-bit
+     * from 1 row, INT8 from 2.  H100, stop 44, `dsqwen bench` @ 512, ms per
+     * step.  Without down, against stop 43's paths (DSQ_CUDA_Q4_MMA=0,
+     * DSQ_CUDA_Q8_MMA=0): 4-bit batch 1 1.258, 1.259 / 1.290, 1.306; batch
+     * 2 1.342 / 1.428; batch 4 1.374, 1.381 / 1.574; batch 8 1.486, 1.491 /
+     * 1.742; INT8 batch 1 1.299, 1.298 / 1.325, 1.326; batch 8 1.511 /
+     * 1.793.  Down there too on 16-warp blocks (DSQ_CUDA_QMMA_LONG=1 then),
+     * against without: 4-bit batch 1 1.223, 1.226 / 1.277, 1.271; batch 8
+     * 1.285 / 1.507; INT8 batch 1 1.351, 1.363 / 1.326, 1.325 (its GEMV:
+     * 7.7 us against 8.0 alone), batch 8 1.400 / 1.538.  (On 8-warp blocks
+     * 4-bit down from 4 rows had been slower in the step: batch 8 1.544 vs
+     * 1.486.)  DSQ_CUDA_Q4_MMA / DSQ_CUDA_Q8_MMA=n: up to n rows (0: never);
+     * DSQ_CUDA_Q4_MMA_LONG / DSQ_CUDA_Q8_MMA_LONG=m: down from m rows (0:
+     * never). */
     cc->qmma_q4_max = cc->qmma_q8_max = major >= 8 ? 8 : 0;
-    cc->qmma_long_min = 0;
+    cc->qmma_q4_long = 1;
+    cc->qmma_q8_long = 2;
     const char *q4mma_env = getenv("DSQ_CUDA_Q4_MMA"), *q8mma_env = getenv("DSQ_CUDA_Q8_MMA");
-    const char *q4long_env = getenv("DSQ_CUDA_QMMA_LONG");
+    const char *q4long_env = getenv("DSQ_CUDA_Q4_MMA_LONG"), *q8long_env = getenv("DSQ_CUDA_Q8_MMA_LONG");
     if (q4mma_env && *q4mma_env && major >= 8)
         cc->qmma_q4_max = atoi(q4mma_env) < 0 ? 0 : atoi(q4mma_env);
     if (q8mma_env && *q8mma_env && major >= 8)
         cc->qmma_q8_max = atoi(q8mma_env) < 0 ? 0 : atoi(q8mma_env);
     if (q4long_env && *q4long_env)
-        cc->qmma_long_min = atoi(q4long_env) < 0 ? 0 : atoi(q4long_env);
+        cc->qmma_q4_long = atoi(q4long_env) < 0 ? 0 : atoi(q4long_env);
+    if (q8long_env && *q8long_env)
+        cc->qmma_q8_long = atoi(q8long_env) < 0 ? 0 : atoi(q8long_env);
     /* DSQ_CUDA_QTILE=1: quantized products of more rows than gemm_rows.cu
      * takes (prompts) use the weights rounded to bf16 in one cuBLASLt
      * product instead of two bf16 parts that add up to the exact weights

@@ -44,7 +44,8 @@ static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
     e.qrows_q4_min = cc->qrows_q4_min;
     e.qmma_q4_max = cc->qmma_q4_max;
     e.qmma_q8_max = cc->qmma_q8_max;
-    e.qmma_long_min = cc->qmma_long_min;
+    e.qmma_q4_long = cc->qmma_q4_long;
+    e.qmma_q8_long = cc->qmma_q8_long;
     e.qtile_parts = cc->qtile_parts;
     e.rows_min = cc->rows_min;
     e.rows_ws = cc->rows_ws;

@@ -149,10 +149,13 @@ __device__ __forceinline__ void unit_mma(const QUnit &w, const uint4 *xrow, int 
     acc[3] = fmaf(sb, gs[3], acc[3]);
 }
 
-template <int F, int EPI, int U>
-__global__ void __launch_bounds__(kMaxWarps * 32) gemv_mma_quant_kernel(QMmaArgs a)
+/* MW: the most warps the launch may have (8 or 16: the register bound and
+ * the reduction's shared memory follow it, so 8-warp launches keep the
+ * 256-thread bound and 4 KB) */
+template <int F, int EPI, int U, int MW>
+__global__ void __launch_bounds__(MW * 32) gemv_mma_quant_kernel(QMmaArgs a)
 {
-    __shared__ float red[kMaxWarps * 16 * 8]; /* [warp][row 16][token 8] */
+    __shared__ float red[MW * 16 * 8]; /* [warp][row 16][token 8] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, NW = blockDim.x >> 5;
     const int g = lane >> 2, q = lane & 3;
     const int n0 = blockIdx.x * 16;
@@ -195,15 +198,37 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_mma_quant_kernel(QMmaArgs
  * flight: with 16 warps a 4-bit down row in one round. */
 constexpr int kU = 3, kUBig = 5;
 
-/* Warps per block: 8 for rows of at most 24 units (K = 1,536 in either
- * format), else 16.  H100, stop 44 (test_timing_q4_mma, us per call at 1 /
- * 8 rows): Q4 gate/up 10.3 / 11.6 with 8 warps against 10.9 / 11.8 with 4
- * (the choice of one round of units per warp, 4 for K = 1,536), qkv 3.1 /
- * 3.3 against 3.3 / 3.7, o equal; down (70 Q4 groups) 9.5 with 8 warps
- * (then 3 rounds of 3 units) against 16.6 with 4; Q8 chose 8 already. */
-int default_warps(int units)
+/* Warps per block.  H100, stop 44 (test_timing_q4_mma, us per call at 1 /
+ * 8 rows):
+ * - rows of more than 24 units (down: 70 Q4 groups, 140 Q8 units): 16
+ *   warps with 5 units each in flight, Q4 5.7 / 6.2 against 7.7 / 8.2 with
+ *   8 warps (3 rounds of 3) and 6.9 / 12.3 on today's paths; Q8 8.0 / 8.5;
+ * - 4-bit products of at least 1,024 tiles (gate/up's 1,120): 2 warps with
+ *   5 units each (two rounds), 9.6 / 9.9 against 10.3 / 11.5 with 8: small
+ *   blocks fit the grid in one wave of resident blocks;
+ * - else 8 (qkv, o; INT8 gate/up and the INT8 head: 11.7 / 11.9 against
+ *   13.1 / 14.1 with 4).
+ * DSQ_CUDA_QMMA_WIDE_WARPS=n (measurement knob, per process): n warps for
+ * the 4-bit products of 1,024+ tiles instead. */
+int wide_warps()
 {
-    return units <= 24 ? 8 : kMaxWarps;
+    static int w = -1;
+    int r = __atomic_load_n(&w, __ATOMIC_RELAXED);
+    if (r < 0) {
+        const char *e = getenv("DSQ_CUDA_QMMA_WIDE_WARPS");
+        r = e && atoi(e) >= 1 && atoi(e) <= kMaxWarps ? atoi(e) : 2;
+        __atomic_store_n(&w, r, __ATOMIC_RELAXED);
+    }
+    return r;
+}
+
+template <int F> int default_warps(const QMmaArgs &a)
+{
+    if (a.units > 24)
+        return kMaxWarps;
+    if (F == F_Q4 && (a.N + 15) / 16 >= 1024)
+        return wide_warps();
+    return 8;
 }
 
 /* Grid: one block per tile, gate/up's 1,120 tiles too (more than one wave
@@ -213,11 +238,13 @@ int default_warps(int units)
  * us, the head 179.7 vs 161.6) */
 template <int F, int EPI> cudaError_t launch(const QMmaArgs &a, int nw, cudaStream_t s)
 {
-    if (a.units > kU * nw)
-        return dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig>, dim3((unsigned)((a.N + 15) / 16)),
-                              dim3((unsigned)nw * 32), 0, s, a);
-    return dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU>, dim3((unsigned)((a.N + 15) / 16)),
-                          dim3((unsigned)nw * 32), 0, s, a);
+    const dim3 grid((unsigned)((a.N + 15) / 16)), block((unsigned)nw * 32);
+    const bool big = a.units > kU * nw;
+    if (nw > 8)
+        return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, kMaxWarps>, grid, block, 0, s, a)
+                   : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, kMaxWarps>, grid, block, 0, s, a);
+    return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, 8>, grid, block, 0, s, a)
+               : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, 8>, grid, block, 0, s, a);
 }
 
 template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cudaStream_t stream)
@@ -231,7 +258,7 @@ template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cud
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: BIAS without a bias", name);
     if (nt != 0 && (nt % 32 || nt < 32 || nt > kMaxWarps * 32))
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d threads per block", name, nt);
-    const int nw = nt ? nt / 32 : default_warps(a.units);
+    const int nw = nt ? nt / 32 : default_warps<F>(a);
     cudaError_t e;
     switch (epi) {
     case DSQ_EPI_STORE: e = launch<F, DSQ_EPI_STORE>(a, nw, stream); break;

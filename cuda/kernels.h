@@ -318,11 +318,12 @@ typedef struct dsq_cu_linear_env {
     int32_t qrows_q4_min;
     /* Q4_G128 (Q8_ROW) products of T <= qmma_q4_max (qmma_q8_max) rows on
      * the quantized tensor-core GEMV (gemv_mma_quant.cu), ahead of the
-     * paths above, where K <= 4,096 or T >= qmma_long_min (down's K =
-     * 8,960 from that many rows; 0: never); 0: never */
+     * paths above, where K <= 4,096 or T >= qmma_q4_long (qmma_q8_long):
+     * down's K = 8,960 from that many rows (0: never); 0: never */
     int32_t qmma_q4_max;
     int32_t qmma_q8_max;
-    int32_t qmma_long_min;
+    int32_t qmma_q4_long;
+    int32_t qmma_q8_long;
     /* quantized products through the dequantization tile: 1 = the
      * weights rounded to bf16 (DSQ_CUDA_QTILE=1), else exact: Q8_ROW's
      * codes (exact in bf16) and the row scales in dsq_cu_scale_epilogue

@@ -129,14 +129,15 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
 {
     const int32_t N = (int32_t)W->rows, K = (int32_t)W->cols;
     /* products of few rows on gemv_mma_quant.cu (env qmma_*: 1-8 rows,
-     * not down by default), ahead of gemm_rows.cu and the quantized GEMVs
+     * down from 1 (4-bit) or 2 (INT8) rows), ahead of gemm_rows.cu and the quantized GEMVs
      * (not qkv where dsq_cu_linear folded its RMSNorm into the GEMV) */
-    const int mma_k_ok = K <= 4096 || (env->qmma_long_min > 0 && T >= env->qmma_long_min);
-    if (W->format == DSQ_WF_Q4_G128 && T <= env->qmma_q4_max && mma_k_ok &&
+    if (W->format == DSQ_WF_Q4_G128 && T <= env->qmma_q4_max &&
+        (K <= 4096 || (env->qmma_q4_long > 0 && T >= env->qmma_q4_long)) &&
         dsq_cu_gemv_mma_q4_ok(T, K, x, (const uint8_t *)W->data))
         return dsq_cu_gemv_mma_q4(x, (const uint8_t *)W->data, (const uint16_t *)W->scales,
                                   (const uint8_t *)W->zeros, bias, T, N, K, epi, y, 0, env->stream);
-    if (W->format == DSQ_WF_Q8_ROW && T <= env->qmma_q8_max && mma_k_ok &&
+    if (W->format == DSQ_WF_Q8_ROW && T <= env->qmma_q8_max &&
+        (K <= 4096 || (env->qmma_q8_long > 0 && T >= env->qmma_q8_long)) &&
         dsq_cu_gemv_mma_q8_ok(T, K, x, (const int8_t *)W->data))
         return dsq_cu_gemv_mma_q8(x, (const int8_t *)W->data, (const float *)W->scales, bias, T, N, K, epi, y, 0,
                                   env->stream);

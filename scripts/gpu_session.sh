@@ -49,6 +49,7 @@
 #                                       # and cuBLASLt's down start, the norm
 #   bash scripts/gpu_session.sh qmma44  # stop 44: the quantized tensor-core
 #                                       # GEMV as the default: tests, rows
+#   bash scripts/gpu_session.sh final44 # stop 44's final quantized defaults
 #   bash scripts/gpu_session.sh long44  # stop 44: down on that GEMV (16 warps),
 #                                       # the INT8 head, a 4-bit timeline
 #   bash scripts/gpu_session.sh start42 # stop 42: every CUDA test, the mma
@@ -611,10 +612,48 @@ mmanorm42)
         done
     done
     ;;
+final44)
+    # stop 44's final defaults: down on the quantized tensor-core GEMV (4-bit
+    # from 1 row, INT8 from 2; 16-warp blocks), 4-bit gate/up on 2-warp
+    # blocks (DSQ_CUDA_QMMA_WIDE_WARPS=8: the 8 of before), the kernel's
+    # register bound and shared memory by launch width: every quantized test,
+    # the product table, rows beside the knobs
+    prebuilt_stage final44
+    DEADLINE=${DEADLINE:-540}
+    GTEST_TIMEOUT=240 gtest test_cuda_quant
+    grep -hE "gemv mma q|x8960 T=[128] rows 8|SKIP|FAIL|ERROR" "$OUT/test_cuda_quant.log" | head -12
+    sed -n '/quantized products, us per call/,$p' "$OUT/test_cuda_quant.log" | grep -E "fmt| [18] " | head -20
+    gtest test_cuda_quant_e2e
+    gtest test_cuda_quant_decode
+    bench_start
+    for rep in $(seq 1 ${REPS:-2}); do
+        bench_row q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QMMA_WIDE_WARPS=8 bench_row q4_w8_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_NORM_FUSE=0 bench_row q4_nofuse_r$rep 512 1 --kv f16 --quantize q4
+    done
+    bench_row q4_none 512 1 --kv f16 --quantize q4 --sampling none
+    bench_row q4b2 512 2 --kv f16 --quantize q4
+    bench_row q4b4 512 4 --kv f16 --quantize q4
+    bench_row q4b8 512 8 --kv f16 --quantize q4
+    DSQ_CUDA_QMMA_WIDE_WARPS=8 bench_row q4b8_w8 512 8 --kv f16 --quantize q4
+    bench_row q4b8_none 512 8 --kv f16 --quantize q4 --sampling none
+    bench_row q4h 512 1 --kv f16 --quantize q4 --quantize-head
+    for rep in $(seq 1 ${REPS:-2}); do
+        bench_row q8_r$rep 512 1 --kv f16 --quantize int8
+        bench_row q8b2_r$rep 512 2 --kv f16 --quantize int8
+        DSQ_CUDA_Q8_MMA_LONG=0 bench_row q8b2_nolong_r$rep 512 2 --kv f16 --quantize int8
+    done
+    bench_row q8_none 512 1 --kv f16 --quantize int8 --sampling none
+    bench_row q8b8 512 8 --kv f16 --quantize int8
+    bench_row q8b8_none 512 8 --kv f16 --quantize int8 --sampling none
+    bench_row q8h 512 1 --kv f16 --quantize int8 --quantize-head
+    bench_row b1 512 1 --kv f16
+    ;;
 long44)
     # stop 44, second step: down (K = 8,960) on the quantized tensor-core
     # GEMV with 16-warp blocks and 5 units in flight per warp
-    # (DSQ_CUDA_QMMA_LONG=m, off by default): its tests, the product table
+    # (DSQ_CUDA_QMMA_LONG=m then, off by default; since 4-bit from 1 row
+    # and INT8 from 2 by default: DSQ_CUDA_Q4_MMA_LONG / _Q8_MMA_LONG): its tests, the product table
     # with a 16-warp column, rows beside the default; the INT8 head on the
     # new default (DSQ_CUDA_Q8_MMA covers it) beside Q8_MMA=0; a sampled
     # 4-bit batch-1 timeline (PROF=0 skips it)

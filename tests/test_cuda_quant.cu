@@ -635,10 +635,9 @@ static void test_q4_mma_gemv(void **state)
 
 /* dsq_cu_linear sends the Q4_G128 (Q8_ROW) products of at most qmma_q4_max
  * (qmma_q8_max) rows to gemv_mma_quant.cu -- the same bits as the direct
- * launch -- where K <= 4,096 or T >= qmma_long_min; other
+ * launch -- where K <= 4,096 or T >= qmma_q4_long (qmma_q8_long); other
  * products keep the GEMV (qrows_max 0 here).  Two settings: the backend's
- * row cap (8) with down from 4 rows (DSQ_CUDA_QMMA_LONG=4), and
- * 2 rows without long rows (the default's long_min 0). */
+ * row cap (8) with down from 4 rows, and 2 rows without long rows. */
 static void test_q4_mma_linear(void **state)
 {
     (void)state;
@@ -668,7 +667,7 @@ static void test_q4_mma_linear(void **state)
                     env.gemv_max = DSQ_GEMV_MAX_TOKENS;
                     env.qmma_q4_max = is_q4 ? rows : 0;
                     env.qmma_q8_max = is_q4 ? 0 : rows;
-                    env.qmma_long_min = long_min;
+                    env.qmma_q4_long = env.qmma_q8_long = long_min;
                     DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, epi, d1, &env));
                     void *h0 = malloc(yb), *h1 = malloc(yb);
                     to_host(h0, d0, yb);
