@@ -220,6 +220,8 @@ typedef struct cu_ctx {
     int32_t qmma_q4_long;  /* ... Q4_G128 ones with K > 4,096 (down) from this many
                               rows (DSQ_CUDA_Q4_MMA_LONG, default 1; 0: never) */
     int32_t qmma_q8_long;  /* ... Q8_ROW ones (DSQ_CUDA_Q8_MMA_LONG, default 2) */
+    int32_t qmma_norm;     /* ... of at most this many tiles with the RMSNorm folded in
+                              (DSQ_CUDA_QMMA_NORM; default 0: never) */
     int32_t qtile_parts;   /* 2 (default): quantized products of more rows through the
                               dequantization tile as hi + lo bf16 parts (exact);
                               1: one bf16-rounded part (DSQ_CUDA_QTILE=1) */

@@ -260,6 +260,11 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         cc->qmma_q4_long = atoi(q4long_env) < 0 ? 0 : atoi(q4long_env);
     if (q8long_env && *q8long_env)
         cc->qmma_q8_long = atoi(q8long_env) < 0 ? 0 : atoi(q8long_env);
+    /* DSQ_CUDA_QMMA_NORM=n: the RMSNorm before such a product of at most n
+     * tiles (qkv: 128) folded into it, every block computing the norms (off
+     * by default until measured) */
+    const char *qnorm_env = getenv("DSQ_CUDA_QMMA_NORM");
+    cc->qmma_norm = qnorm_env && *qnorm_env && atoi(qnorm_env) > 0 ? atoi(qnorm_env) : 0;
     /* DSQ_CUDA_QTILE=1: quantized products of more rows than gemm_rows.cu
      * takes (prompts) use the weights rounded to bf16 in one cuBLASLt
      * product instead of two bf16 parts that add up to the exact weights

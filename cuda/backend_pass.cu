@@ -46,6 +46,7 @@ static dsq_cu_linear_env lin_env(const cu_ctx *cc, int32_t gemv_max)
     e.qmma_q8_max = cc->qmma_q8_max;
     e.qmma_q4_long = cc->qmma_q4_long;
     e.qmma_q8_long = cc->qmma_q8_long;
+    e.qmma_norm = cc->qmma_norm;
     e.qtile_parts = cc->qtile_parts;
     e.rows_min = cc->rows_min;
     e.rows_ws = cc->rows_ws;

@@ -35,6 +35,7 @@
 
 #include "common.cuh"
 #include "gemv_mma_tile.cuh"
+#include "gemv_norm.cuh"
 #include "gemv_quant.h"
 #include "quant_decode.cuh"
 
@@ -53,6 +54,12 @@ struct QMmaArgs {
     int T, N, K;
     int units; /* 64-byte units of a row's codes: Q4 K / 128 (= groups), Q8 K / 64 */
     void *y;
+    /* NORM: x = rmsnorm(xr rows, nw, eps), computed by every block into
+     * shared memory (bf16 [T][K + 32]) instead of read from x */
+    const float *xr;      /* fp32 residual rows [*][K] */
+    const int32_t *rows;  /* device [T] or NULL: rows 0..T-1 */
+    const float *nw;      /* fp32 [K] */
+    float eps;
 };
 
 /* One unit of this lane's two rows (g, g + 8): 16 bytes of codes each;
@@ -101,14 +108,14 @@ __device__ __forceinline__ uint32_t word_of(const uint4 &v, int i)
 /* The unit's products for the lane's token row (xrow: this lane's first
  * 16-byte piece of x in unit 0; NULL: zeros).  Q4: acc += the group's
  * scale times x . (code - zero); Q8: acc += x . code (row scales later). */
-template <int F>
+template <int F, bool XS>
 __device__ __forceinline__ void unit_mma(const QUnit &w, const uint4 *xrow, int c, float (&acc)[4])
 {
     constexpr int XP = F == F_Q4 ? 4 : 2; /* 16-byte pieces of x per lane per unit */
     uint4 xv[XP];
 #pragma unroll
-    for (int i = 0; i < XP; i++)
-        xv[i] = xrow ? __ldg(xrow + 4 * XP * c + i) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < XP; i++) /* XS: x in shared memory (the NORM variant) */
+        xv[i] = xrow ? (XS ? xrow[4 * XP * c + i] : __ldg(xrow + 4 * XP * c + i)) : make_uint4(0, 0, 0, 0);
     if (F == F_Q8) {
 #pragma unroll
         for (int ci = 0; ci < 2; ci++) { /* codes 8ci .. 8ci + 7: words 2ci, 2ci + 1 */
@@ -152,10 +159,11 @@ __device__ __forceinline__ void unit_mma(const QUnit &w, const uint4 *xrow, int 
 /* MW: the most warps the launch may have (8 or 16: the register bound and
  * the reduction's shared memory follow it, so 8-warp launches keep the
  * 256-thread bound and 4 KB) */
-template <int F, int EPI, int U, int MW>
+template <int F, int EPI, int U, int MW, bool NORM>
 __global__ void __launch_bounds__(MW * 32) gemv_mma_quant_kernel(QMmaArgs a)
 {
     __shared__ float red[MW * 16 * 8]; /* [warp][row 16][token 8] */
+    extern __shared__ uint4 xs_dyn[];  /* NORM: bf16 [T][K + 32] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, NW = blockDim.x >> 5;
     const int g = lane >> 2, q = lane & 3;
     const int n0 = blockIdx.x * 16;
@@ -165,8 +173,18 @@ __global__ void __launch_bounds__(MW * 32) gemv_mma_quant_kernel(QMmaArgs a)
     dsq_pdl_wait();
     dsq_pdl_trigger();
     /* this lane's token row (g < T) at its k of unit 0 (Q4: 32 k, Q8: 16) */
-    const uint4 *xrow =
-        g < a.T ? reinterpret_cast<const uint4 *>(a.x + (size_t)g * a.K) + (F == F_Q4 ? 4 : 2) * q : nullptr;
+    const uint4 *xrow;
+    if (NORM) { /* T <= NW: a warp per row (one round of loads); else block-wide rounds (red: 8 x NW floats) */
+        uint16_t *xs = reinterpret_cast<uint16_t *>(xs_dyn);
+        if (a.T <= NW)
+            gemv_norm_rows_warp(a.xr, a.rows, a.nw, a.eps, a.T, a.K, xs, a.K + 32);
+        else
+            gemv_norm_rows<DSQ_GEMV_MAX_TOKENS>(a.xr, a.rows, a.nw, a.eps, a.T, a.K, xs, a.K + 32, red);
+        xrow = g < a.T ? reinterpret_cast<const uint4 *>(xs + (size_t)g * (a.K + 32)) + (F == F_Q4 ? 4 : 2) * q
+                       : nullptr;
+    } else {
+        xrow = g < a.T ? reinterpret_cast<const uint4 *>(a.x + (size_t)g * a.K) + (F == F_Q4 ? 4 : 2) * q : nullptr;
+    }
 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int c0 = warp;;) {
@@ -174,7 +192,7 @@ __global__ void __launch_bounds__(MW * 32) gemv_mma_quant_kernel(QMmaArgs a)
         for (int u = 0; u < U; u++) {
             const int c = c0 + u * NW;
             if (c < a.units)
-                unit_mma<F>(w[u], xrow, c, acc);
+                unit_mma<F, NORM>(w[u], xrow, c, acc);
         }
         c0 += U * NW;
         if (c0 >= a.units)
@@ -240,17 +258,23 @@ template <int F, int EPI> cudaError_t launch(const QMmaArgs &a, int nw, cudaStre
 {
     const dim3 grid((unsigned)((a.N + 15) / 16)), block((unsigned)nw * 32);
     const bool big = a.units > kU * nw;
+    if (a.xr) { /* NORM: at most 8 warps (run() checks) */
+        const size_t smem = (size_t)a.T * (a.K + 32) * 2;
+        return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, 8, true>, grid, block, smem, s, a)
+                   : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, 8, true>, grid, block, smem, s, a);
+    }
     if (nw > 8)
-        return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, kMaxWarps>, grid, block, 0, s, a)
-                   : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, kMaxWarps>, grid, block, 0, s, a);
-    return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, 8>, grid, block, 0, s, a)
-               : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, 8>, grid, block, 0, s, a);
+        return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, kMaxWarps, false>, grid, block, 0, s, a)
+                   : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, kMaxWarps, false>, grid, block, 0, s, a);
+    return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, 8, false>, grid, block, 0, s, a)
+               : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, 8, false>, grid, block, 0, s, a);
 }
 
 template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cudaStream_t stream)
 {
-    const char *name = F == F_Q4 ? "gemv mma q4" : "gemv mma q8";
-    if (!a.x || !a.q || !a.y || a.N <= 0 || (F == F_Q4 ? !a.scales || !a.zeros : !a.rscales))
+    const char *name = a.xr ? (F == F_Q4 ? "gemv mma q4+norm" : "gemv mma q8+norm")
+                            : (F == F_Q4 ? "gemv mma q4" : "gemv mma q8");
+    if ((!a.x && !a.xr) || (a.xr && !a.nw) || !a.q || !a.y || a.N <= 0 || (F == F_Q4 ? !a.scales || !a.zeros : !a.rscales))
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: NULL operand or N %d", name, a.N);
     if (epi == DSQ_EPI_SILU_MUL && a.N % 2)
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: SwiGLU with odd N %d", name, a.N);
@@ -258,7 +282,15 @@ template <int F> dsq_status run(const QMmaArgs &a, dsq_epilogue epi, int nt, cud
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: BIAS without a bias", name);
     if (nt != 0 && (nt % 32 || nt < 32 || nt > kMaxWarps * 32))
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d threads per block", name, nt);
-    const int nw = nt ? nt / 32 : default_warps<F>(a);
+    int nw = nt ? nt / 32 : default_warps<F>(a);
+    if (a.xr) {
+        if (epi == DSQ_EPI_ADD) /* y += ... into the residual while other blocks still read it for the norm */
+            return dsq_fail(DSQ_ERR_INTERNAL, "%s: the ADD epilogue is not supported", name);
+        if (nt == 0 && nw > 8)
+            nw = 8;
+        if (nw > 8)
+            return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d threads per block (at most 256)", name, nt);
+    }
     cudaError_t e;
     switch (epi) {
     case DSQ_EPI_STORE: e = launch<F, DSQ_EPI_STORE>(a, nw, stream); break;
@@ -276,7 +308,53 @@ int mma_q_ok(int32_t T, int32_t K, int32_t unit_k, const void *x, const void *q)
            ((uintptr_t)q & 15) == 0;
 }
 
+/* the norm variant's extra conditions: xr and nw 16-byte aligned, its
+ * shared rows within the default 48 KB (no opt-in attribute) */
+int mma_q_norm_ok(int32_t T, int32_t K, const float *xr, const float *nw)
+{
+    return xr && nw && ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && K % 4 == 0 &&
+           (size_t)T * (K + 32) * 2 <= 48 * 1024;
+}
+
 } // namespace
+
+extern "C" int dsq_cu_gemv_mma_q4_norm_ok(int32_t T, int32_t K, const float *xr, const float *nw, const uint8_t *q)
+{
+    return mma_q_ok(T, K, 128, xr, q) && mma_q_norm_ok(T, K, xr, nw);
+}
+
+extern "C" int dsq_cu_gemv_mma_q8_norm_ok(int32_t T, int32_t K, const float *xr, const float *nw, const int8_t *q)
+{
+    return mma_q_ok(T, K, 64, xr, q) && mma_q_norm_ok(T, K, xr, nw);
+}
+
+extern "C" dsq_status dsq_cu_gemv_mma_q4_norm(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                              const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                                              const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
+                                              void *y, int nt, cudaStream_t stream)
+{
+    if (!dsq_cu_gemv_mma_q4_norm_ok(T, K, xr, nw, q))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv mma q4+norm: T %d, K %d or alignment not supported", (int)T, (int)K);
+    QMmaArgs a = {};
+    a.xr = xr, a.rows = rows, a.nw = nw, a.eps = eps;
+    a.q = q, a.scales = scales, a.zeros = zeros, a.bias = bias;
+    a.T = T, a.N = N, a.K = K, a.units = K / 128, a.y = y;
+    return run<F_Q4>(a, epi, nt, stream);
+}
+
+extern "C" dsq_status dsq_cu_gemv_mma_q8_norm(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                              const int8_t *q, const float *scales, const float *bias, int32_t T,
+                                              int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt,
+                                              cudaStream_t stream)
+{
+    if (!dsq_cu_gemv_mma_q8_norm_ok(T, K, xr, nw, q))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gemv mma q8+norm: T %d, K %d or alignment not supported", (int)T, (int)K);
+    QMmaArgs a = {};
+    a.xr = xr, a.rows = rows, a.nw = nw, a.eps = eps;
+    a.q = (const uint8_t *)q, a.rscales = scales, a.bias = bias;
+    a.T = T, a.N = N, a.K = K, a.units = K / 64, a.y = y;
+    return run<F_Q8>(a, epi, nt, stream);
+}
 
 extern "C" int dsq_cu_gemv_mma_q4_ok(int32_t T, int32_t K, const void *x, const uint8_t *q)
 {

@@ -143,6 +143,23 @@ int dsq_cu_gemv_mma_q8_ok(int32_t T, int32_t K, const void *x, const int8_t *q);
 dsq_status dsq_cu_gemv_mma_q8(const dsq_bf16 *x, const int8_t *q, const float *scales, const float *bias,
                               int32_t T, int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt,
                               cudaStream_t stream);
+/* The same with the RMSNorm before the product folded in: every block
+ * computes x = bf16(nw * rmsnorm(xr[rows ? rows[t] : t])) for its T rows
+ * into shared memory (gemv_norm.cuh; a warp per row where T <= warps), as
+ * dsq_cu_rmsnorm would, in another summation order.  At most 256 threads
+ * (0: its choice, capped at 8 warps), not the ADD epilogue (y may be the
+ * residual other blocks read), and only where the _norm_ok function holds:
+ * the _ok conditions on xr, nw 16-byte aligned, T * (K + 32) * 2 <= 48 KB. */
+int dsq_cu_gemv_mma_q4_norm_ok(int32_t T, int32_t K, const float *xr, const float *nw, const uint8_t *q);
+dsq_status dsq_cu_gemv_mma_q4_norm(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                   const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,
+                                   const float *bias, int32_t T, int32_t N, int32_t K, dsq_epilogue epi,
+                                   void *y, int nt, cudaStream_t stream);
+int dsq_cu_gemv_mma_q8_norm_ok(int32_t T, int32_t K, const float *xr, const float *nw, const int8_t *q);
+dsq_status dsq_cu_gemv_mma_q8_norm(const float *xr, const int32_t *rows, const float *nw, float eps,
+                                   const int8_t *q, const float *scales, const float *bias, int32_t T,
+                                   int32_t N, int32_t K, dsq_epilogue epi, void *y, int nt,
+                                   cudaStream_t stream);
 
 /* Tensor-core products of 1..DSQ_GEMM_ROWS_MAX rows (cuda/gemm_rows.cu,
  * the bf16 dsq_cu_gemm_rows of kernels.h with the codes converted to bf16

@@ -324,6 +324,10 @@ typedef struct dsq_cu_linear_env {
     int32_t qmma_q8_max;
     int32_t qmma_q4_long;
     int32_t qmma_q8_long;
+    /* with norm_w: such products of at most this many 16-row tiles take the
+     * RMSNorm folded in (dsq_cu_gemv_mma_q4_norm / _q8_norm: qkv's 128),
+     * ahead of the quantized GEMVs' folds; 0: never */
+    int32_t qmma_norm;
     /* quantized products through the dequantization tile: 1 = the
      * weights rounded to bf16 (DSQ_CUDA_QTILE=1), else exact: Q8_ROW's
      * codes (exact in bf16) and the row scales in dsq_cu_scale_epilogue

@@ -236,6 +236,23 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
                                             (int32_t)W->rows, K, epi, y, 0, 0, env->stream);
             }
         }
+        /* quantized products on gemv_mma_quant.cu of few tiles (qmma_norm:
+         * qkv): each block computes the T norms */
+        if ((W->format == DSQ_WF_Q4_G128 || W->format == DSQ_WF_Q8_ROW) && env->qmma_norm > 0 &&
+            env->norm_fuse && epi != DSQ_EPI_ADD && K <= 4096 && (W->rows + 15) / 16 <= env->qmma_norm &&
+            T <= (W->format == DSQ_WF_Q4_G128 ? env->qmma_q4_max : env->qmma_q8_max)) {
+            if (W->format == DSQ_WF_Q4_G128 &&
+                dsq_cu_gemv_mma_q4_norm_ok(T, K, env->norm_x, env->norm_w, (const uint8_t *)W->data))
+                return dsq_cu_gemv_mma_q4_norm(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
+                                               (const uint8_t *)W->data, (const uint16_t *)W->scales,
+                                               (const uint8_t *)W->zeros, bias, T, (int32_t)W->rows, K, epi, y, 0,
+                                               env->stream);
+            if (W->format == DSQ_WF_Q8_ROW &&
+                dsq_cu_gemv_mma_q8_norm_ok(T, K, env->norm_x, env->norm_w, (const int8_t *)W->data))
+                return dsq_cu_gemv_mma_q8_norm(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
+                                               (const int8_t *)W->data, (const float *)W->scales, bias, T,
+                                               (int32_t)W->rows, K, epi, y, 0, env->stream);
+        }
         /* Q8_ROW products that take gemv.cu's GEMV (1..2 rows, N < 16384
          * by default: qkv): folded the same way */
         if (W->format == DSQ_WF_Q8_ROW && env->norm_fuse && quant_gemv_path(W, x, T, env) &&

@@ -617,20 +617,36 @@ final44)
     # from 1 row, INT8 from 2; 16-warp blocks), 4-bit gate/up on 2-warp
     # blocks (DSQ_CUDA_QMMA_WIDE_WARPS=8: the 8 of before), the kernel's
     # register bound and shared memory by launch width: every quantized test,
-    # the product table, rows beside the knobs
+    # the product table, rows beside the knobs; the RMSNorm folded into it
+    # for qkv (DSQ_CUDA_QMMA_NORM=256, off by default): tests, rows
     prebuilt_stage final44
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=240 gtest test_cuda_quant
-    grep -hE "gemv mma q|x8960 T=[128] rows 8|SKIP|FAIL|ERROR" "$OUT/test_cuda_quant.log" | head -12
+    grep -hE "gemv mma q|x8960 T=[128] rows 8|\+norm 2048x1536 T=[18] qmma_norm 256|SKIP|FAIL|ERROR" \
+        "$OUT/test_cuda_quant.log" | head -16
     sed -n '/quantized products, us per call/,$p' "$OUT/test_cuda_quant.log" | grep -E "fmt| [18] " | head -20
     gtest test_cuda_quant_e2e
     gtest test_cuda_quant_decode
+    LOGSUFFIX=_qn gtest test_cuda_quant_e2e DSQ_CUDA_QMMA_NORM=256
+    LOGSUFFIX=_qn gtest test_cuda_quant_decode DSQ_CUDA_QMMA_NORM=256
+    if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+        DSQ_TEST_FILTER=test_q4_mma_norm timeout 200 compute-sanitizer --tool memcheck "$B/tests/test_cuda_quant" \
+            >"$OUT/memcheck_qn.log" 2>&1
+        echo "== memcheck rc=$? ($(el)) $(grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck_qn.log" | tr '\n' ' ')"
+    fi
     bench_start
     for rep in $(seq 1 ${REPS:-2}); do
         bench_row q4_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QMMA_NORM=256 bench_row q4_qn_r$rep 512 1 --kv f16 --quantize q4
         DSQ_CUDA_QMMA_WIDE_WARPS=8 bench_row q4_w8_r$rep 512 1 --kv f16 --quantize q4
         DSQ_CUDA_NORM_FUSE=0 bench_row q4_nofuse_r$rep 512 1 --kv f16 --quantize q4
     done
+    DSQ_CUDA_QMMA_NORM=256 bench_row q4b4_qn 512 4 --kv f16 --quantize q4
+    DSQ_CUDA_QMMA_NORM=256 bench_row q4b8_qn 512 8 --kv f16 --quantize q4
+    for rep in $(seq 1 ${REPS:-2}); do
+        DSQ_CUDA_QMMA_NORM=256 bench_row q8_qn_r$rep 512 1 --kv f16 --quantize int8
+    done
+    DSQ_CUDA_QMMA_NORM=256 bench_row q8b8_qn 512 8 --kv f16 --quantize int8
     bench_row q4_none 512 1 --kv f16 --quantize q4 --sampling none
     bench_row q4b2 512 2 --kv f16 --quantize q4
     bench_row q4b4 512 4 --kv f16 --quantize q4

@@ -331,7 +331,7 @@ static void test_gemv_q4(void **state)
  * sum |x w| more tolerance).  Residual rows gathered or not, N up to the
  * gate/up shape (blocks loop over row groups), outputs NaN-poisoned. */
 static void run_gemv_q_norm(int is_q4, int T, int64_t N, int64_t K, dsq_epilogue epi, int gather, int nt, int r,
-                            double *worst)
+                            double *worst, int mma = 0)
 {
     const int Rr = T + 2;
     float *xr = (float *)malloc((size_t)(Rr * K) * 4), *nw = (float *)malloc((size_t)K * 4);
@@ -365,7 +365,18 @@ static void run_gemv_q_norm(int is_q4, int T, int64_t N, int64_t K, dsq_epilogue
     const float *bp = epi == DSQ_EPI_BIAS ? (const float *)dbias : NULL;
     const int32_t *rp = gather ? (const int32_t *)drows : NULL;
     dsq_status st;
-    if (is_q4) {
+    if (mma && is_q4) { /* gemv_mma_quant.cu's norm variant, nt threads (0: its choice) */
+        assert_true(dsq_cu_gemv_mma_q4_norm_ok(T, (int32_t)K, (const float *)dxr, (const float *)dnw,
+                                               (const uint8_t *)m.dq));
+        st = dsq_cu_gemv_mma_q4_norm((const float *)dxr, rp, (const float *)dnw, 1e-6f, (const uint8_t *)m.dq,
+                                     (const uint16_t *)m.ds, (const uint8_t *)m.dz, bp, T, (int32_t)N, (int32_t)K,
+                                     epi, dy, nt, 0);
+    } else if (mma) {
+        assert_true(dsq_cu_gemv_mma_q8_norm_ok(T, (int32_t)K, (const float *)dxr, (const float *)dnw,
+                                               (const int8_t *)m.dq));
+        st = dsq_cu_gemv_mma_q8_norm((const float *)dxr, rp, (const float *)dnw, 1e-6f, (const int8_t *)m.dq,
+                                     (const float *)m.ds, bp, T, (int32_t)N, (int32_t)K, epi, dy, nt, 0);
+    } else if (is_q4) {
         assert_true(dsq_cu_gemv_q4_norm_ok(T, (int32_t)K, dxr, (const float *)dnw, (const uint8_t *)m.dq));
         st = dsq_cu_gemv_q4_norm_cfg((const float *)dxr, rp, (const float *)dnw, 1e-6f, (const uint8_t *)m.dq,
                                      (const uint16_t *)m.ds, (const uint8_t *)m.dz, bp, T, (int32_t)N, (int32_t)K, epi,
@@ -375,7 +386,7 @@ static void run_gemv_q_norm(int is_q4, int T, int64_t N, int64_t K, dsq_epilogue
         st = dsq_cu_gemv_q8_norm_cfg((const float *)dxr, rp, (const float *)dnw, 1e-6f, (const int8_t *)m.dq,
                                      (const float *)m.ds, bp, T, (int32_t)N, (int32_t)K, epi, dy, nt, r, 0);
     }
-    const char *fmt = is_q4 ? "q4+norm" : "q8+norm";
+    const char *fmt = mma ? (is_q4 ? "mma q4+norm" : "mma q8+norm") : is_q4 ? "q4+norm" : "q8+norm";
     if (st != DSQ_OK)
         fail_msg("%s %lldx%lld T=%d epi %d nt %d r %d: %s (%s)", fmt, (long long)N, (long long)K, T, (int)epi, nt, r,
                  dsq_status_string(st), dsq_last_error_message());
@@ -435,6 +446,93 @@ static void run_gemv_q_norm_tests(int is_q4)
             run_gemv_q_norm(is_q4, 1 + (nt / 32 + r) % DSQ_GEMV_NORM_MAX_TOKENS, 36, 1024, DSQ_EPI_SILU_MUL, 1, nt,
                             r, &worst);
     printf("  %s+norm: worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8", worst);
+}
+
+/* gemv_mma_quant.cu with the RMSNorm folded in, against the CPU product
+ * of the double-precision norm (run_gemv_q_norm's bound): 1-8 rows (a warp
+ * per row up to the block's warps, block-wide rounds past them), odd tile
+ * counts, K of 1-32 groups, gathered rows, 1-8 warps; refusals. */
+static void test_q4_mma_norm(void **state)
+{
+    (void)state;
+    for (int is_q4 = 1; is_q4 >= 0; is_q4--) {
+        double worst = 0;
+        const int64_t shapes[][2] = {{37, 256}, {2048, 1536}, {129, 1536}, {18, 4096}, {7, 128}};
+        for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++)
+            for (int si = 0; si < 5; si++) {
+                const int64_t N = shapes[si][0], K = shapes[si][1];
+                if ((size_t)T * (K + 32) * 2 > 48 * 1024)
+                    continue;
+                run_gemv_q_norm(is_q4, T, N, K, DSQ_EPI_STORE, T % 2, 0, 0, &worst, 1);
+                if (T == 1 || T == 3 || T == 8) {
+                    run_gemv_q_norm(is_q4, T, N, K, DSQ_EPI_BIAS, 1 - T % 2, 0, 0, &worst, 1);
+                    run_gemv_q_norm(is_q4, T, N + N % 2, K, DSQ_EPI_SILU_MUL, 1, 0, 0, &worst, 1);
+                }
+            }
+        for (int nt : {32, 64, 128, 256}) /* T past the warps: block-wide norm rounds */
+            for (int T : {1, 5, 8})
+                run_gemv_q_norm(is_q4, T, 45, 1536, DSQ_EPI_BIAS, 1, nt, 0, &worst, 1);
+        printf("  gemv mma %s+norm: worst |gpu - cpu| / tol over all cases = %.3g\n", is_q4 ? "q4" : "q8", worst);
+    }
+    /* dsq_cu_linear with qmma_norm: the direct launch's bits */
+    for (int is_q4 = 1; is_q4 >= 0; is_q4--) {
+        const int64_t N = 2048, K = 1536;
+        qmat m = make_qmat(is_q4, N, K);
+        float *xr = (float *)malloc((size_t)(8 * K) * 4), *nw = (float *)malloc((size_t)K * 4);
+        for (int64_t i = 0; i < 8 * K; i++)
+            xr[i] = frand(3.0f);
+        for (int64_t k = 0; k < K; k++)
+            nw[k] = frand(1.5f);
+        float *dxr = (float *)dev_copy(xr, (size_t)(8 * K) * 4), *dnw = (float *)dev_copy(nw, (size_t)K * 4);
+        uint16_t *dx = (uint16_t *)dev_nan((size_t)(8 * K) * 2);
+        const size_t yb = (size_t)(8 * N) * 4;
+        void *d0 = dev_nan(yb), *d1 = dev_nan(yb);
+        void *h0 = malloc(yb), *h1 = malloc(yb);
+        dsq_weight w = qweight_of(&m);
+        for (int T : {1, 4, 8})
+            for (int on = 1; on >= 0; on--) {
+                dsq_cu_linear_env env = {};
+                env.gemv_max = DSQ_GEMV_MAX_TOKENS;
+                env.qmma_q4_max = env.qmma_q8_max = 8;
+                env.qmma_norm = on ? 256 : 0;
+                env.norm_fuse = 1;
+                env.norm_x = dxr, env.norm_w = dnw, env.norm_eps = 1e-6f;
+                DS(dsq_cu_linear(&w, (const dsq_bf16 *)dx, NULL, T, DSQ_EPI_STORE, d1, &env));
+                if (is_q4)
+                    DS(dsq_cu_gemv_mma_q4_norm(dxr, NULL, dnw, 1e-6f, (const uint8_t *)m.dq, (const uint16_t *)m.ds,
+                                               (const uint8_t *)m.dz, NULL, T, (int32_t)N, (int32_t)K, DSQ_EPI_STORE,
+                                               d0, 0, 0));
+                else
+                    DS(dsq_cu_gemv_mma_q8_norm(dxr, NULL, dnw, 1e-6f, (const int8_t *)m.dq, (const float *)m.ds,
+                                               NULL, T, (int32_t)N, (int32_t)K, DSQ_EPI_STORE, d0, 0, 0));
+                to_host(h0, d0, (size_t)T * N * 4);
+                to_host(h1, d1, (size_t)T * N * 4);
+                const int same = memcmp(h0, h1, (size_t)T * N * 4) == 0;
+                /* off, the norm's own kernel then the product may give the same bits (the same bf16 x
+                 * where the two summation orders round alike): only printed */
+                if (on && !same)
+                    fail_msg("dsq_cu_linear %s+norm T=%d qmma_norm 256: not the folded kernel's bits",
+                             is_q4 ? "q4" : "q8", T);
+                printf("  dsq_cu_linear %s+norm 2048x1536 T=%d qmma_norm %d: %s\n", is_q4 ? "q4" : "q8", T,
+                       on ? 256 : 0, same ? "the folded kernel's bits" : "another path's");
+            }
+        free(xr), free(nw), free(h0), free(h1);
+        cudaFree(dxr), cudaFree(dnw), cudaFree(dx), cudaFree(d0), cudaFree(d1);
+        free_qmat(&m);
+    }
+    /* refusals: ADD, more than 8 warps, shared rows past 48 KB, misaligned xr / nw */
+    const float *fp = (const float *)16;
+    const uint8_t *qp = (const uint8_t *)16;
+    assert_int_equal(dsq_cu_gemv_mma_q4_norm(fp, NULL, fp, 1e-6f, qp, (const uint16_t *)16, qp, NULL, 1, 16, 1536,
+                                             DSQ_EPI_ADD, (void *)16, 0, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_int_equal(dsq_cu_gemv_mma_q8_norm(fp, NULL, fp, 1e-6f, (const int8_t *)qp, fp, NULL, 1, 16, 1536,
+                                             DSQ_EPI_STORE, (void *)16, 512, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_false(dsq_cu_gemv_mma_q4_norm_ok(8, 4096, fp, fp, qp));
+    assert_false(dsq_cu_gemv_mma_q4_norm_ok(1, 1536, (const float *)24, fp, qp));
+    assert_false(dsq_cu_gemv_mma_q8_norm_ok(1, 1536, fp, (const float *)20, (const int8_t *)qp));
+    assert_true(dsq_cu_gemv_mma_q8_norm_ok(8, 1536, fp, fp, (const int8_t *)qp));
 }
 
 static void test_gemv_q8_norm(void **state)
@@ -1329,6 +1427,7 @@ int main(void)
         cmocka_unit_test(test_gemm_rows_q4),
         cmocka_unit_test(test_q4_mma_gemv),
         cmocka_unit_test(test_q4_mma_linear),
+        cmocka_unit_test(test_q4_mma_norm),
         cmocka_unit_test(test_linear_qrows_dispatch),
         cmocka_unit_test(test_dequant_bf16),
         cmocka_unit_test(test_linear_tile_exact),
