@@ -221,20 +221,21 @@ constexpr int kU = 3, kUBig = 5;
  * - rows of more than 24 units (down: 70 Q4 groups, 140 Q8 units): 16
  *   warps with 5 units each in flight, Q4 5.7 / 6.2 against 7.7 / 8.2 with
  *   8 warps (3 rounds of 3) and 6.9 / 12.3 on today's paths; Q8 8.0 / 8.5;
- * - 4-bit products of at least 1,024 tiles (gate/up's 1,120): 2 warps with
- *   5 units each (two rounds), 9.6 / 9.9 against 10.3 / 11.5 with 8: small
- *   blocks fit the grid in one wave of resident blocks;
- * - else 8 (qkv, o; INT8 gate/up and the INT8 head: 11.7 / 11.9 against
- *   13.1 / 14.1 with 4).
+ * - else 8 (qkv, o, gate/up, the INT8 head; INT8 gate/up 11.7 / 11.9
+ *   against 13.1 / 14.1 with 4).
  * DSQ_CUDA_QMMA_WIDE_WARPS=n (measurement knob, per process): n warps for
- * the 4-bit products of 1,024+ tiles instead. */
+ * the 4-bit products of 1,024+ tiles (gate/up's 1,120) instead.  With 2
+ * (5 units each in flight, two rounds) the table gave 9.6 / 9.9 against
+ * 10.3 / 11.5 -- small blocks fit that grid in one wave of resident blocks
+ * -- but no step has run with it yet (stop 44's last call found no
+ * machine): 8 until a bench row says otherwise. */
 int wide_warps()
 {
     static int w = -1;
     int r = __atomic_load_n(&w, __ATOMIC_RELAXED);
     if (r < 0) {
         const char *e = getenv("DSQ_CUDA_QMMA_WIDE_WARPS");
-        r = e && atoi(e) >= 1 && atoi(e) <= kMaxWarps ? atoi(e) : 2;
+        r = e && atoi(e) >= 1 && atoi(e) <= kMaxWarps ? atoi(e) : 8;
         __atomic_store_n(&w, r, __ATOMIC_RELAXED);
     }
     return r;
