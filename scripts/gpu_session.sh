@@ -614,9 +614,9 @@ mmanorm42)
     ;;
 final44)
     # stop 44's final defaults: down on the quantized tensor-core GEMV (4-bit
-    # from 1 row, INT8 from 2; 16-warp blocks), 4-bit gate/up on 2-warp
-    # blocks (DSQ_CUDA_QMMA_WIDE_WARPS=8: the 8 of before), the kernel's
-    # register bound and shared memory by launch width: every quantized test,
+    # from 1 row, INT8 from 2; 16-warp blocks), the kernel's register bound
+    # and shared memory by launch width; 4-bit gate/up on 2-warp blocks
+    # (DSQ_CUDA_QMMA_WIDE_WARPS=2, table-only so far): every quantized test,
     # the product table, rows beside the knobs; the RMSNorm folded into it
     # for qkv (DSQ_CUDA_QMMA_NORM=256, off by default): tests, rows
     prebuilt_stage final44
@@ -638,7 +638,7 @@ final44)
     for rep in $(seq 1 ${REPS:-2}); do
         bench_row q4_r$rep 512 1 --kv f16 --quantize q4
         DSQ_CUDA_QMMA_NORM=256 bench_row q4_qn_r$rep 512 1 --kv f16 --quantize q4
-        DSQ_CUDA_QMMA_WIDE_WARPS=8 bench_row q4_w8_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_QMMA_WIDE_WARPS=2 bench_row q4_w2_r$rep 512 1 --kv f16 --quantize q4
         DSQ_CUDA_NORM_FUSE=0 bench_row q4_nofuse_r$rep 512 1 --kv f16 --quantize q4
     done
     DSQ_CUDA_QMMA_NORM=256 bench_row q4b4_qn 512 4 --kv f16 --quantize q4
@@ -651,7 +651,7 @@ final44)
     bench_row q4b2 512 2 --kv f16 --quantize q4
     bench_row q4b4 512 4 --kv f16 --quantize q4
     bench_row q4b8 512 8 --kv f16 --quantize q4
-    DSQ_CUDA_QMMA_WIDE_WARPS=8 bench_row q4b8_w8 512 8 --kv f16 --quantize q4
+    DSQ_CUDA_QMMA_WIDE_WARPS=2 bench_row q4b8_w2 512 8 --kv f16 --quantize q4
     bench_row q4b8_none 512 8 --kv f16 --quantize q4 --sampling none
     bench_row q4h 512 1 --kv f16 --quantize q4 --quantize-head
     for rep in $(seq 1 ${REPS:-2}); do
