@@ -239,7 +239,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
      * DSQ_CUDA_Q8_MMA=0): 4-bit batch 1 1.258, 1.259 / 1.290, 1.306; batch
      * 2 1.342 / 1.428; batch 4 1.374, 1.381 / 1.574; batch 8 1.486, 1.491 /
      * 1.742; INT8 batch 1 1.299, 1.298 / 1.325, 1.326; batch 8 1.511 /
-     * 1.793.  Down there too on 16-warp blocks (DSQ_CUDA_QMMA_LONG=1 then),
+     * 1.793.  Down there too on 16-warp blocks (one knob for both formats then, at 1),
      * against without: 4-bit batch 1 1.223, 1.226 / 1.277, 1.271; batch 8
      * 1.285 / 1.507; INT8 batch 1 1.351, 1.363 / 1.326, 1.325 (its GEMV:
      * 7.7 us against 8.0 alone), batch 8 1.400 / 1.538.  (On 8-warp blocks

@@ -8,7 +8,8 @@
  * and the splits meet in a workspace fix-up; the INT8 one on gemv_quant.cu's
  * FMA GEMV (12.7 us for 27.5 MB, stop 43's profile).  Here every warp asks
  * for all its codes at once, before the PDL wait, reads x straight from
- * global memory (L1/L2: a few KB shared by every block) and the warps of a
+ * global memory (L1/L2: a few KB shared by every block; the norm variant
+ * computes it into shared memory) and the warps of a
  * tile meet once, in shared memory: the shape of gemv_mma.cu's bf16 GEMV,
  * with the codes converted in registers as gemm_rows.cu does.
  *
@@ -219,8 +220,11 @@ constexpr int kU = 3, kUBig = 5;
 /* Warps per block.  H100, stop 44 (test_timing_q4_mma, us per call at 1 /
  * 8 rows):
  * - rows of more than 24 units (down: 70 Q4 groups, 140 Q8 units): 16
- *   warps with 5 units each in flight, Q4 5.7 / 6.2 against 7.7 / 8.2 with
- *   8 warps (3 rounds of 3) and 6.9 / 12.3 on today's paths; Q8 8.0 / 8.5;
+ *   warps with 5 units each in flight (3 where a row has at most 48), Q4
+ *   5.7 / 6.2 against 7.7 / 8.2 with 8 warps (then 3 rounds of 3; now
+ *   8-warp launches of such rows keep 5 in flight) and 6.9 / 12.3 on
+ *   today's paths; Q8 8.0 / 8.5.  Measured for down's 96 tiles only: a
+ *   16-warp block of 96 registers a thread leaves room for one per SM;
  * - else 8 (qkv, o, gate/up, the INT8 head; INT8 gate/up 11.7 / 11.9
  *   against 13.1 / 14.1 with 4).
  * DSQ_CUDA_QMMA_WIDE_WARPS=n (measurement knob, per process): n warps for
@@ -310,11 +314,13 @@ int mma_q_ok(int32_t T, int32_t K, int32_t unit_k, const void *x, const void *q)
 }
 
 /* the norm variant's extra conditions: xr and nw 16-byte aligned, its
- * shared rows within the default 48 KB (no opt-in attribute) */
+ * shared rows within DSQ_GEMV_NORM_MAX_SMEM (40 KB: with the 4 KB of the
+ * static reduction buffer under the 48 KB a block gets without the opt-in
+ * attribute) */
 int mma_q_norm_ok(int32_t T, int32_t K, const float *xr, const float *nw)
 {
     return xr && nw && ((uintptr_t)xr & 15) == 0 && ((uintptr_t)nw & 15) == 0 && K % 4 == 0 &&
-           (size_t)T * (K + 32) * 2 <= 48 * 1024;
+           (size_t)T * (K + 32) * 2 <= DSQ_GEMV_NORM_MAX_SMEM;
 }
 
 } // namespace

@@ -129,7 +129,7 @@ dsq_status dsq_cu_dequant_q4_bf16(const uint8_t *q, const uint16_t *scales, cons
 
 /* Q4_G128 / Q8_ROW products of 1..DSQ_GEMV_MAX_TOKENS rows on the tensor
  * cores (cuda/gemv_mma_quant.cu): blocks of nt threads (a multiple of 32
- * up to 256; 0 = its choice) over 16-row tiles of W, no K split, no
+ * up to 512; 0 = its choice) over 16-row tiles of W, no K split, no
  * workspace; codes loaded before the PDL wait.  Only where the _ok
  * function holds: K a multiple of 128 (Q4) or 64 (Q8), x and q 16-byte
  * aligned; Q4 zero points 0..16 (as gemm_rows.cu).  Numerics as
@@ -149,7 +149,9 @@ dsq_status dsq_cu_gemv_mma_q8(const dsq_bf16 *x, const int8_t *q, const float *s
  * dsq_cu_rmsnorm would, in another summation order.  At most 256 threads
  * (0: its choice, capped at 8 warps), not the ADD epilogue (y may be the
  * residual other blocks read), and only where the _norm_ok function holds:
- * the _ok conditions on xr, nw 16-byte aligned, T * (K + 32) * 2 <= 48 KB. */
+ * the _ok conditions on xr, nw 16-byte aligned, T * (K + 32) * 2 <=
+ * DSQ_GEMV_NORM_MAX_SMEM.  Its x reads from shared memory have 2-way bank
+ * conflicts (4-bit: lanes q and q + 2 of a row; not yet measured). */
 int dsq_cu_gemv_mma_q4_norm_ok(int32_t T, int32_t K, const float *xr, const float *nw, const uint8_t *q);
 dsq_status dsq_cu_gemv_mma_q4_norm(const float *xr, const int32_t *rows, const float *nw, float eps,
                                    const uint8_t *q, const uint16_t *scales, const uint8_t *zeros,

@@ -295,8 +295,9 @@ typedef struct dsq_cu_linear_env {
      * norm is folded into the GEMV (dsq_cu_gemv_norm_cfg: bf16 weights,
      * T <= gemv_max and T <= norm_fuse, not the tensor-core GEMV,
      * dsq_cu_gemv_norm_ok; or dsq_cu_gemv_mma_norm: the tensor-core GEMV
-     * of at most mma_norm tiles, not the ADD epilogue) and x is not
-     * written. */
+     * of at most mma_norm tiles, not the ADD epilogue; quantized weights:
+     * dsq_cu_gemv_mma_q4_norm / _q8_norm where qmma_norm says, else the
+     * quantized FMA GEMVs' folds at 1-2 rows) and x is not written. */
     const float *norm_x;     /* fp32 residual rows [*][cols] */
     const int32_t *norm_rows; /* device int32 [T] or NULL */
     const float *norm_w;     /* fp32 [cols] */

@@ -679,18 +679,18 @@ long44)
     grep -hE "gemv mma q|x8960 T=[18] rows|FAIL|ERROR" "$OUT/test_cuda_quant_mq.log" | head -10
     GTEST_TIMEOUT=200 LOGSUFFIX=_mqt gtest test_cuda_quant DSQ_TEST_FILTER=test_timing_q4_mma
     sed -n '/quantized products, us per call/,$p' "$OUT/test_cuda_quant_mqt.log" | grep -E "fmt|down|gate" | head -20
-    LOGSUFFIX=_long gtest test_cuda_quant_e2e DSQ_CUDA_QMMA_LONG=1
+    LOGSUFFIX=_long gtest test_cuda_quant_e2e DSQ_CUDA_Q4_MMA_LONG=1 DSQ_CUDA_Q8_MMA_LONG=1
     bench_start
     for rep in $(seq 1 ${REPS:-2}); do
         bench_row q4_r$rep 512 1 --kv f16 --quantize q4
-        DSQ_CUDA_QMMA_LONG=1 bench_row q4_long_r$rep 512 1 --kv f16 --quantize q4
+        DSQ_CUDA_Q4_MMA_LONG=1 bench_row q4_long_r$rep 512 1 --kv f16 --quantize q4
         bench_row q8_r$rep 512 1 --kv f16 --quantize int8
-        DSQ_CUDA_QMMA_LONG=1 bench_row q8_long_r$rep 512 1 --kv f16 --quantize int8
+        DSQ_CUDA_Q8_MMA_LONG=1 bench_row q8_long_r$rep 512 1 --kv f16 --quantize int8
     done
     bench_row q4b8 512 8 --kv f16 --quantize q4
-    DSQ_CUDA_QMMA_LONG=1 bench_row q4b8_long 512 8 --kv f16 --quantize q4
+    DSQ_CUDA_Q4_MMA_LONG=1 bench_row q4b8_long 512 8 --kv f16 --quantize q4
     bench_row q8b8 512 8 --kv f16 --quantize int8
-    DSQ_CUDA_QMMA_LONG=1 bench_row q8b8_long 512 8 --kv f16 --quantize int8
+    DSQ_CUDA_Q8_MMA_LONG=1 bench_row q8b8_long 512 8 --kv f16 --quantize int8
     for rep in $(seq 1 ${REPS:-2}); do
         bench_row q8h_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
         DSQ_CUDA_Q8_MMA=0 bench_row q8h_old_r$rep 512 1 --kv f16 --quantize int8 --quantize-head
@@ -712,7 +712,8 @@ qmma44)
     # DSQ_CUDA_Q8_MMA=0 (stop 43's paths).  As run at 9d79900 the default
     # also had 4-bit down there from 4 rows: the "nolong" rows
     # (then DSQ_CUDA_Q4_MMA_LONG=0) are today's default, the plain q4b4 /
-    # q4b8 rows now need DSQ_CUDA_QMMA_LONG=4 (the knob's name since d7a72bb)
+    # q4b8 rows now need DSQ_CUDA_Q4_MMA_LONG=4 with 8-warp blocks, which
+    # no longer exist: the rows compare today's default with DSQ_CUDA_Q4_MMA_LONG=0
     prebuilt_stage qmma44
     DEADLINE=${DEADLINE:-540}
     GTEST_TIMEOUT=240 gtest test_cuda_quant
@@ -733,9 +734,9 @@ qmma44)
     DSQ_CUDA_Q4_MMA=0 bench_row q4b2_old 512 2 --kv f16 --quantize q4
     for rep in $(seq 1 ${REPS:-2}); do
         bench_row q4b4_r$rep 512 4 --kv f16 --quantize q4
-        DSQ_CUDA_QMMA_LONG=0 bench_row q4b4_nolong_r$rep 512 4 --kv f16 --quantize q4
+        DSQ_CUDA_Q4_MMA_LONG=0 bench_row q4b4_nolong_r$rep 512 4 --kv f16 --quantize q4
         bench_row q4b8_r$rep 512 8 --kv f16 --quantize q4
-        DSQ_CUDA_QMMA_LONG=0 bench_row q4b8_nolong_r$rep 512 8 --kv f16 --quantize q4
+        DSQ_CUDA_Q4_MMA_LONG=0 bench_row q4b8_nolong_r$rep 512 8 --kv f16 --quantize q4
     done
     DSQ_CUDA_Q4_MMA=0 bench_row q4b4_old 512 4 --kv f16 --quantize q4
     DSQ_CUDA_Q4_MMA=0 bench_row q4b8_old 512 8 --kv f16 --quantize q4

@@ -325,7 +325,8 @@ static void test_gemv_q4(void **state)
 }
 
 /* The Q8_ROW and Q4_G128 GEMVs with the RMSNorm folded in
- * (dsq_cu_gemv_q8_norm_cfg / dsq_cu_gemv_q4_norm_cfg, gemv.cu) against the CPU product of the exactly normalised rows: as the
+ * (dsq_cu_gemv_q8_norm_cfg / dsq_cu_gemv_q4_norm_cfg, gemv.cu; mma:
+ * dsq_cu_gemv_mma_q4_norm / _q8_norm, gemv_mma_quant.cu) against the CPU product of the exactly normalised rows: as the
  * bf16 test in test_cuda_kernels, the kernel rounds the normalised row to
  * bf16, so each term may also be off by a bf16 rounding of x (2^-8 of
  * sum |x w| more tolerance).  Residual rows gathered or not, N up to the
@@ -461,7 +462,7 @@ static void test_q4_mma_norm(void **state)
         for (int T = 1; T <= DSQ_GEMV_MAX_TOKENS; T++)
             for (int si = 0; si < 5; si++) {
                 const int64_t N = shapes[si][0], K = shapes[si][1];
-                if ((size_t)T * (K + 32) * 2 > 48 * 1024)
+                if ((size_t)T * (K + 32) * 2 > DSQ_GEMV_NORM_MAX_SMEM)
                     continue;
                 run_gemv_q_norm(is_q4, T, N, K, DSQ_EPI_STORE, T % 2, 0, 0, &worst, 1);
                 if (T == 1 || T == 3 || T == 8) {
@@ -530,6 +531,8 @@ static void test_q4_mma_norm(void **state)
                                              DSQ_EPI_STORE, (void *)16, 512, 0),
                      DSQ_ERR_INTERNAL);
     assert_false(dsq_cu_gemv_mma_q4_norm_ok(8, 4096, fp, fp, qp));
+    assert_false(dsq_cu_gemv_mma_q8_norm_ok(8, 2816, fp, fp, (const int8_t *)qp)); /* 45,568 B: past 40 KB */
+    assert_true(dsq_cu_gemv_mma_q8_norm_ok(8, 2432, fp, fp, (const int8_t *)qp));  /* 39,424 B */
     assert_false(dsq_cu_gemv_mma_q4_norm_ok(1, 1536, (const float *)24, fp, qp));
     assert_false(dsq_cu_gemv_mma_q8_norm_ok(1, 1536, fp, (const float *)20, (const int8_t *)qp));
     assert_true(dsq_cu_gemv_mma_q8_norm_ok(8, 1536, fp, fp, (const int8_t *)qp));
@@ -645,7 +648,7 @@ static void test_gemm_rows_q4(void **state)
 /* gemv_mma_quant.cu (Q4 and Q8) against the CPU product: odd tile counts
  * (N not a multiple of 16), K of 1 to 70 Q4 groups (more units than a
  * warp's U in flight: several rounds), every epilogue, 1..8 rows, block
- * sizes of 1 to 8 warps (the default from the unit count too), more tiles
+ * sizes of 1 to 16 warps (the default from the unit count too), more tiles
  * than one wave of resident blocks, output poisoned with NaN */
 static void test_q4_mma_gemv(void **state)
 {
@@ -667,7 +670,7 @@ static void test_q4_mma_gemv(void **state)
                     check_case(&m, T, DSQ_EPI_SILU_MUL, 0, 0, 0, &worst, -2);
             }
         }
-        for (int nt : {32, 96, 128, 256, 512}) {
+        for (int nt : {32, 96, 128, 256, 384, 512}) {
             check_case(&m, 1, DSQ_EPI_STORE, nt, 0, 0, &worst, -2);
             check_case(&m, 3, DSQ_EPI_BIAS, nt, 0, 0, &worst, -2);
             if (m.N % 2 == 0)
