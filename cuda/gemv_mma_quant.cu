@@ -263,10 +263,12 @@ template <int F, int EPI> cudaError_t launch(const QMmaArgs &a, int nw, cudaStre
 {
     const dim3 grid((unsigned)((a.N + 15) / 16)), block((unsigned)nw * 32);
     const bool big = a.units > kU * nw;
-    if (a.xr) { /* NORM: at most 8 warps (run() checks) */
-        const size_t smem = (size_t)a.T * (a.K + 32) * 2;
-        return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, 8, true>, grid, block, smem, s, a)
-                   : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, 8, true>, grid, block, smem, s, a);
+    if constexpr (EPI != DSQ_EPI_ADD) { /* NORM: at most 8 warps, never ADD (run() refuses it) */
+        if (a.xr) {
+            const size_t smem = (size_t)a.T * (a.K + 32) * 2;
+            return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, 8, true>, grid, block, smem, s, a)
+                       : dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kU, 8, true>, grid, block, smem, s, a);
+        }
     }
     if (nw > 8)
         return big ? dsq_launch_pdl(gemv_mma_quant_kernel<F, EPI, kUBig, kMaxWarps, false>, grid, block, 0, s, a)

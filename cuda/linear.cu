@@ -113,6 +113,18 @@ static int quant_gemv_path(const dsq_weight *W, const dsq_bf16 *x, int32_t T, co
     return T <= DSQ_QGEMV_MAX && !quant_rows_path(W, x, T, env);
 }
 
+/* Whether a Q4_G128 / Q8_ROW product of T rows belongs on gemv_mma_quant.cu
+ * (env qmma_*: up to qmma_q4_max / _q8_max rows; K > 4,096, i.e. down, from
+ * qmma_q4_long / _q8_long rows); the kernel's own _ok checks come on top */
+static int qmma_path(const dsq_weight *W, int32_t T, const dsq_cu_linear_env *env)
+{
+    const int q4 = W->format == DSQ_WF_Q4_G128;
+    if (!q4 && W->format != DSQ_WF_Q8_ROW)
+        return 0;
+    const int32_t max = q4 ? env->qmma_q4_max : env->qmma_q8_max, from = q4 ? env->qmma_q4_long : env->qmma_q8_long;
+    return T <= max && (W->cols <= 4096 || (from > 0 && T >= from));
+}
+
 /* Q8_ROW / Q4_G128: with qrows_max (DSQ_CUDA_QROWS), up to that many rows
  * (Q8_ROW from qrows_q8_min) on the tensor cores with the codes converted
  * in registers (gemm_rows.cu);
@@ -131,14 +143,11 @@ static dsq_status linear_quant(const dsq_weight *W, const dsq_bf16 *x, const flo
     /* products of few rows on gemv_mma_quant.cu (env qmma_*: 1-8 rows,
      * down from 1 (4-bit) or 2 (INT8) rows), ahead of gemm_rows.cu and the quantized GEMVs
      * (not qkv where dsq_cu_linear folded its RMSNorm into the GEMV) */
-    if (W->format == DSQ_WF_Q4_G128 && T <= env->qmma_q4_max &&
-        (K <= 4096 || (env->qmma_q4_long > 0 && T >= env->qmma_q4_long)) &&
-        dsq_cu_gemv_mma_q4_ok(T, K, x, (const uint8_t *)W->data))
+    const int qmma = qmma_path(W, T, env);
+    if (qmma && W->format == DSQ_WF_Q4_G128 && dsq_cu_gemv_mma_q4_ok(T, K, x, (const uint8_t *)W->data))
         return dsq_cu_gemv_mma_q4(x, (const uint8_t *)W->data, (const uint16_t *)W->scales,
                                   (const uint8_t *)W->zeros, bias, T, N, K, epi, y, 0, env->stream);
-    if (W->format == DSQ_WF_Q8_ROW && T <= env->qmma_q8_max &&
-        (K <= 4096 || (env->qmma_q8_long > 0 && T >= env->qmma_q8_long)) &&
-        dsq_cu_gemv_mma_q8_ok(T, K, x, (const int8_t *)W->data))
+    if (qmma && W->format == DSQ_WF_Q8_ROW && dsq_cu_gemv_mma_q8_ok(T, K, x, (const int8_t *)W->data))
         return dsq_cu_gemv_mma_q8(x, (const int8_t *)W->data, (const float *)W->scales, bias, T, N, K, epi, y, 0,
                                   env->stream);
     if (quant_rows_path(W, x, T, env)) {
@@ -238,9 +247,8 @@ extern "C" dsq_status dsq_cu_linear(const dsq_weight *W, const dsq_bf16 *x, cons
         }
         /* quantized products on gemv_mma_quant.cu of few tiles (qmma_norm:
          * qkv): each block computes the T norms */
-        if ((W->format == DSQ_WF_Q4_G128 || W->format == DSQ_WF_Q8_ROW) && env->qmma_norm > 0 &&
-            env->norm_fuse && epi != DSQ_EPI_ADD && K <= 4096 && (W->rows + 15) / 16 <= env->qmma_norm &&
-            T <= (W->format == DSQ_WF_Q4_G128 ? env->qmma_q4_max : env->qmma_q8_max)) {
+        if (env->qmma_norm > 0 && env->norm_fuse && epi != DSQ_EPI_ADD && (W->rows + 15) / 16 <= env->qmma_norm &&
+            qmma_path(W, T, env)) {
             if (W->format == DSQ_WF_Q4_G128 &&
                 dsq_cu_gemv_mma_q4_norm_ok(T, K, env->norm_x, env->norm_w, (const uint8_t *)W->data))
                 return dsq_cu_gemv_mma_q4_norm(env->norm_x, env->norm_rows, env->norm_w, env->norm_eps,
