@@ -314,6 +314,78 @@ __device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, f
     return r;
 }
 
+/* ---- the merge in the decode kernel (merge_cnt) ---------------------------
+ * A launch of 2..kFusedMergeMax splits may merge in its own blocks instead
+ * of a merge kernel: every split block publishes its partials (a fence, then
+ * one atomic increment of the (sequence, head group) counter), and the block
+ * that brings the counter to the number of splits used merges them and sets
+ * the counter back to 0, so the next launch (or graph replay) finds it
+ * zeroed.  The arithmetic is decode_merge_kernel's, step for step (M, the
+ * weights and L over lanes = splits of one warp, then the same xor tree,
+ * the acc sums in split order): the same bits (test_cuda_attention,
+ * "fused merge").  Partials are read with ld.global.cg: they come from other
+ * SMs, whose writes L1 does not see. */
+constexpr int kFusedMergeMax = 32;
+
+template <int D>
+__device__ __noinline__ void fused_merge(const float *ws_acc, const float *ws_ml, unsigned *cnt, int used, int b,
+                                            int h0, int nrows, int n_heads, int max_splits, __nv_bfloat16 *out,
+                                            int64_t o_stride, float *wsp /* smem [kDecRows][32] */)
+{
+    __shared__ int last;
+    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+    __threadfence(); /* this block's partials, before its arrival */
+    __syncthreads();
+    if (t == 0) {
+        const unsigned before = atomicAdd(cnt, 1u);
+        last = before == (unsigned)used - 1u;
+        if (last)
+            *cnt = 0u; /* every other split has arrived: no one adds after this */
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence(); /* the other blocks' partials, after their arrivals */
+    /* weights: warp w the rows w, w + 4, ...; lane s split s (used <= 32) */
+    __shared__ float lsum[kDecRows];
+    for (int r = warp; r < nrows; r += kThreads / 32) {
+        const int64_t slot = ((int64_t)b * n_heads + h0 + r) * max_splits + lane;
+        float2 ml = make_float2(-INFINITY, 0.f);
+        if (lane < used)
+            ml = __ldcg((const float2 *)(ws_ml + slot * 2));
+        float M = fmaxf(-INFINITY, lane < used ? ml.x : -INFINITY);
+        for (int o = 16; o > 0; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.f;
+        if (lane < used) {
+            const float f = exp2f(ml.x - M);
+            wsp[r * 32 + lane] = f;
+            L += f * ml.y;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (lane == 0) { /* the merge kernel's sum over its warps: 0 + warp 0's + zeros */
+            float Lt = 0.f;
+            Lt += L;
+#pragma unroll
+            for (int w = 1; w < D / 32; w++)
+                Lt += 0.f;
+            lsum[r] = Lt;
+        }
+    }
+    __syncthreads();
+    for (int idx = t; idx < nrows * D; idx += kThreads) {
+        const int r = idx / D, d = idx % D;
+        const float *src = ws_acc + ((int64_t)b * n_heads + h0 + r) * max_splits * D + d;
+        const float *w = wsp + r * 32;
+        float acc = 0.f;
+#pragma unroll 8
+        for (int s = 0; s < used; s++)
+            acc += w[s] * __ldcg(src + (int64_t)s * D);
+        out[(int64_t)b * o_stride + (h0 + r) * D + d] = __float2bfloat16_rn(acc / lsum[r]);
+    }
+}
+
 /* workspace: acc [n_seqs][n_heads][max_splits][D] f32, then
  *            ml  [n_seqs][n_heads][max_splits][2] f32 (running max m in
  *                log2 units, sum l)
@@ -333,7 +405,7 @@ __global__ void __launch_bounds__(kThreads)
     decode_kernel(KvArgs a, const void *q_in, int64_t q_stride, const float *inv_freq,
                   const int32_t *seq_lens, int n_heads, int group, int n_hg, int max_splits,
                   float scale_log2, float *ws_acc, float *ws_ml, __nv_bfloat16 *out, int64_t o_stride,
-                  int direct)
+                  int direct, unsigned *merge_cnt)
 {
     using SM = DecSmem<D, INT8, NS>;
     constexpr int RH = D + 8;
@@ -366,7 +438,9 @@ __global__ void __launch_bounds__(kThreads)
             dsq_pdl_wait();
             dsq_pdl_trigger();
         }
-        if (direct && used == 0) /* an empty sequence: the merge's 0 (after the wait: out may be in use before) */
+        /* an empty sequence: the merge's 0 (after the wait: out may be in
+         * use before); one block writes it where no merge kernel runs */
+        if ((direct || (merge_cnt && split == 0)) && used == 0)
             for (int idx = t; idx < nrows * D; idx += kThreads)
                 out[(int64_t)b * o_stride + (h0 + idx / D) * D + idx % D] = __float2bfloat16_rn(0.f);
         return;
@@ -603,6 +677,9 @@ __global__ void __launch_bounds__(kThreads)
         if (d == 0)
             *(float2 *)(ws_ml + slot * 2) = make_float2(M, L);
     }
+    if (merge_cnt && !direct)
+        fused_merge<D>(ws_acc, ws_ml, merge_cnt + (int64_t)b * gridDim.y + blockIdx.y, used, b, h0, nrows, n_heads,
+                       max_splits, out, o_stride, (float *)ring);
 }
 
 /* One block of D threads per (head, sequence):
@@ -798,7 +875,8 @@ static bool decode_direct_env(void)
 static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t q_stride, bool rope,
                                 const float *inv_freq, void *out, int64_t o_stride, const int32_t *seq_lens,
                                 int32_t n_seqs, int32_t n_heads, int32_t max_splits, void *workspace,
-                                size_t workspace_bytes, cudaStream_t stream)
+                                size_t workspace_bytes, unsigned *merge_cnt, int32_t merge_cnt_len,
+                                cudaStream_t stream)
 {
     const char *fn = rope ? "decode attention + RoPE" : "decode attention";
     if (!kv_ok(kv) || n_seqs < 0 || n_heads <= 0 || n_heads % kv->n_kv_heads ||
@@ -838,12 +916,18 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     dim3 grid((unsigned)max_splits, (unsigned)(kv->n_kv_heads * n_hg), (unsigned)n_seqs);
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
     const int direct = max_splits == 1 && decode_direct_env();
+    /* the merge in the decode blocks (fused_merge) where counters came and
+     * the launch has 2..kFusedMergeMax splits; else the merge kernel */
+    unsigned *cnt = merge_cnt && max_splits >= 2 && max_splits <= kFusedMergeMax ? merge_cnt : NULL;
+    if (cnt && ((int64_t)merge_cnt_len < (int64_t)n_seqs * kv->n_kv_heads * n_hg || !aligned16(cnt)))
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d merge counters for %d sequences x %d head groups", fn,
+                        (int)merge_cnt_len, (int)n_seqs, (int)(kv->n_kv_heads * n_hg));
     /* runtime (head_dim, dtype, ring depth, rope) -> the kernel instance */
 #define DSQ_DECODE_LAUNCH(DD, I8, NS, RO)                                                            \
     e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO>, grid, dim3(kThreads),                           \
                        (size_t)DecSmem<DD, I8, NS>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
                        n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml, (__nv_bfloat16 *)out, \
-                       o_stride, direct)
+                       o_stride, direct, cnt)
 #define DSQ_DECODE_RING(DD, I8, NS)                 \
     do {                                            \
         if (DecSmem<DD, I8, NS>::kTotal <= smem_optin) { \
@@ -872,7 +956,7 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
 #undef DSQ_DECODE_LAUNCH
     if (e != cudaSuccess)
         return dsq_cu_status(e, rope ? "decode attention + RoPE kernel" : "decode attention kernel");
-    if (direct)
+    if (direct || cnt)
         return DSQ_OK;
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
     const int em = dsq_pdl_early();
@@ -893,7 +977,17 @@ extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int6
                                        cudaStream_t stream)
 {
     return decode_launch(kv, q, q_stride, false, NULL, out, o_stride, seq_lens, n_seqs, n_heads, max_splits,
-                         workspace, workspace_bytes, stream);
+                         workspace, workspace_bytes, NULL, 0, stream);
+}
+
+extern "C" dsq_status dsq_attn_decode_fm(const dsq_attn_kv *kv, const void *q, int64_t q_stride, void *out,
+                                          int64_t o_stride, const int32_t *seq_lens, int32_t n_seqs,
+                                          int32_t n_heads, int32_t max_splits, void *workspace,
+                                          size_t workspace_bytes, unsigned *merge_cnt, int32_t merge_cnt_len,
+                                          cudaStream_t stream)
+{
+    return decode_launch(kv, q, q_stride, false, NULL, out, o_stride, seq_lens, n_seqs, n_heads, max_splits,
+                         workspace, workspace_bytes, merge_cnt, merge_cnt_len, stream);
 }
 
 extern "C" dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
@@ -903,5 +997,21 @@ extern "C" dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *q
                                             cudaStream_t stream)
 {
     return decode_launch(kv, qkv, row_stride, true, inv_freq, out, o_stride, seq_lens, n_seqs, n_heads,
-                         max_splits, workspace, workspace_bytes, stream);
+                         max_splits, workspace, workspace_bytes, NULL, 0, stream);
+}
+
+extern "C" dsq_status dsq_attn_decode_rope_fm(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
+                                               const float *inv_freq, void *out, int64_t o_stride,
+                                               const int32_t *seq_lens, int32_t n_seqs, int32_t n_heads,
+                                               int32_t max_splits, void *workspace, size_t workspace_bytes,
+                                               unsigned *merge_cnt, int32_t merge_cnt_len, cudaStream_t stream)
+{
+    return decode_launch(kv, qkv, row_stride, true, inv_freq, out, o_stride, seq_lens, n_seqs, n_heads,
+                         max_splits, workspace, workspace_bytes, merge_cnt, merge_cnt_len, stream);
+}
+
+extern "C" int32_t dsq_attn_decode_merge_counters(int32_t max_batch, int32_t n_heads)
+{
+    /* n_kv_heads x ceil(group / 16) <= n_heads head groups per sequence */
+    return max_batch > 0 && n_heads > 0 ? max_batch * n_heads : 0;
 }

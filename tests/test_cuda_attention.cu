@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -591,6 +592,42 @@ static size_t bf16_diff(const std::vector<uint16_t> &x, const std::vector<uint16
     return nd;
 }
 
+/* The fused merge (dsq_attn_decode_fm / _rope_fm) of a launch of `splits`
+ * against `ref`, the merge kernel's output of the same launch: run twice on
+ * poisoned outputs and a stale workspace (the second run proves the counters
+ * came back to zero), then the counters read back.  Launches of 1 or more
+ * than 32 splits take the plain path; they are checked the same way. */
+static size_t g_fm_checked = 0;
+static bool fused_merge_same(const char *name, const char *what, int splits, const std::vector<uint16_t> &ref,
+                             int n_seqs, int H, int n, int64_t o_stride, void *dout, size_t out_bytes, void *ws,
+                             size_t ws_bytes, const std::function<dsq_status(unsigned *, int32_t)> &launch)
+{
+    const int32_t ncnt = dsq_attn_decode_merge_counters(n_seqs, H);
+    unsigned *cnt;
+    CK(cudaMalloc(&cnt, (size_t)ncnt * 4));
+    CK(cudaMemset(cnt, 0, (size_t)ncnt * 4));
+    size_t ndiff = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        CK(cudaMemset(dout, 0xff, out_bytes));
+        CK(cudaMemset(ws, 0xff, ws_bytes));
+        AK(launch(cnt, ncnt));
+        CK(cudaDeviceSynchronize());
+        std::vector<uint16_t> got(ref.size());
+        CK(cudaMemcpy(got.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+        ndiff += bf16_diff(ref, got, n_seqs, n, o_stride);
+    }
+    std::vector<unsigned> hc((size_t)ncnt);
+    CK(cudaMemcpy(hc.data(), cnt, (size_t)ncnt * 4, cudaMemcpyDeviceToHost));
+    size_t nonzero = 0;
+    for (unsigned v : hc)
+        nonzero += v != 0;
+    cudaFree(cnt);
+    printf("  %-22s %s/s%-3d merge in the decode blocks vs the merge kernel, twice: %zu bf16 values differ, "
+           "%zu counters left non-zero\n", name, what, splits, ndiff, nonzero);
+    g_fm_checked += splits >= 2 && splits <= 32;
+    return ndiff == 0 && nonzero == 0;
+}
+
 static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
 {
     const DirectEnv merge_path("0");
@@ -623,6 +660,12 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
         }
         if (first.empty())
             first = out;
+        ok = fused_merge_same(sc.name, "dec", splits, out, b.n_seqs, sc.H, sc.H * sc.D, b.o_stride, dout, out_bytes, ws,
+                              ws_bytes, [&](unsigned *cnt, int32_t ncnt) {
+                                  return dsq_attn_decode_fm(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride,
+                                                            b.dlens, b.n_seqs, sc.H, splits, ws, ws_bytes, cnt,
+                                                            ncnt, 0);
+                              }) && ok;
         if (splits == 1) {
             /* one split written out by the decode kernel itself
              * (the default since stop 40; written at stop 39) must give the merge
@@ -757,7 +800,7 @@ static void test_decode_batch(void **state)
             for (int x : L2)
                 pos0.push_back(x - 1);
             sug = dsq_attn_decode_splits(8, 2, 8192, sm, dt);
-            run_decode(mk(nm(dt, pg), dt, pg, pos0, one), {sug, 1, 7});
+            run_decode(mk(nm(dt, pg), dt, pg, pos0, one), {sug, 1, 7, 32, 33});
         }
 }
 
@@ -869,6 +912,14 @@ static bool run_decode_rope(const Scenario &sc, int splits)
             odiff += oa[j] != ob[j];
             nonfinite += !isfinite(dsq_bf16_to_f32(oa[j]));
         }
+    /* the merge in the decode blocks: the same output and the same cache
+     * bytes (it rewrites cache B's new rows with what they hold) */
+    const bool fm_ok = fused_merge_same(sc.name, "rope", splits, ob, S, H, H * D, b.o_stride, outb, out_bytes, ws,
+                                        ws_bytes, [&](unsigned *cnt, int32_t ncnt) {
+                                            return dsq_attn_decode_rope_fm(&kvb, dx, rs, dfq, outb, b.o_stride,
+                                                                           b.dlens, S, H, splits, ws, ws_bytes,
+                                                                           cnt, ncnt, 0);
+                                        });
     /* one split: the fused kernel writing its output itself
      * (DSQ_CUDA_DECODE_DIRECT=1) gives the merge's bits; it rewrites the
      * same new K/V rows of cache B, which the byte check below still sees */
@@ -903,7 +954,7 @@ static bool run_decode_rope(const Scenario &sc, int splits)
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
         cudaFree(all[j]);
     release(b);
-    return odiff == 0 && ddiff == 0 && cdiff == 0 && nonfinite == 0;
+    return odiff == 0 && ddiff == 0 && cdiff == 0 && nonfinite == 0 && fm_ok;
 }
 
 static void test_decode_rope(void **state)
@@ -1106,6 +1157,12 @@ static void test_invalid_args(void **state)
                                      dsq_attn_decode_workspace_bytes(4, 12, 128, 8) - 1, 0),
                      DSQ_ERR_INTERNAL);
     assert_non_null(strstr(dsq_last_error_message(), "workspace")); /* the message names the problem */
+    /* merge counters: one short of 4 sequences x 2 head groups, refused
+     * before anything runs (8 splits: a fused launch) */
+    assert_int_equal(dsq_attn_decode_merge_counters(4, 12), 48);
+    assert_int_equal(dsq_attn_decode_fm(&kv, p, 2048, p, 2048, ip, 4, 12, 8, p, 1 << 20, (unsigned *)p, 7, 0),
+                     DSQ_ERR_INTERNAL);
+    assert_non_null(strstr(dsq_last_error_message(), "merge counters"));
     /* fused RoPE: no inv_freq; a row stride that cannot hold the k and v
      * heads (12 q + 2 x 2 kv heads of 128 = 2048 floats) */
     const float *fp = (const float *)p;
@@ -1393,6 +1450,8 @@ static void test_summary(void **state)
     printf("\n  worst rel error vs reference on the stored cache: f16 %.3e, int8 %.3e"
            " (bound %.1e); int8 vs unquantized K/V %.3e\n",
            g_worst_f16, g_worst_i8, kTol, g_worst_i8_true);
+    printf("  launches of 2..32 splits with the merge in the decode blocks checked bit for bit: %zu\n",
+           g_fm_checked);
 }
 
 int main(void)
@@ -1431,5 +1490,8 @@ int main(void)
         cmocka_unit_test(test_prefill_long),  cmocka_unit_test(test_timing),
         cmocka_unit_test(test_summary),
     };
+    /* DSQ_TEST_FILTER=test_decode_*: some tests (cmocka's wildcard pattern) */
+    if (getenv("DSQ_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("DSQ_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
