@@ -663,6 +663,18 @@ s45)
     fi
     LOGSUFFIX=_fm gtest test_cuda_step_greedy DSQ_CUDA_DECODE_MERGE_FUSE=32
     LOGSUFFIX=_qn gtest test_cuda_quant_decode DSQ_CUDA_QMMA_NORM=256
+    # why batch 64's decode attention runs at ~1.95 TB/s (stop 43's
+    # timeline): ncu of one decode launch in a steady step (28 a step)
+    if command -v ncu >/dev/null && [ $(( $(date +%s) - T0 )) -lt $DEADLINE ]; then
+        timeout 120 ncu --clock-control none -k regex:decode_kernel --launch-skip 90 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+            --section MemoryWorkloadAnalysis --section SchedulerStats \
+            "$B/examples/dsqwen" bench --model $M --prompt-len 1024 --max-tokens 8 --batch 64 --kv f16 \
+            >"$OUT/ncu_dec64.log" 2>&1
+        echo "== ncu dec64 rc=$? ($(el))"
+        grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Grid Size|Block Size|Dynamic Shared|[Ss]tall" \
+            "$OUT/ncu_dec64.log" | head -40
+    fi
     ;;
 final44)
     # stop 44's final defaults: down on the quantized tensor-core GEMV (4-bit
