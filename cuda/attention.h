@@ -220,14 +220,19 @@ dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *qkv, int64_t
                                  int32_t max_splits, void *workspace, size_t workspace_bytes,
                                  cudaStream_t stream);
 
+/* launches of up to this many splits merge in the decode blocks */
+#define DSQ_ATTN_FUSED_MERGE_MAX 32
+
 /* dsq_attn_decode / dsq_attn_decode_rope with the merge of the splits in
  * the decode kernel's own blocks instead of a merge kernel (one launch per
  * layer fewer): the last block of each (sequence, head group) to finish
- * merges, counting arrivals in merge_cnt.  Used for launches of 2..32
- * splits; other split counts (and merge_cnt NULL) launch as the plain
- * functions.  Same output bits as the merge kernel.
+ * merges, counting arrivals in merge_cnt.  Used for launches of 2..
+ * DSQ_ATTN_FUSED_MERGE_MAX splits; other split counts (and merge_cnt NULL)
+ * launch as the plain functions.  Same output bits as the merge kernel.
  *   merge_cnt    : device, 16-byte aligned, merge_cnt_len >=
- *                  dsq_attn_decode_merge_counters(n_seqs, n_heads) uint32,
+ *                  dsq_attn_decode_merge_counters(n_seqs, n_heads) uint32
+ *                  (one per sequence and (kv head, group of 16 query
+ *                  heads); n_heads per sequence covers every grouping),
  *                  all zero before the first call (cudaMemset); every
  *                  completed launch leaves them zero again, so one array
  *                  serves every later launch and graph replay on its

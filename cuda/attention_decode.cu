@@ -21,7 +21,9 @@
  * sequence (max_splits 1: batches of ~100+ sequences) may write the bf16
  * output itself, with the bits the merge kernel would give, and launch no
  * merge (`direct`, the default since stop 40; DSQ_CUDA_DECODE_DIRECT=0 keeps
- * the merge launch).
+ * the merge launch).  A launch of 2..32 splits given arrival counters
+ * (dsq_attn_decode_fm) merges in its own blocks instead: the last block of
+ * each (sequence, head group) to finish does it (`fused_merge`).
  *
  * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
  * so every key a block sees is one the query attends to, and a NaN/Inf in
@@ -323,9 +325,10 @@ __device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, f
  * zeroed.  The arithmetic is decode_merge_kernel's, step for step (M, the
  * weights and L over lanes = splits of one warp, then the same xor tree,
  * the acc sums in split order): the same bits (test_cuda_attention,
- * "fused merge").  Partials are read with ld.global.cg: they come from other
+ * "merge in the decode blocks").  Partials are read with ld.global.cg: they come from other
  * SMs, whose writes L1 does not see. */
-constexpr int kFusedMergeMax = 32;
+constexpr int kFusedMergeMax = DSQ_ATTN_FUSED_MERGE_MAX;
+static_assert(kFusedMergeMax <= 32, "the weights take one warp lane per split");
 
 template <int D>
 __device__ __noinline__ void fused_merge(const float *ws_acc, const float *ws_ml, unsigned *cnt, int used, int b,
@@ -337,10 +340,10 @@ __device__ __noinline__ void fused_merge(const float *ws_acc, const float *ws_ml
     __threadfence(); /* this block's partials, before its arrival */
     __syncthreads();
     if (t == 0) {
-        const unsigned before = atomicAdd(cnt, 1u);
+        /* counts 0, 1, ..., used - 1, and the last arrival's increment
+         * wraps it to 0 for the next launch */
+        const unsigned before = atomicInc(cnt, (unsigned)used - 1u);
         last = before == (unsigned)used - 1u;
-        if (last)
-            *cnt = 0u; /* every other split has arrived: no one adds after this */
     }
     __syncthreads();
     if (!last)
@@ -421,8 +424,10 @@ __device__ __noinline__ void fused_merge(const float *ws_acc, const float *ws_ml
  * K and V into the cache and into its own ring stage, in place of the tile
  * loader's copy (the loader stops one key short there: no block reads the
  * row through global memory in the kernel that writes it). */
+/* INT8 instances keep 3 blocks per SM (<= 168 registers a thread), as
+ * dsq_attn_decode_splits plans (F16: 2, by its ring) */
 template <int D, bool INT8, int NS, bool ROPE>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, INT8 ? 3 : 1)
     decode_kernel(KvArgs a, const void *q_in, int64_t q_stride, const float *inv_freq,
                   const int32_t *seq_lens, int n_heads, int group, int n_hg, int max_splits,
                   float scale_log2, float *ws_acc, float *ws_ml, __nv_bfloat16 *out, int64_t o_stride,

@@ -663,6 +663,7 @@ s45)
     fi
     LOGSUFFIX=_fm gtest test_cuda_step_greedy DSQ_CUDA_DECODE_MERGE_FUSE=32
     LOGSUFFIX=_qn gtest test_cuda_quant_decode DSQ_CUDA_QMMA_NORM=256
+    LOGSUFFIX=_nf DSQ_TEST_FILTER=test_nonfinite_kv gtest test_cuda_attention
     # why batch 64's decode attention runs at ~1.95 TB/s (stop 43's
     # timeline): ncu of one decode launch in a steady step (28 a step)
     if command -v ncu >/dev/null && [ $(( $(date +%s) - T0 )) -lt $DEADLINE ]; then

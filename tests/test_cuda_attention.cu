@@ -600,7 +600,7 @@ static size_t bf16_diff(const std::vector<uint16_t> &x, const std::vector<uint16
 static size_t g_fm_checked = 0;
 static bool fused_merge_same(const char *name, const char *what, int splits, const std::vector<uint16_t> &ref,
                              int n_seqs, int H, int n, int64_t o_stride, void *dout, size_t out_bytes, void *ws,
-                             size_t ws_bytes, const std::function<dsq_status(unsigned *, int32_t)> &launch)
+                             size_t ws_bytes, const std::function<dsq_status(unsigned *, int32_t, cudaStream_t)> &launch)
 {
     const int32_t ncnt = dsq_attn_decode_merge_counters(n_seqs, H);
     unsigned *cnt;
@@ -610,11 +610,43 @@ static bool fused_merge_same(const char *name, const char *what, int splits, con
     for (int rep = 0; rep < 2; rep++) {
         CK(cudaMemset(dout, 0xff, out_bytes));
         CK(cudaMemset(ws, 0xff, ws_bytes));
-        AK(launch(cnt, ncnt));
+        AK(launch(cnt, ncnt, 0));
         CK(cudaDeviceSynchronize());
         std::vector<uint16_t> got(ref.size());
         CK(cudaMemcpy(got.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
         ndiff += bf16_diff(ref, got, n_seqs, n, o_stride);
+    }
+    /* back to back on one stream, no host sync between (PDL lets each
+     * launch start while the one before drains), then one launch captured
+     * in a graph and replayed three times: each must find the counters its
+     * predecessor left at zero */
+    {
+        cudaStream_t st;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        for (int pass = 0; pass < 2; pass++) {
+            CK(cudaMemsetAsync(dout, 0xff, out_bytes, st));
+            if (pass == 0) {
+                for (int rep = 0; rep < 3; rep++)
+                    AK(launch(cnt, ncnt, st));
+            } else {
+                CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+                const dsq_status le = launch(cnt, ncnt, st);
+                CK(cudaStreamEndCapture(st, &graph));
+                AK(le);
+                CK(cudaGraphInstantiate(&exec, graph, 0));
+                for (int rep = 0; rep < 3; rep++)
+                    CK(cudaGraphLaunch(exec, st));
+            }
+            CK(cudaStreamSynchronize(st));
+            std::vector<uint16_t> got(ref.size());
+            CK(cudaMemcpy(got.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
+            ndiff += bf16_diff(ref, got, n_seqs, n, o_stride);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(st);
     }
     std::vector<unsigned> hc((size_t)ncnt);
     CK(cudaMemcpy(hc.data(), cnt, (size_t)ncnt * 4, cudaMemcpyDeviceToHost));
@@ -625,10 +657,10 @@ static bool fused_merge_same(const char *name, const char *what, int splits, con
      * never reach the last arrival's value, so no block merges and every
      * output keeps its poison where the launch counts (2..32 splits), while
      * a launch that takes the merge kernel writes the reference again */
-    const bool fused = splits >= 2 && splits <= 32;
+    const bool fused = splits >= 2 && splits <= DSQ_ATTN_FUSED_MERGE_MAX;
     CK(cudaMemset(cnt, 0xff, (size_t)ncnt * 4));
     CK(cudaMemset(dout, 0xff, out_bytes));
-    AK(launch(cnt, ncnt));
+    AK(launch(cnt, ncnt, 0));
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> got(ref.size());
     CK(cudaMemcpy(got.data(), dout, out_bytes, cudaMemcpyDeviceToHost));
@@ -638,11 +670,13 @@ static bool fused_merge_same(const char *name, const char *what, int splits, con
             poisoned += got[(size_t)q * o_stride + i] == 0xffff;
     const bool live = fused ? poisoned == (size_t)n_seqs * n : bf16_diff(ref, got, n_seqs, n, o_stride) == 0;
     cudaFree(cnt);
-    printf("  %-22s %s/s%-3d merge in the decode blocks vs the merge kernel, twice: %zu bf16 values differ, "
+    printf("  %-22s %s/s%-3d merge in the decode blocks vs the merge kernel (2 runs, 3 back to back, 3 graph "
+           "replays): %zu bf16 values differ, "
            "%zu counters left non-zero; %s\n", name, what, splits, ndiff, nonzero,
            live ? (fused ? "counted path taken" : "merge kernel taken") : "WRONG PATH");
-    g_fm_checked += fused && live;
-    return ndiff == 0 && nonzero == 0 && live;
+    const bool ok = ndiff == 0 && nonzero == 0 && live;
+    g_fm_checked += fused && ok;
+    return ok;
 }
 
 static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
@@ -678,10 +712,10 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
         if (first.empty())
             first = out;
         ok = fused_merge_same(sc.name, "dec", splits, out, b.n_seqs, sc.H, sc.H * sc.D, b.o_stride, dout, out_bytes, ws,
-                              ws_bytes, [&](unsigned *cnt, int32_t ncnt) {
+                              ws_bytes, [&](unsigned *cnt, int32_t ncnt, cudaStream_t st) {
                                   return dsq_attn_decode_fm(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride,
                                                             b.dlens, b.n_seqs, sc.H, splits, ws, ws_bytes, cnt,
-                                                            ncnt, 0);
+                                                            ncnt, st);
                               }) && ok;
         if (splits == 1) {
             /* one split written out by the decode kernel itself
@@ -932,10 +966,10 @@ static bool run_decode_rope(const Scenario &sc, int splits)
     /* the merge in the decode blocks: the same output and the same cache
      * bytes (it rewrites cache B's new rows with what they hold) */
     const bool fm_ok = fused_merge_same(sc.name, "rope", splits, ob, S, H, H * D, b.o_stride, outb, out_bytes, ws,
-                                        ws_bytes, [&](unsigned *cnt, int32_t ncnt) {
+                                        ws_bytes, [&](unsigned *cnt, int32_t ncnt, cudaStream_t st) {
                                             return dsq_attn_decode_rope_fm(&kvb, dx, rs, dfq, outb, b.o_stride,
                                                                            b.dlens, S, H, splits, ws, ws_bytes,
-                                                                           cnt, ncnt, 0);
+                                                                           cnt, ncnt, st);
                                         });
     /* one split: the fused kernel writing its output itself
      * (DSQ_CUDA_DECODE_DIRECT=1) gives the merge's bits; it rewrites the
@@ -1014,6 +1048,7 @@ static void test_decode_rope(void **state)
  * stores saturated NaN to -65504, the INT8 absmax skipped NaN, the decode
  * merge turned a NaN sum into 0) and, in prefill, a NaN/Inf V of a later
  * token (weight 0 after the causal mask) still poisoned earlier rows. */
+static bool g_nf_fused = false; /* decode cases through dsq_attn_decode_fm */
 static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
 {
     Built b;
@@ -1030,8 +1065,19 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
         ws_bytes = dsq_attn_decode_workspace_bytes(b.n_seqs, H, D, splits);
         CK(cudaMalloc(&ws, ws_bytes));
         CK(cudaMemset(ws, 0xff, ws_bytes));
-        AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H,
-                           splits, ws, ws_bytes, 0));
+        if (g_nf_fused) { /* the merge in the decode blocks (2..32 splits) */
+            const int32_t ncnt = dsq_attn_decode_merge_counters(b.n_seqs, H);
+            unsigned *cnt;
+            CK(cudaMalloc(&cnt, (size_t)ncnt * 4));
+            CK(cudaMemset(cnt, 0, (size_t)ncnt * 4));
+            AK(dsq_attn_decode_fm(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H, splits,
+                                  ws, ws_bytes, cnt, ncnt, 0));
+            CK(cudaDeviceSynchronize());
+            cudaFree(cnt);
+        } else {
+            AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H,
+                               splits, ws, ws_bytes, 0));
+        }
     } else if (splits > 0) { /* split every `splits` tiles of keys */
         int max_kv = 0;
         for (int s = 0; s < b.n_seqs; s++)
@@ -1139,9 +1185,14 @@ static void test_nonfinite_kv(void **state)
                     const DirectEnv direct_path("1"); /* one split written out by the decode kernel */
                     ok = run_nonfinite(d, true, 1) && ok;
                 }
-                ok = run_nonfinite(d, true, 3) && ok;
-                d.inj_pos = 99;
-                ok = run_nonfinite(d, true, 2) && ok;
+                for (int fm = 0; fm < 2; fm++) { /* merge kernel, then merge in the decode blocks */
+                    g_nf_fused = fm == 1;
+                    d.inj_pos = 50;
+                    ok = run_nonfinite(d, true, 3) && ok;
+                    d.inj_pos = 99;
+                    ok = run_nonfinite(d, true, 2) && ok;
+                }
+                g_nf_fused = false;
             }
     assert_true(ok);
 }
@@ -1174,8 +1225,8 @@ static void test_invalid_args(void **state)
                                      dsq_attn_decode_workspace_bytes(4, 12, 128, 8) - 1, 0),
                      DSQ_ERR_INTERNAL);
     assert_non_null(strstr(dsq_last_error_message(), "workspace")); /* the message names the problem */
-    /* merge counters: one short of 4 sequences x 2 head groups, refused
-     * before anything runs (8 splits: a fused launch) */
+    /* merge counters: 7, one short of 4 sequences x 2 (kv head, head
+     * group) pairs, refused before anything runs (8 splits: a fused launch) */
     assert_int_equal(dsq_attn_decode_merge_counters(4, 12), 48);
     assert_int_equal(dsq_attn_decode_fm(&kv, p, 2048, p, 2048, ip, 4, 12, 8, p, 1 << 20, (unsigned *)p, 7, 0),
                      DSQ_ERR_INTERNAL);
