@@ -655,6 +655,9 @@ s45)
         DSQ_ATTN_QUICK=1 DSQ_TEST_FILTER=test_decode_rope timeout 100 compute-sanitizer --tool memcheck \
             "$B/tests/test_cuda_attention" >"$OUT/memcheck_fm.log" 2>&1
         echo "== memcheck fm rc=$? ($(el)) $(grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck_fm.log" | tr '\n' ' ')"
+        DSQ_ATTN_QUICK=1 DSQ_TEST_FILTER=test_decode_rope timeout 100 compute-sanitizer --tool racecheck \
+            "$B/tests/test_cuda_attention" >"$OUT/racecheck_fm.log" 2>&1
+        echo "== racecheck fm rc=$? ($(el)) $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck_fm.log" | tr '\n' ' ')"
     fi
     if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null && [ $(( $(date +%s) - T0 )) -lt $DEADLINE ]; then
         DSQ_TEST_FILTER=test_q4_mma_norm timeout 100 compute-sanitizer --tool memcheck "$B/tests/test_cuda_quant" \
