@@ -86,7 +86,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 }
 
 /* x rows < T of stage s into the tile at xt (rows >= T stay zero). */
-__device__ __forceinline__ void load_x(const RowsArgs &a, int s, unsigned char *xt)
+[[maybe_unused]] __device__ __forceinline__ void load_x(const RowsArgs &a, int s, unsigned char *xt)
 {
     for (int i = threadIdx.x; i < a.T * 16; i += RW * 32) {
         const int r = i >> 4, c = i & 15;
@@ -96,7 +96,7 @@ __device__ __forceinline__ void load_x(const RowsArgs &a, int s, unsigned char *
 
 /* bf16 stage s's B tile, W rows n0 .. n0 + 63 (clamped to N - 1: those
  * columns are never stored), swizzled into wt. */
-__device__ __forceinline__ void load_w(const RowsArgs &a, int s, int n0, unsigned char *wt)
+[[maybe_unused]] __device__ __forceinline__ void load_w(const RowsArgs &a, int s, int n0, unsigned char *wt)
 {
     const int t = threadIdx.x;
 #pragma unroll
@@ -112,7 +112,7 @@ __device__ __forceinline__ void load_w(const RowsArgs &a, int s, int n0, unsigne
  * that PD stages of weight bytes per block are in flight from memory
  * whatever the x ring's depth (the shared-memory slots held only 2 with a
  * 3-slot ring: stop 36's kernel). */
-constexpr int PD = 4;
+[[maybe_unused]] constexpr int PD = 4;
 template <int WF> struct WReg {
     static constexpr int B = WF == W_Q8 ? 64 : 32; /* bytes per thread per stage */
     static constexpr int N4 = B / 16;
@@ -133,14 +133,14 @@ __device__ __forceinline__ void load_wr(const RowsArgs &a, int s, int n0, uint4 
 }
 
 /* Q4: the zero pair (dsq_qd_q4_zero_bf16x2) and the scale of row n's group s. */
-__device__ __forceinline__ void load_zs(const RowsArgs &a, int n, int s, uint32_t &zq, float &sc)
+[[maybe_unused]] __device__ __forceinline__ void load_zs(const RowsArgs &a, int n, int s, uint32_t &zq, float &sc)
 {
     const size_t i = (size_t)n * a.kstages + s;
     zq = dsq_qd_q4_zero_bf16x2(__ldg(a.wzero + i));
     sc = __half2float(__ushort_as_half(__ldg(static_cast<const uint16_t *>(a.wscale) + i)));
 }
 
-__device__ __forceinline__ uint32_t bf16x2_sub(uint32_t x, uint32_t y)
+[[maybe_unused]] __device__ __forceinline__ uint32_t bf16x2_sub(uint32_t x, uint32_t y)
 {
     const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162 *>(&x),
                                      *reinterpret_cast<const __nv_bfloat162 *>(&y));
