@@ -319,14 +319,14 @@ __device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, f
 /* ---- the merge in the decode kernel (merge_cnt) ---------------------------
  * A launch of 2..kFusedMergeMax splits may merge in its own blocks instead
  * of a merge kernel: every split block publishes its partials (a fence, then
- * one atomic increment of the (sequence, head group) counter), and the block
- * that brings the counter to the number of splits used merges them and sets
- * the counter back to 0, so the next launch (or graph replay) finds it
- * zeroed.  The arithmetic is decode_merge_kernel's, step for step (M, the
- * weights and L over lanes = splits of one warp, then the same xor tree,
- * the acc sums in split order): the same bits (test_cuda_attention,
- * "merge in the decode blocks").  Partials are read with ld.global.cg: they come from other
- * SMs, whose writes L1 does not see. */
+ * one atomicInc of the (sequence, head group) counter, which wraps to 0 at
+ * the number of splits used), and the block whose increment wraps it merges
+ * them; the next launch (or graph replay) finds the counter zeroed.  The
+ * arithmetic is decode_merge_kernel's, step for step (M, the weights and L
+ * over lanes = splits of one warp, then the same xor tree, the acc sums in
+ * split order): the same bits (test_cuda_attention, "merge in the decode
+ * blocks").  Partials are read with ld.global.cg: they come from other SMs,
+ * whose writes L1 does not see. */
 constexpr int kFusedMergeMax = DSQ_ATTN_FUSED_MERGE_MAX;
 static_assert(kFusedMergeMax <= 32, "the weights take one warp lane per split");
 
