@@ -227,19 +227,21 @@ constexpr int kU = 3, kUBig = 5;
  *   16-warp block of 96 registers a thread leaves room for one per SM;
  * - else 8 (qkv, o, gate/up, the INT8 head; INT8 gate/up 11.7 / 11.9
  *   against 13.1 / 14.1 with 4).
+ * - 4-bit products of 1,024+ tiles (gate/up's 1,120): 2 warps (5 units
+ *   each in flight, two rounds): small blocks fit that grid in one wave of
+ *   resident blocks.  Table (stop 44): 9.6 / 9.9 us against 10.3 / 11.5
+ *   with 8; the 4-bit step (stop 45, H100, ms, two runs each, 8 warps /
+ *   2): batch 8 1.272-1.274 / 1.230-1.236, batch 4 1.207-1.224 /
+ *   1.181-1.183, batch 2 1.316-1.322 / 1.272-1.288, batch 1 1.212 / 1.213.
  * DSQ_CUDA_QMMA_WIDE_WARPS=n (measurement knob, per process): n warps for
- * the 4-bit products of 1,024+ tiles (gate/up's 1,120) instead.  With 2
- * (5 units each in flight, two rounds) the table gave 9.6 / 9.9 against
- * 10.3 / 11.5 -- small blocks fit that grid in one wave of resident blocks
- * -- but no step has run with it yet (stop 44's last call found no
- * machine): 8 until a bench row says otherwise. */
+ * those products instead. */
 int wide_warps()
 {
     static int w = -1;
     int r = __atomic_load_n(&w, __ATOMIC_RELAXED);
     if (r < 0) {
         const char *e = getenv("DSQ_CUDA_QMMA_WIDE_WARPS");
-        r = e && atoi(e) >= 1 && atoi(e) <= kMaxWarps ? atoi(e) : 8;
+        r = e && atoi(e) >= 1 && atoi(e) <= kMaxWarps ? atoi(e) : 2;
         __atomic_store_n(&w, r, __ATOMIC_RELAXED);
     }
     return r;
