@@ -262,7 +262,7 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
         cc->qmma_q8_long = atoi(q8long_env) < 0 ? 0 : atoi(q8long_env);
     /* DSQ_CUDA_QMMA_NORM=n: the RMSNorm before such a product of at most n
      * tiles (qkv: 128) folded into it, every block computing the norms (off
-     * by default until measured) */
+     * by default: measured slower at stop 45, H100) */
     const char *qnorm_env = getenv("DSQ_CUDA_QMMA_NORM");
     cc->qmma_norm = qnorm_env && *qnorm_env && atoi(qnorm_env) > 0 ? atoi(qnorm_env) : 0;
     /* DSQ_CUDA_QTILE=1: quantized products of more rows than gemm_rows.cu
@@ -477,8 +477,9 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->resid_after = env && strcmp(env, "after") == 0;
     env = getenv("DSQ_CUDA_DECODE_ROPE"); /* 0 = decode passes keep the RoPE + KV write kernel */
     cc->decode_rope = !(env && env[0] == '0');
-    /* n: decode launches of 2..n splits merge in their own blocks (off until
-     * measured; docs/performance.md, "Environment knobs") */
+    /* n: decode launches of 2..n splits merge in their own blocks (off:
+     * same bits, measured slower at stop 45; docs/performance.md,
+     * "Environment knobs") */
     env = getenv("DSQ_CUDA_DECODE_MERGE_FUSE");
     cc->dec_merge_fuse = env && *env && atoi(env) > 0 ? (atoi(env) > 32 ? 32 : atoi(env)) : 0;
     env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
