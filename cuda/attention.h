@@ -220,37 +220,12 @@ dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *qkv, int64_t
                                  int32_t max_splits, void *workspace, size_t workspace_bytes,
                                  cudaStream_t stream);
 
-/* launches of up to this many splits merge in the decode blocks */
-#define DSQ_ATTN_FUSED_MERGE_MAX 32
-
-/* dsq_attn_decode / dsq_attn_decode_rope with the merge of the splits in
- * the decode kernel's own blocks instead of a merge kernel (one launch per
- * layer fewer): the last block of each (sequence, head group) to finish
- * merges, counting arrivals in merge_cnt.  Used for launches of 2..
- * DSQ_ATTN_FUSED_MERGE_MAX splits; other split counts (and merge_cnt NULL)
- * launch as the plain functions.  Same output bits as the merge kernel.
- *   merge_cnt    : device, 16-byte aligned, merge_cnt_len >=
- *                  dsq_attn_decode_merge_counters(n_seqs, n_heads) uint32
- *                  (one per sequence and (kv head, group of 16 query
- *                  heads); n_heads per sequence covers every grouping),
- *                  all zero before the first call (cudaMemset); every
- *                  completed launch leaves them zero again, so one array
- *                  serves every later launch and graph replay on its
- *                  stream.  Two launches in flight at once (other streams)
- *                  need their own arrays.
- * Other arguments and the ordering rules as for the plain functions;
- * DSQ_ERR_INTERNAL for a short or misaligned counter array. */
-dsq_status dsq_attn_decode_fm(const dsq_attn_kv *kv, const void *q, int64_t q_stride, void *out,
-                               int64_t o_stride, const int32_t *seq_lens, int32_t n_seqs, int32_t n_heads,
-                               int32_t max_splits, void *workspace, size_t workspace_bytes, unsigned *merge_cnt,
-                               int32_t merge_cnt_len, cudaStream_t stream);
-dsq_status dsq_attn_decode_rope_fm(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
-                                    const float *inv_freq, void *out, int64_t o_stride,
-                                    const int32_t *seq_lens, int32_t n_seqs, int32_t n_heads,
-                                    int32_t max_splits, void *workspace, size_t workspace_bytes,
-                                    unsigned *merge_cnt, int32_t merge_cnt_len, cudaStream_t stream);
-/* uint32 merge counters that launches of up to max_batch sequences need */
-int32_t dsq_attn_decode_merge_counters(int32_t max_batch, int32_t n_heads);
+/* 1 where F16 decode launches on the current device now fill their ring
+ * with bulk copies (cp.async.bulk + mbarrier, sm_90 code on an sm_90
+ * device, DSQ_CUDA_DECODE_BULK=1, read per launch), else 0; same output
+ * bits either way.  Sets the device's kernels up on first use (0 if that
+ * fails). */
+int32_t dsq_attn_decode_bulk(void);
 
 /* Bytes of decode workspace for n_seqs <= max_batch sequences at up to
  * max_splits.  The launcher needs n_seqs * max_splits slots, so when the

@@ -21,9 +21,7 @@
  * sequence (max_splits 1: batches of ~100+ sequences) may write the bf16
  * output itself, with the bits the merge kernel would give, and launch no
  * merge (`direct`, the default since stop 40; DSQ_CUDA_DECODE_DIRECT=0 keeps
- * the merge launch).  A launch of 2..32 splits given arrival counters
- * (dsq_attn_decode_fm) merges in its own blocks instead: the last block of
- * each (sequence, head group) to finish does it (`fused_merge`).
+ * the merge launch).
  *
  * Non-finite K/V: keys past a sequence's end are zero-filled (never read),
  * so every key a block sees is one the query attends to, and a NaN/Inf in
@@ -114,6 +112,101 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_by
 template <int N> __device__ __forceinline__ void cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* ---- bulk copies (sm_90: cp.async.bulk + mbarrier) -------------------------
+ * The F16 ring filled by the copy engine instead of cp.async: each thread
+ * asks for one whole K or V row (D halves, 256 bytes at D = 128) with one
+ * instruction instead of 16-byte copies (32 per thread per tile, each with
+ * its own address arithmetic: at batch 64 the cp.async loader is most of
+ * the kernel's issued instructions), and one mbarrier per stage counts the
+ * bytes in.  Stage rows and layout are unchanged ([64][D+8]), so the tensor
+ * core reads, and the output bits, are the cp.async path's.  Below sm_90
+ * the helpers are never run (the host checks the kernel's PTX version). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DSQ_DEC_BULK_ARCH 1
+#else
+#define DSQ_DEC_BULK_ARCH 0
+#endif
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+#if DSQ_DEC_BULK_ARCH
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+#endif
+}
+/* the barriers' initialisation made visible to the copy engine */
+__device__ __forceinline__ void mbar_init_fence()
+{
+#if DSQ_DEC_BULK_ARCH
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+#if DSQ_DEC_BULK_ARCH
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+/* wait until the phase of parity `parity` has completed */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+#if DSQ_DEC_BULK_ARCH
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n"
+                 "}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+/* this thread's arrival, announcing `bytes` more to come, then the copy of
+ * `bytes` (a multiple of 16, both ends 16-byte aligned) from global memory;
+ * the proxy fence orders this thread's earlier generic accesses to the
+ * stage (the combine, Q, zero rows of an earlier tile) before the copy
+ * engine's write */
+__device__ __forceinline__ void bulk_row(void *dst, const void *src, unsigned bytes, uint64_t *bar)
+{
+#if DSQ_DEC_BULK_ARCH
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+#else
+    (void)dst, (void)src, (void)bytes, (void)bar;
+    __trap();
+#endif
+}
+
+/* Start the bulk copy of F16 keys key0..key0+63 (those < key_end; rows of
+ * the others zeroed here) of kv head kvh into ring stage `st`, counted on
+ * `bar` (kThreads arrivals a phase): thread t takes row t % 64 of K (t <
+ * 64) or V.  A tile that is not `live` (past the split's end) is never
+ * waited for, so it neither copies nor arrives. */
+template <int D>
+__device__ __forceinline__ void dec_issue_bulk(const KvArgs &a, int b, int kvh, int key0, int key_end, bool live,
+                                               unsigned char *st, uint64_t *bar)
+{
+    static_assert(kThreads == 2 * kTileKeys, "one row per thread");
+    if (!live)
+        return;
+    constexpr int RH = D + 8;
+    const int t = threadIdx.x, r = t & (kTileKeys - 1), is_v = t >= kTileKeys;
+    __half *row = (__half *)st + (is_v ? kTileKeys * RH : 0) + r * RH;
+    if (key0 + r < key_end) {
+        const int64_t off = kv_tile_row(a, b, kvh, key0, r, -1) * D;
+        bulk_row(row, (const __half *)(is_v ? a.v : a.k) + off, D * 2, bar);
+    } else {
+#pragma unroll
+        for (int c = 0; c < D / 8; c++)
+            *(uint4 *)(row + c * 8) = make_uint4(0, 0, 0, 0);
+        mbar_arrive(bar);
+    }
 }
 
 /* Start copying keys key0..key0+63 (those < key_end; others zero) of kv head
@@ -316,100 +409,6 @@ __device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, f
     return r;
 }
 
-/* ---- the merge in the decode kernel (merge_cnt) ---------------------------
- * A launch of 2..kFusedMergeMax splits may merge in its own blocks instead
- * of a merge kernel: every split block publishes its partials (a fence, then
- * one atomicInc of the (sequence, head group) counter, which wraps to 0 at
- * the number of splits used), and the block whose increment wraps it merges
- * them; the next launch (or graph replay) finds the counter zeroed.  The
- * arithmetic is decode_merge_kernel's, step for step (M, the weights and L
- * over lanes = splits of one warp, then the same xor tree, the acc sums in
- * split order): the same bits (test_cuda_attention, "merge in the decode
- * blocks").  Partials are read with ld.global.cg: they come from other SMs,
- * whose writes L1 does not see. */
-constexpr int kFusedMergeMax = DSQ_ATTN_FUSED_MERGE_MAX;
-static_assert(kFusedMergeMax <= 32, "the weights take one warp lane per split");
-
-template <int D>
-__device__ __noinline__ void fused_merge(const float *ws_acc, const float *ws_ml, unsigned *cnt, int used, int b,
-                                            int h0, int nrows, int n_heads, int max_splits, __nv_bfloat16 *out,
-                                            int64_t o_stride, float *wsp /* smem [kDecRows][32] */)
-{
-    __shared__ int last;
-    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
-    __threadfence(); /* this block's partials, before its arrival */
-    __syncthreads();
-    if (t == 0) {
-        /* counts 0, 1, ..., used - 1, and the last arrival's increment
-         * wraps it to 0 for the next launch */
-        const unsigned before = atomicInc(cnt, (unsigned)used - 1u);
-        last = before == (unsigned)used - 1u;
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence(); /* the other blocks' partials, after their arrivals */
-    /* weights: warp w the rows w, w + 4, ...; lane s split s (used <= 32) */
-    __shared__ float lsum[kDecRows];
-    for (int r = warp; r < nrows; r += kThreads / 32) {
-        const int64_t slot = ((int64_t)b * n_heads + h0 + r) * max_splits + lane;
-        float2 ml = make_float2(-INFINITY, 0.f);
-        if (lane < used)
-            ml = __ldcg((const float2 *)(ws_ml + slot * 2));
-        float M = fmaxf(-INFINITY, lane < used ? ml.x : -INFINITY);
-        for (int o = 16; o > 0; o >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0.f;
-        if (lane < used) {
-            const float f = exp2f(ml.x - M);
-            wsp[r * 32 + lane] = f;
-            L += f * ml.y;
-        }
-        for (int o = 16; o > 0; o >>= 1)
-            L += __shfl_xor_sync(0xffffffffu, L, o);
-        if (lane == 0) { /* the merge kernel's sum over its warps: 0 + warp 0's + zeros */
-            float Lt = 0.f;
-            Lt += L;
-#pragma unroll
-            for (int w = 1; w < D / 32; w++)
-                Lt += 0.f;
-            lsum[r] = Lt;
-        }
-    }
-    __syncthreads();
-    /* 4 columns per thread and 8 splits' loads in flight at once: this runs
-     * on the step's critical path, so its L2 round trips are what count */
-    constexpr int C4 = D / 4;
-    for (int idx = t; idx < nrows * C4; idx += kThreads) {
-        const int r = idx / C4, c = idx % C4 * 4;
-        const float4 *src = (const float4 *)(ws_acc + ((int64_t)b * n_heads + h0 + r) * max_splits * D + c);
-        const float *w = wsp + r * 32;
-        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-        for (int s0 = 0; s0 < used; s0 += 8) {
-            float4 v[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                v[k] = s0 + k < used ? __ldcg(src + (int64_t)(s0 + k) * C4) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                if (s0 + k >= used)
-                    break;
-                const float f = w[s0 + k];
-                a0 += f * v[k].x; /* split order, as the merge kernel sums */
-                a1 += f * v[k].y;
-                a2 += f * v[k].z;
-                a3 += f * v[k].w;
-            }
-        }
-        __nv_bfloat16 *o = out + (int64_t)b * o_stride + (h0 + r) * D + c;
-        const float L = lsum[r];
-        o[0] = __float2bfloat16_rn(a0 / L);
-        o[1] = __float2bfloat16_rn(a1 / L);
-        o[2] = __float2bfloat16_rn(a2 / L);
-        o[3] = __float2bfloat16_rn(a3 / L);
-    }
-}
-
 /* workspace: acc [n_seqs][n_heads][max_splits][D] f32, then
  *            ml  [n_seqs][n_heads][max_splits][2] f32 (running max m in
  *                log2 units, sum l)
@@ -424,20 +423,20 @@ __device__ __noinline__ void fused_merge(const float *ws_acc, const float *ws_ml
  * K and V into the cache and into its own ring stage, in place of the tile
  * loader's copy (the loader stops one key short there: no block reads the
  * row through global memory in the kernel that writes it). */
-/* INT8 instances keep 3 blocks per SM (<= 168 registers a thread), as
- * dsq_attn_decode_splits plans (F16: 2, by its ring) */
-template <int D, bool INT8, int NS, bool ROPE>
-__global__ void __launch_bounds__(kThreads, INT8 ? 3 : 1)
+template <int D, bool INT8, int NS, bool ROPE, bool BULK>
+__global__ void __launch_bounds__(kThreads)
     decode_kernel(KvArgs a, const void *q_in, int64_t q_stride, const float *inv_freq,
                   const int32_t *seq_lens, int n_heads, int group, int n_hg, int max_splits,
                   float scale_log2, float *ws_acc, float *ws_ml, __nv_bfloat16 *out, int64_t o_stride,
-                  int direct, unsigned *merge_cnt)
+                  int direct)
 {
     using SM = DecSmem<D, INT8, NS>;
     constexpr int RH = D + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float xmax[kThreads / 32];
     __shared__ int xfin[kThreads / 32];
+    __shared__ __align__(8) uint64_t bars[BULK ? NS : 1]; /* BULK: one per ring stage */
+    static_assert(!(BULK && INT8), "bulk copies fill the F16 ring only");
     unsigned char *ring = smem;
     __half *sq = (__half *)(ring + (NS - 1) * SM::kStage);
 
@@ -464,9 +463,7 @@ __global__ void __launch_bounds__(kThreads, INT8 ? 3 : 1)
             dsq_pdl_wait();
             dsq_pdl_trigger();
         }
-        /* an empty sequence: the merge's 0 (after the wait: out may be in
-         * use before); one block writes it where no merge kernel runs */
-        if ((direct || (merge_cnt && split == 0)) && used == 0)
+        if (direct && used == 0) /* an empty sequence: the merge's 0 (after the wait: out may be in use before) */
             for (int idx = t; idx < nrows * D; idx += kThreads)
                 out[(int64_t)b * o_stride + (h0 + idx / D) * D + idx % D] = __float2bfloat16_rn(0.f);
         return;
@@ -477,10 +474,22 @@ __global__ void __launch_bounds__(kThreads, INT8 ? 3 : 1)
     const bool writer = ROPE && split == used - 1;
     const int kload = writer ? kend - 1 : kend;
 
+    if (BULK) {
+        if (t == 0) {
+            for (int s = 0; s < NS; s++)
+                mbar_init(bars + s, kThreads);
+            mbar_init_fence();
+        }
+        __syncthreads();
+    }
     /* K/V first (the long latency), then Q while they are in flight */
 #pragma unroll
-    for (int s = 0; s < NS - 1; s++)
-        dec_issue<D, INT8>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage);
+    for (int s = 0; s < NS - 1; s++) {
+        if (BULK)
+            dec_issue_bulk<D>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage, bars + s);
+        else
+            dec_issue<D, INT8>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage);
+    }
     if (ROPE) {
         dsq_pdl_wait();
         dsq_pdl_trigger();
@@ -570,12 +579,19 @@ __global__ void __launch_bounds__(kThreads, INT8 ? 3 : 1)
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
     for (int j = 0; j < n_tiles; j++) {
-        cp_async_wait<NS - 2>(); /* tile j has landed (this thread's part) */
+        if (BULK)
+            mbar_wait(bars + j % NS, (unsigned)(j / NS) & 1u); /* tile j has landed */
+        else
+            cp_async_wait<NS - 2>(); /* tile j has landed (this thread's part) */
         __syncthreads();                 /* ... everyone's; stage j-1 is free      */
         {
             const int jn = j + NS - 1; /* empty group past the end keeps counts */
-            dec_issue<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
-                               ring + (jn % NS) * SM::kStage);
+            if (BULK)
+                dec_issue_bulk<D>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
+                                  ring + (jn % NS) * SM::kStage, bars + jn % NS);
+            else
+                dec_issue<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
+                                   ring + (jn % NS) * SM::kStage);
         }
         const int key0 = kstart + j * kTileKeys;
         if (writer && j == n_tiles - 1) { /* the new key's row of this stage */
@@ -642,7 +658,8 @@ __global__ void __launch_bounds__(kThreads, INT8 ? 3 : 1)
         else
             pv16_i8<D>(o, pa, rv, warp * 16);
     }
-    cp_async_wait<0>(); /* only empty groups can remain; keep the ring quiet */
+    if (!BULK)
+        cp_async_wait<0>(); /* only empty groups can remain; keep the ring quiet */
     __syncthreads();    /* all warps done with the ring */
 
     /* combine the 4 warps in the ring area */
@@ -703,9 +720,6 @@ __global__ void __launch_bounds__(kThreads, INT8 ? 3 : 1)
         if (d == 0)
             *(float2 *)(ws_ml + slot * 2) = make_float2(M, L);
     }
-    if (merge_cnt && !direct)
-        fused_merge<D>(ws_acc, ws_ml, merge_cnt + (int64_t)b * gridDim.y + blockIdx.y, used, b, h0, nrows, n_heads,
-                       max_splits, out, o_stride, (float *)ring);
 }
 
 /* One block of D threads per (head, sequence):
@@ -781,17 +795,29 @@ __global__ void __launch_bounds__(D)
 
 /* per-block shared-memory opt-in limit of each device (decode_init) */
 static int g_smem_optin[DSQ_CU_MAX_DEVICES];
+/* per device: 1 where the decode kernel's code has the bulk copies (built
+ * for sm_90 or later and run on such a device) */
+static int g_bulk[DSQ_CU_MAX_DEVICES];
 
-template <int D, bool INT8, int NS> static cudaError_t set_decode_attr(int optin)
+template <int D, bool INT8, int NS, bool BULK> static cudaError_t set_decode_attr_one(int optin)
 {
     if (DecSmem<D, INT8, NS>::kTotal > optin)
         return cudaSuccess; /* not used on this device */
-    cudaError_t e = cudaFuncSetAttribute(decode_kernel<D, INT8, NS, false>,
+    cudaError_t e = cudaFuncSetAttribute(decode_kernel<D, INT8, NS, false, BULK>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, DecSmem<D, INT8, NS>::kTotal);
     if (e != cudaSuccess)
         return e;
-    return cudaFuncSetAttribute(decode_kernel<D, INT8, NS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(decode_kernel<D, INT8, NS, true, BULK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 DecSmem<D, INT8, NS>::kTotal);
+}
+
+template <int D, bool INT8, int NS> static cudaError_t set_decode_attr(int optin)
+{
+    cudaError_t e = set_decode_attr_one<D, INT8, NS, false>(optin);
+    if constexpr (INT8)
+        return e;
+    else
+        return e != cudaSuccess ? e : set_decode_attr_one<D, false, NS, true>(optin);
 }
 
 /* The attributes of the current device, `dev` (kernel attributes are per
@@ -810,6 +836,12 @@ cudaError_t decode_init(int dev)
     if ((e = set_decode_attr<64, false, 2>(optin)) != cudaSuccess) return e;
     if ((e = set_decode_attr<64, true, kStagesI8>(optin)) != cudaSuccess) return e;
     if ((e = set_decode_attr<64, true, 2>(optin)) != cudaSuccess) return e;
+    /* the PTX the driver runs for this device: below 9.0 the bulk helpers
+     * compiled to nothing (a fat binary without sm_90 code on an H100) */
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, decode_kernel<128, false, kStagesF16, true, true>)) != cudaSuccess)
+        return e;
+    g_bulk[dev] = fa.ptxVersion >= 90;
     g_smem_optin[dev] = optin; /* published by dsq_cu_once_per_device's release store */
     return cudaSuccess;
 }
@@ -896,13 +928,21 @@ static bool decode_direct_env(void)
     return !(e && e[0] == '0');
 }
 
+/* Whether F16 launches fill their ring with bulk copies (decode_kernel's
+ * BULK): DSQ_CUDA_DECODE_BULK=1 (read per launch; off until measured), on
+ * devices whose code has them (dsq_attn_decode_bulk). */
+static bool decode_bulk_env(void)
+{
+    const char *e = getenv("DSQ_CUDA_DECODE_BULK");
+    return e && e[0] == '1';
+}
+
 /* dsq_attn_decode and dsq_attn_decode_rope: q_in is bf16 (rope false) or
  * the fp32 product row (rope true; inv_freq then set). */
 static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t q_stride, bool rope,
                                 const float *inv_freq, void *out, int64_t o_stride, const int32_t *seq_lens,
                                 int32_t n_seqs, int32_t n_heads, int32_t max_splits, void *workspace,
-                                size_t workspace_bytes, unsigned *merge_cnt, int32_t merge_cnt_len,
-                                cudaStream_t stream)
+                                size_t workspace_bytes, cudaStream_t stream)
 {
     const char *fn = rope ? "decode attention + RoPE" : "decode attention";
     if (!kv_ok(kv) || n_seqs < 0 || n_heads <= 0 || n_heads % kv->n_kv_heads ||
@@ -942,47 +982,48 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     dim3 grid((unsigned)max_splits, (unsigned)(kv->n_kv_heads * n_hg), (unsigned)n_seqs);
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
     const int direct = max_splits == 1 && decode_direct_env();
-    /* the merge in the decode blocks (fused_merge) where counters came and
-     * the launch has 2..kFusedMergeMax splits; else the merge kernel */
-    unsigned *cnt = merge_cnt && max_splits >= 2 && max_splits <= kFusedMergeMax ? merge_cnt : NULL;
-    if (cnt && ((int64_t)merge_cnt_len < (int64_t)n_seqs * kv->n_kv_heads * n_hg || !aligned16(cnt)))
-        return dsq_fail(DSQ_ERR_INTERNAL, "%s: %d merge counters for %d sequences x %d head groups", fn,
-                        (int)merge_cnt_len, (int)n_seqs, (int)(kv->n_kv_heads * n_hg));
-    /* runtime (head_dim, dtype, ring depth, rope) -> the kernel instance */
-#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO)                                                            \
-    e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO>, grid, dim3(kThreads),                           \
+    /* runtime (head_dim, dtype, ring depth, rope, loader) -> the kernel instance */
+    const bool bulk = !i8 && g_bulk[dev] && decode_bulk_env();
+#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO, BU)                                                         \
+    e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO, BU>, grid, dim3(kThreads),                        \
                        (size_t)DecSmem<DD, I8, NS>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
                        n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml, (__nv_bfloat16 *)out, \
-                       o_stride, direct, cnt)
-#define DSQ_DECODE_RING(DD, I8, NS)                 \
-    do {                                            \
-        if (DecSmem<DD, I8, NS>::kTotal <= smem_optin) { \
-            if (rope)                               \
-                DSQ_DECODE_LAUNCH(DD, I8, NS, true);  \
-            else                                    \
-                DSQ_DECODE_LAUNCH(DD, I8, NS, false); \
-        } else if (rope) {                          \
-            DSQ_DECODE_LAUNCH(DD, I8, 2, true);       \
-        } else {                                    \
-            DSQ_DECODE_LAUNCH(DD, I8, 2, false);      \
-        }                                           \
+                       o_stride, direct)
+#define DSQ_DECODE_ROPE(DD, I8, NS, BU)              \
+    do {                                             \
+        if (rope)                                    \
+            DSQ_DECODE_LAUNCH(DD, I8, NS, true, BU);  \
+        else                                         \
+            DSQ_DECODE_LAUNCH(DD, I8, NS, false, BU); \
+    } while (0)
+#define DSQ_DECODE_RING(DD, I8, NS, BU)                  \
+    do {                                                 \
+        if (DecSmem<DD, I8, NS>::kTotal <= smem_optin)   \
+            DSQ_DECODE_ROPE(DD, I8, NS, BU);             \
+        else                                             \
+            DSQ_DECODE_ROPE(DD, I8, 2, BU);              \
     } while (0)
     if (D == 128) {
         if (i8)
-            DSQ_DECODE_RING(128, true, kStagesI8);
+            DSQ_DECODE_RING(128, true, kStagesI8, false);
+        else if (bulk)
+            DSQ_DECODE_RING(128, false, kStagesF16, true);
         else
-            DSQ_DECODE_RING(128, false, kStagesF16);
+            DSQ_DECODE_RING(128, false, kStagesF16, false);
     } else {
         if (i8)
-            DSQ_DECODE_RING(64, true, kStagesI8);
+            DSQ_DECODE_RING(64, true, kStagesI8, false);
+        else if (bulk)
+            DSQ_DECODE_RING(64, false, kStagesF16, true);
         else
-            DSQ_DECODE_RING(64, false, kStagesF16);
+            DSQ_DECODE_RING(64, false, kStagesF16, false);
     }
 #undef DSQ_DECODE_RING
+#undef DSQ_DECODE_ROPE
 #undef DSQ_DECODE_LAUNCH
     if (e != cudaSuccess)
         return dsq_cu_status(e, rope ? "decode attention + RoPE kernel" : "decode attention kernel");
-    if (direct || cnt)
+    if (direct)
         return DSQ_OK;
     dim3 mgrid((unsigned)n_heads, (unsigned)n_seqs);
     const int em = dsq_pdl_early();
@@ -996,6 +1037,14 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     return dsq_cu_status(e, "decode attention merge kernel");
 }
 
+extern "C" int32_t dsq_attn_decode_bulk(void)
+{
+    int dev = 0;
+    if (attn_ready(&dev) != cudaSuccess)
+        return 0;
+    return g_bulk[dev] && decode_bulk_env() ? 1 : 0;
+}
+
 extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
                                        void *out, int64_t o_stride, const int32_t *seq_lens,
                                        int32_t n_seqs, int32_t n_heads, int32_t max_splits,
@@ -1003,17 +1052,7 @@ extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int6
                                        cudaStream_t stream)
 {
     return decode_launch(kv, q, q_stride, false, NULL, out, o_stride, seq_lens, n_seqs, n_heads, max_splits,
-                         workspace, workspace_bytes, NULL, 0, stream);
-}
-
-extern "C" dsq_status dsq_attn_decode_fm(const dsq_attn_kv *kv, const void *q, int64_t q_stride, void *out,
-                                          int64_t o_stride, const int32_t *seq_lens, int32_t n_seqs,
-                                          int32_t n_heads, int32_t max_splits, void *workspace,
-                                          size_t workspace_bytes, unsigned *merge_cnt, int32_t merge_cnt_len,
-                                          cudaStream_t stream)
-{
-    return decode_launch(kv, q, q_stride, false, NULL, out, o_stride, seq_lens, n_seqs, n_heads, max_splits,
-                         workspace, workspace_bytes, merge_cnt, merge_cnt_len, stream);
+                         workspace, workspace_bytes, stream);
 }
 
 extern "C" dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
@@ -1023,21 +1062,5 @@ extern "C" dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *q
                                             cudaStream_t stream)
 {
     return decode_launch(kv, qkv, row_stride, true, inv_freq, out, o_stride, seq_lens, n_seqs, n_heads,
-                         max_splits, workspace, workspace_bytes, NULL, 0, stream);
-}
-
-extern "C" dsq_status dsq_attn_decode_rope_fm(const dsq_attn_kv *kv, const float *qkv, int64_t row_stride,
-                                               const float *inv_freq, void *out, int64_t o_stride,
-                                               const int32_t *seq_lens, int32_t n_seqs, int32_t n_heads,
-                                               int32_t max_splits, void *workspace, size_t workspace_bytes,
-                                               unsigned *merge_cnt, int32_t merge_cnt_len, cudaStream_t stream)
-{
-    return decode_launch(kv, qkv, row_stride, true, inv_freq, out, o_stride, seq_lens, n_seqs, n_heads,
-                         max_splits, workspace, workspace_bytes, merge_cnt, merge_cnt_len, stream);
-}
-
-extern "C" int32_t dsq_attn_decode_merge_counters(int32_t max_batch, int32_t n_heads)
-{
-    /* n_kv_heads x ceil(group / 16) <= n_heads head groups per sequence */
-    return max_batch > 0 && n_heads > 0 ? max_batch * n_heads : 0;
+                         max_splits, workspace, workspace_bytes, stream);
 }

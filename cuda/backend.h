@@ -169,9 +169,6 @@ typedef struct cu_ctx {
     int resid_after;       /* LINEAR_RESID as product then add, not fused (DSQ_CUDA_RESIDUAL=after) */
     int decode_rope;       /* decode passes: RoPE + KV write inside the decode attention kernel
                               (DSQ_CUDA_DECODE_ROPE=0: the separate RoPE + KV write kernel) */
-    int32_t dec_merge_fuse; /* decode attention launches of 2..this many splits merge in the
-                              decode kernel's blocks, no merge kernel (DSQ_CUDA_DECODE_MERGE_FUSE;
-                              0: never; at most 32) */
     uint64_t l2p_bytes;    /* decode passes of <= DSQ_CU_L2P_ROWS rows: after each qkv product,
                               prefetch this many bytes of the layer's next weights into L2
                               (DSQ_CUDA_L2_PREFETCH=MB; 0: off) */
@@ -202,10 +199,6 @@ typedef struct cu_ctx {
     int32_t *meta;         /* [meta_cap] this pass's batch description */
     void *dec_ws;          /* flash-decoding partials */
     size_t dec_ws_bytes;
-    unsigned *dec_cnt;     /* [max_bseqs][H] uint32 arrival counters of the fused decode
-                              merge (dsq_attn_decode_fm), zeroed at creation, left zero by
-                              every launch */
-    int32_t dec_cnt_len;
     void *pre_ws;          /* split-key prefill partials (dsq_attn_prefill_ws) */
     size_t pre_ws_bytes;
     int32_t rows_max;      /* products of up to this many rows through gemm_rows.cu

@@ -405,8 +405,6 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     size_t o_meta = cu_carve(&off, cc->meta_cap * 4);
     size_t o_ws = cu_carve(&off, cc->dec_ws_bytes);
     size_t o_pws = cc->pre_ws_bytes ? cu_carve(&off, cc->pre_ws_bytes) : 0;
-    cc->dec_cnt_len = dsq_attn_decode_merge_counters((int32_t)MS, (int32_t)H);
-    size_t o_cnt = cu_carve(&off, (size_t)cc->dec_cnt_len * 4);
     /* gemm_rows.cu's split-K partials (16 MB; its plan for the split
      * products at 64 rows needs ~5-6 MB: qkv 10-12 splits x 64 x 2,048
      * floats, down ~13 x 64 x 1,536; it clamps to what is here) and one
@@ -436,9 +434,6 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->meta = (int32_t *)(b + o_meta);
     cc->dec_ws = b + o_ws;
     cc->pre_ws = cc->pre_ws_bytes ? b + o_pws : NULL;
-    cc->dec_cnt = (unsigned *)(b + o_cnt);
-    CU_TRY(cudaMemsetAsync(cc->dec_cnt, 0, (size_t)cc->dec_cnt_len * 4, cc->stream),
-           "decode merge counter initialisation");
     cc->rows_ws = rows_on ? (float *)(b + o_rws) : NULL;
     cc->rows_tickets = rows_on ? (int32_t *)(b + o_rtk) : NULL;
     if (rows_on)
@@ -477,11 +472,6 @@ static dsq_status ctx_setup(dsq_ctx *c, cu_ctx *cc)
     cc->resid_after = env && strcmp(env, "after") == 0;
     env = getenv("DSQ_CUDA_DECODE_ROPE"); /* 0 = decode passes keep the RoPE + KV write kernel */
     cc->decode_rope = !(env && env[0] == '0');
-    /* n: decode launches of 2..n splits merge in their own blocks (off:
-     * same bits, measured slower at stop 45; docs/performance.md,
-     * "Environment knobs") */
-    env = getenv("DSQ_CUDA_DECODE_MERGE_FUSE");
-    cc->dec_merge_fuse = env && *env && atoi(env) > 0 ? (atoi(env) > 32 ? 32 : atoi(env)) : 0;
     env = getenv("DSQ_CUDA_GRAPHS"); /* 0 = launch every kernel of every step */
     if (!(env && env[0] == '0')) {
         size_t ng = (size_t)cc->max_bseqs * 2 * (size_t)cc->n_bt_buckets;

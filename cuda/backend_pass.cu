@@ -97,21 +97,21 @@ static dsq_status attend(cu_ctx *cc, const dsq_config *cf, const cu_pass *p, int
     dsq_attn_kv kv = cc->kv[l];
     kv.block_table = p->bt;
     kv.bt_stride = p->bt_stride;
-    /* the merge in the decode blocks where the knob allows this split count */
-    unsigned *cnt = p->splits >= 2 && p->splits <= cc->dec_merge_fuse ? cc->dec_cnt : NULL;
     if (p->decode && cc->decode_rope) /* q, k, v straight from the product (run_op) */
-        return dsq_attn_decode_rope_fm(&kv, cc->qkv, QKV, inv_freq, cc->attn, (int64_t)H * D, p->len, p->S, H,
-                                       p->splits, cc->dec_ws, cc->dec_ws_bytes, cnt, cc->dec_cnt_len, s);
-    if (p->decode)
-        return dsq_attn_decode_fm(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws,
-                                  cc->dec_ws_bytes, cnt, cc->dec_cnt_len, s);
+        return dsq_attn_decode_rope(&kv, cc->qkv, QKV, inv_freq, cc->attn,
+                                    (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws, cc->dec_ws_bytes, s);
+    if (p->decode) {
+        DSQ_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, p->S, H, p->splits, cc->dec_ws,
+                                cc->dec_ws_bytes, s));
+        return DSQ_OK;
+    }
     /* mixed: one-token rows in front through the decode kernel (split over
      * the context), prompt chunks through the prefill kernel; the products
      * ran once over all rows */
     const int32_t nd = p->nd;
     if (nd > 0)
-        DSQ_TRY(dsq_attn_decode_fm(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, nd, H, p->splits, cc->dec_ws,
-                                   cc->dec_ws_bytes, cnt, cc->dec_cnt_len, s));
+        DSQ_TRY(dsq_attn_decode(&kv, q, QKV, cc->attn, (int64_t)H * D, p->len, nd, H, p->splits, cc->dec_ws,
+                                cc->dec_ws_bytes, s));
     dsq_attn_kv kc = kv;
     kc.block_table = p->bt + (size_t)nd * p->bt_stride;
     DSQ_TRY(dsq_attn_prefill_ws(&kc, q + (size_t)nd * QKV, QKV, cc->attn + (size_t)nd * H * D, (int64_t)H * D,

@@ -49,6 +49,8 @@
 #                                       # and cuBLASLt's down start, the norm
 #   bash scripts/gpu_session.sh qmma44  # stop 44: the quantized tensor-core
 #                                       # GEMV as the default: tests, rows
+#   bash scripts/gpu_session.sh s46a    # stop 46: the bulk-copy decode loader:
+#                                       # tests, bench pairs, ncu, sanitizers
 #   bash scripts/gpu_session.sh s45     # stop 45: the decode merge in the
 #                                       # decode blocks; stop 44's unrun pieces
 #   bash scripts/gpu_session.sh final44 # stop 44's final quantized defaults
@@ -613,6 +615,66 @@ mmanorm42)
             DSQ_CUDA_MMA_NORM=256 bench_row mn_b${b}_r$rep 512 $b --kv f16
         done
     done
+    ;;
+s46a)
+    # stop 46, first call: the F16 decode ring filled by bulk copies
+    # (DSQ_CUDA_DECODE_BULK=1, off by default): the attention tests (bit
+    # for bit against cp.async, back to back, graph replays; non-finite
+    # K/V), e2e with it on, bench pairs; ncu of a batch-64 decode launch
+    # each way (full set, per-instruction stall samples); stop 45's owed
+    # rows (4-bit no logits); memcheck / racecheck of the bulk path
+    prebuilt_stage s46a
+    DEADLINE=${DEADLINE:-420}
+    DSQ_TEST_FILTER='test_decode_*' GTEST_TIMEOUT=150 gtest test_cuda_attention
+    echo "   bulk checks: $(grep -c "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log")," \
+         "differing: $(grep "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log" | grep -vc ": 0 bf16 values differ")" \
+         "$(grep -m1 "not available" "$OUT/test_cuda_attention.log")"
+    LOGSUFFIX=_nf DSQ_TEST_FILTER=test_nonfinite_kv gtest test_cuda_attention
+    LOGSUFFIX=_bulk gtest test_cuda_e2e DSQ_CUDA_DECODE_BULK=1
+    LOGSUFFIX=_bulk gtest test_cuda_step_greedy DSQ_CUDA_DECODE_BULK=1
+    bench_start
+    for rep in 1 2; do
+        bench_row b64_1k_r$rep 1024 64 --kv f16
+        DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_1k_r$rep 1024 64 --kv f16
+    done
+    bench_row b64_1k_none 1024 64 --kv f16 --sampling none
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_1k_none 1024 64 --kv f16 --sampling none
+    bench_row b64_4k 4096 64 --kv f16
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_4k 4096 64 --kv f16
+    bench_row b64_4k_i8 4096 64 --kv int8
+    for rep in 1 2; do
+        bench_row b1_r$rep 512 1 --kv f16
+        DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b1_r$rep 512 1 --kv f16
+    done
+    bench_row b1_8k 8192 1 --kv f16
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b1_8k 8192 1 --kv f16
+    bench_row b8 512 8 --kv f16
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b8 512 8 --kv f16
+    if command -v ncu >/dev/null && [ $(( $(date +%s) - T0 )) -lt $DEADLINE ]; then
+        for v in 0 1; do
+            DSQ_CUDA_DECODE_BULK=$v timeout 100 ncu --clock-control none -k regex:decode_kernel --launch-skip 90 --launch-count 1 \
+                --set full --import-source no -o "$OUT/dec64_bulk$v" \
+                "$B/examples/dsqwen" bench --model $M --prompt-len 1024 --max-tokens 8 --batch 64 --kv f16 \
+                >"$OUT/ncu_dec64_bulk$v.log" 2>&1
+            echo "== ncu dec64 bulk=$v rc=$? ($(el))"
+            ncu -i "$OUT/dec64_bulk$v.ncu-rep" --page details --print-details all >"$OUT/ncu_dec64_bulk${v}_details.txt" 2>&1
+            ncu -i "$OUT/dec64_bulk$v.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_dec64_bulk${v}_sass.csv" 2>&1
+            grep -E "^  [a-z_]+.*decode_kernel|Duration|DRAM Throughput|Executed Instructions  |Issue Slots Busy|No Eligible|Registers Per|Achieved Occupancy" \
+                "$OUT/ncu_dec64_bulk${v}_details.txt" | head -12
+        done
+    fi
+    DSQ_TEST_FILTER='test_q4_mma_linear' GTEST_TIMEOUT=100 gtest test_cuda_quant
+    grep -hE "SKIP|FAIL|ERROR|identical|worst" "$OUT/test_cuda_quant.log" | head -6
+    bench_row q4_none 512 1 --kv f16 --quantize q4 --sampling none
+    bench_row q4b8_none 512 8 --kv f16 --quantize q4 --sampling none
+    DEADLINE=$(( DEADLINE + 100 ))
+    if command -v compute-sanitizer >/dev/null && [ $(( $(date +%s) - T0 )) -lt $DEADLINE ]; then
+        for tool in memcheck racecheck; do
+            DSQ_CUDA_DECODE_BULK=1 DSQ_ATTN_QUICK=1 DSQ_TEST_FILTER=test_decode_rope timeout 100 compute-sanitizer --tool $tool \
+                "$B/tests/test_cuda_attention" >"$OUT/${tool}_bulk.log" 2>&1
+            echo "== $tool bulk rc=$? ($(el)) $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/${tool}_bulk.log" | tr '\n' ' ')"
+        done
+    fi
     ;;
 s45)
     # stop 45: the decode merge in the decode kernel's blocks
