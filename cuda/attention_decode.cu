@@ -162,15 +162,20 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
                  : "memory");
 #endif
 }
-/* this thread's arrival, announcing `bytes` more to come, then the copy of
- * `bytes` (a multiple of 16, both ends 16-byte aligned) from global memory;
- * the proxy fence orders this thread's earlier generic accesses to the
- * stage (the combine, Q, zero rows of an earlier tile) before the copy
- * engine's write */
-__device__ __forceinline__ void bulk_row(void *dst, const void *src, unsigned bytes, uint64_t *bar)
+/* this thread's generic writes to shared memory ordered before later
+ * writes of the copy engine (the async proxy) to the same bytes: each
+ * writer fences, then the block meets at a barrier, then copies start */
+__device__ __forceinline__ void fence_proxy_async()
 {
 #if DSQ_DEC_BULK_ARCH
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+/* this thread's arrival, announcing `bytes` more to come, then the copy of
+ * `bytes` (a multiple of 16, both ends 16-byte aligned) from global memory */
+__device__ __forceinline__ void bulk_row(void *dst, const void *src, unsigned bytes, uint64_t *bar)
+{
+#if DSQ_DEC_BULK_ARCH
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
@@ -569,6 +574,11 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
     }
+    /* BULK: Q's stage is the copy engine's next (the only bytes of the ring
+     * written both ways before the last tile; zero rows and the new key's
+     * row are in the last tile, never refilled) */
+    if (BULK)
+        fence_proxy_async();
     __syncthreads();
     uint32_t qf[D / 16][4];
     load_q_frags<D>(qf, sq);
