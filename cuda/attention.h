@@ -220,7 +220,7 @@ dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *qkv, int64_t
                                  int32_t max_splits, void *workspace, size_t workspace_bytes,
                                  cudaStream_t stream);
 
-/* 1 where F16 decode launches on the current device now fill their ring
+/* 1 where decode launches on the current device now fill their ring
  * with bulk copies (cp.async.bulk + mbarrier, sm_90 code on an sm_90
  * device, DSQ_CUDA_DECODE_BULK=1, read per launch), else 0; same output
  * bits either way.  Sets the device's kernels up on first use (0 if that

@@ -63,19 +63,22 @@ constexpr int kMaxSplits = 1024;
 /* Shared memory of the decode kernel, in order:
  *   ring [NS] x stage:
  *        fp16: sk [64][D+8], sv [64][D+8] fp16   (ldmatrix reads them)
- *        int8: rk [64][D],   rv [64][D]   int8   (raw cache bytes; the
- *              16-byte chunk cc of row r at chunk cc ^ (r % (D/16)), so
- *              that the fragment reads below are free of bank conflicts)
+ *        int8: rk [64][RB],  rv [64][RB]  int8   (raw cache bytes; cp.async:
+ *              RB = D, the 16-byte chunk cc of row r at chunk cc ^ (r %
+ *              (D/16)); bulk copies, which write whole rows: RB = D + 16,
+ *              the pad in place of the swizzle; either way the fragment
+ *              reads below are free of bank conflicts -- i8_off)
  *              sks [64], svs [64] fp32           (scales)
  * Q of the block's heads, sq [16][D+8] fp16, sits in the last stage, which
  * the prologue leaves empty and the first iteration refills only after a
  * barrier that follows every warp's Q fragment loads.  The 4-warp combine at
  * the end reuses the ring (sized up to fit it where the ring is smaller). */
-template <int D, bool INT8, int NS> struct DecSmem {
+template <int D, bool INT8, int NS, bool BULK = false> struct DecSmem {
     static constexpr int kRowH = D + 8;
+    static constexpr int kRowI8 = BULK ? D + 16 : D; /* int8 row bytes */
     static constexpr int kQ = kDecRows * kRowH * 2;
     static constexpr int kStage =
-        INT8 ? 2 * kTileKeys * D + 2 * kTileKeys * 4 : 2 * kTileKeys * kRowH * 2;
+        INT8 ? 2 * kTileKeys * kRowI8 + 2 * kTileKeys * 4 : 2 * kTileKeys * kRowH * 2;
     static_assert(kQ <= kStage, "Q must fit in one stage");
     /* the 4-warp combine's row stride (floats): int8 rows carry 4 floats
      * of padding per 32 columns (comb_col), so that each thread's float4
@@ -104,6 +107,16 @@ __device__ __forceinline__ void split_plan(int len, int max_splits, int &chunk, 
  * swizzle of the int8 stage layout, see DecSmem). */
 __device__ __forceinline__ int i8_chunk(int r, int cc, int D) { return cc ^ (r & (D / 16 - 1)); }
 
+/* Byte offset of 16-byte chunk cc of raw int8 row r in a stage: swizzled
+ * rows of D bytes (cp.async) or padded rows of D + 16 (PAD: bulk copies).
+ * With the pad, row g's chunk c sits (g + c) % 8 chunks into a 128-byte
+ * bank line at D = 128, which spreads the fragment reads' 8 rows as the
+ * swizzle does. */
+template <int D, bool PAD> __device__ __forceinline__ int i8_off(int r, int cc)
+{
+    return PAD ? r * (D + 16) + cc * 16 : r * D + i8_chunk(r, cc, D) * 16;
+}
+
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)),
@@ -115,14 +128,16 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 }
 
 /* ---- bulk copies (sm_90: cp.async.bulk + mbarrier) -------------------------
- * The F16 ring filled by the copy engine instead of cp.async: each thread
- * asks for one whole K or V row (D halves, 256 bytes at D = 128) with one
- * instruction instead of 16-byte copies (32 per thread per tile, each with
- * its own address arithmetic: at batch 64 the cp.async loader is most of
- * the kernel's issued instructions), and one mbarrier per stage counts the
- * bytes in.  Stage rows and layout are unchanged ([64][D+8]), so the tensor
- * core reads, and the output bits, are the cp.async path's.  Below sm_90
- * the helpers are never run (the host checks the kernel's PTX version). */
+ * The ring filled by the copy engine instead of cp.async: each thread asks
+ * for one whole K or V row (256 bytes at D = 128 in F16, 128 in INT8) with
+ * one instruction instead of 16-byte copies (F16: 32 per thread per tile,
+ * each with its own address arithmetic), and one mbarrier per stage counts
+ * the bytes in.  F16 stage rows are unchanged ([64][D+8]); INT8 rows are
+ * padded instead of swizzled (i8_off), and INT8 scales (4 bytes a key, too
+ * small for a bulk copy) still come by cp.async, counted on the same
+ * barrier.  The arithmetic is the cp.async path's, so are the output bits.
+ * Below sm_90 the helpers are never run (the host checks the kernel's PTX
+ * version). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define DSQ_DEC_BULK_ARCH 1
 #else
@@ -188,28 +203,48 @@ __device__ __forceinline__ void bulk_row(void *dst, const void *src, unsigned by
 #endif
 }
 
-/* Start the bulk copy of F16 keys key0..key0+63 (those < key_end; rows of
- * the others zeroed here) of kv head kvh into ring stage `st`, counted on
- * `bar` (kThreads arrivals a phase): thread t takes row t % 64 of K (t <
- * 64) or V.  A tile that is not `live` (past the split's end) is never
- * waited for, so it neither copies nor arrives. */
-template <int D>
+/* cp.async's completion as an arrival on `bar` (one of the phase's counted
+ * arrivals: .noinc), once this thread's earlier cp.async copies have landed */
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar)
+{
+#if DSQ_DEC_BULK_ARCH
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+
+/* Arrivals a stage's barrier counts per phase: a row each, and for INT8 a
+ * scale each (cp.async: 4 bytes, below the bulk copies' 16). */
+template <bool INT8> __device__ constexpr unsigned bulk_arrivals() { return INT8 ? 2 * kThreads : kThreads; }
+
+/* Start the bulk copy of keys key0..key0+63 (those < key_end; rows of the
+ * others zeroed here) of kv head kvh into ring stage `st` (DecSmem's BULK
+ * layout), counted on `bar`: thread t takes row t % 64 of K (t < 64) or V,
+ * and for INT8 that row's scale.  A tile that is not `live` (past the
+ * split's end) is never waited for, so it neither copies nor arrives. */
+template <int D, bool INT8>
 __device__ __forceinline__ void dec_issue_bulk(const KvArgs &a, int b, int kvh, int key0, int key_end, bool live,
                                                unsigned char *st, uint64_t *bar)
 {
     static_assert(kThreads == 2 * kTileKeys, "one row per thread");
     if (!live)
         return;
-    constexpr int RH = D + 8;
+    constexpr int RB = INT8 ? D + 16 : (D + 8) * 2; /* stage row bytes */
+    constexpr int SB = INT8 ? D : D * 2;            /* cache row bytes */
     const int t = threadIdx.x, r = t & (kTileKeys - 1), is_v = t >= kTileKeys;
-    __half *row = (__half *)st + (is_v ? kTileKeys * RH : 0) + r * RH;
-    if (key0 + r < key_end) {
-        const int64_t off = kv_tile_row(a, b, kvh, key0, r, -1) * D;
-        bulk_row(row, (const __half *)(is_v ? a.v : a.k) + off, D * 2, bar);
+    const bool ok = key0 + r < key_end;
+    const int64_t kr = ok ? kv_tile_row(a, b, kvh, key0, r, -1) : 0;
+    unsigned char *row = st + (is_v ? kTileKeys * RB : 0) + r * RB;
+    if (INT8) { /* zero where !ok: a finite weight for a row of zeros */
+        float *sc = (float *)(st + 2 * kTileKeys * RB) + (is_v ? kTileKeys : 0) + r;
+        cp_async4(sc, (is_v ? a.vs : a.ks) + kr, ok ? 4 : 0);
+        cp_async_mbar_arrive(bar);
+    }
+    if (ok) {
+        bulk_row(row, (const unsigned char *)(is_v ? a.v : a.k) + kr * SB, SB, bar);
     } else {
 #pragma unroll
-        for (int c = 0; c < D / 8; c++)
-            *(uint4 *)(row + c * 8) = make_uint4(0, 0, 0, 0);
+        for (int c = 0; c < SB / 16; c++)
+            *(uint4 *)(row + c * 16) = make_uint4(0, 0, 0, 0);
         mbar_arrive(bar);
     }
 }
@@ -290,7 +325,7 @@ __device__ __forceinline__ int comb_col(int d) { return d + 4 * (d >> 5); }
 
 /* s[2][4] = Q (A fragments, relabelled) . K^T of the 16 raw keys at stage
  * rows row0 .. row0+15 (K scales not applied). */
-template <int D>
+template <int D, bool PAD>
 __device__ __forceinline__ void qk16_i8(float s[2][4], const uint32_t (*qf)[4], const int8_t *rk, int row0)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -301,7 +336,7 @@ __device__ __forceinline__ void qk16_i8(float s[2][4], const uint32_t (*qf)[4], 
         uint32_t w[D / 16];
 #pragma unroll
         for (int q = 0; q < CPT; q++) {
-            const uint4 v = *(const uint4 *)(rk + r * D + i8_chunk(r, c * CPT + q, D) * 16);
+            const uint4 v = *(const uint4 *)(rk + i8_off<D, PAD>(r, c * CPT + q));
             w[4 * q] = v.x;
             w[4 * q + 1] = v.y;
             w[4 * q + 2] = v.z;
@@ -318,16 +353,16 @@ __device__ __forceinline__ void qk16_i8(float s[2][4], const uint32_t (*qf)[4], 
 
 /* The D/8 raw bytes of stage row r that thread g holds in P.V (physical
  * dims g*D/8 ..), as words. */
-template <int D> __device__ __forceinline__ void v_words(const int8_t *rv, int r, int g, uint32_t *w)
+template <int D, bool PAD> __device__ __forceinline__ void v_words(const int8_t *rv, int r, int g, uint32_t *w)
 {
     if (D == 128) {
-        const uint4 v = *(const uint4 *)(rv + r * D + i8_chunk(r, g, D) * 16);
+        const uint4 v = *(const uint4 *)(rv + i8_off<D, PAD>(r, g));
         w[0] = v.x;
         w[1] = v.y;
         w[2] = v.z;
         w[3] = v.w;
     } else { /* D == 64: half a chunk */
-        const uint2 v = *(const uint2 *)(rv + r * D + i8_chunk(r, g >> 1, D) * 16 + (g & 1) * 8);
+        const uint2 v = *(const uint2 *)(rv + i8_off<D, PAD>(r, g >> 1) + (g & 1) * 8);
         w[0] = v.x;
         w[1] = v.y;
     }
@@ -336,16 +371,16 @@ template <int D> __device__ __forceinline__ void v_words(const int8_t *rv, int r
 /* o[D/8][4] += P (A fragment over the 16 keys) . V of the 16 raw keys at
  * stage rows row0 .. row0+15 (V scales already in P); o's columns are
  * relabelled (o_phys_col). */
-template <int D>
+template <int D, bool PAD>
 __device__ __forceinline__ void pv16_i8(float (*o)[4], const uint32_t pa[4], const int8_t *rv, int row0)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     constexpr int NW = D / 32; /* words per thread per key */
     uint32_t w[4][NW];         /* keys 2c, 2c+1, 2c+8, 2c+9 */
-    v_words<D>(rv, row0 + 2 * c, g, w[0]);
-    v_words<D>(rv, row0 + 2 * c + 1, g, w[1]);
-    v_words<D>(rv, row0 + 2 * c + 8, g, w[2]);
-    v_words<D>(rv, row0 + 2 * c + 9, g, w[3]);
+    v_words<D, PAD>(rv, row0 + 2 * c, g, w[0]);
+    v_words<D, PAD>(rv, row0 + 2 * c + 1, g, w[1]);
+    v_words<D, PAD>(rv, row0 + 2 * c + 8, g, w[2]);
+    v_words<D, PAD>(rv, row0 + 2 * c + 9, g, w[3]);
 #pragma unroll
     for (int wi = 0; wi < NW; wi++) {
         uint32_t b0[4], b1[4]; /* n-blocks 4wi .. 4wi+3 */
@@ -435,13 +470,13 @@ __global__ void __launch_bounds__(kThreads)
                   float scale_log2, float *ws_acc, float *ws_ml, __nv_bfloat16 *out, int64_t o_stride,
                   int direct)
 {
-    using SM = DecSmem<D, INT8, NS>;
+    using SM = DecSmem<D, INT8, NS, BULK>;
+    constexpr int RI = SM::kRowI8;
     constexpr int RH = D + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float xmax[kThreads / 32];
     __shared__ int xfin[kThreads / 32];
     __shared__ __align__(8) uint64_t bars[BULK ? NS : 1]; /* BULK: one per ring stage */
-    static_assert(!(BULK && INT8), "bulk copies fill the F16 ring only");
     unsigned char *ring = smem;
     __half *sq = (__half *)(ring + (NS - 1) * SM::kStage);
 
@@ -482,7 +517,7 @@ __global__ void __launch_bounds__(kThreads)
     if (BULK) {
         if (t == 0) {
             for (int s = 0; s < NS; s++)
-                mbar_init(bars + s, kThreads);
+                mbar_init(bars + s, bulk_arrivals<INT8>());
             mbar_init_fence();
         }
         __syncthreads();
@@ -491,7 +526,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
         if (BULK)
-            dec_issue_bulk<D>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage, bars + s);
+            dec_issue_bulk<D, INT8>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage,
+                                    bars + s);
         else
             dec_issue<D, INT8>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage);
     }
@@ -597,8 +633,8 @@ __global__ void __launch_bounds__(kThreads)
         {
             const int jn = j + NS - 1; /* empty group past the end keeps counts */
             if (BULK)
-                dec_issue_bulk<D>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
-                                  ring + (jn % NS) * SM::kStage, bars + jn % NS);
+                dec_issue_bulk<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
+                                        ring + (jn % NS) * SM::kStage, bars + jn % NS);
             else
                 dec_issue<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
                                    ring + (jn % NS) * SM::kStage);
@@ -613,11 +649,11 @@ __global__ void __launch_bounds__(kThreads)
                     row[i] = __ushort_as_half((unsigned short)(nkv.bits & 0xffffu));
                     row[i + half] = __ushort_as_half((unsigned short)(nkv.bits >> 16));
                 } else {
-                    int8_t *row = (int8_t *)st + (is_v ? kTileKeys * D : 0) + rr * D;
-                    row[i8_chunk(rr, i >> 4, D) * 16 + (i & 15)] = (int8_t)(nkv.bits & 0xffu);
-                    row[i8_chunk(rr, (i + half) >> 4, D) * 16 + ((i + half) & 15)] = (int8_t)(nkv.bits >> 8);
+                    int8_t *side = (int8_t *)st + (is_v ? kTileKeys * RI : 0);
+                    side[i8_off<D, BULK>(rr, i >> 4) + (i & 15)] = (int8_t)(nkv.bits & 0xffu);
+                    side[i8_off<D, BULK>(rr, (i + half) >> 4) + ((i + half) & 15)] = (int8_t)(nkv.bits >> 8);
                     if (i == 0)
-                        ((float *)(st + 2 * kTileKeys * D))[(is_v ? kTileKeys : 0) + rr] = nkv.scale;
+                        ((float *)(st + 2 * kTileKeys * RI))[(is_v ? kTileKeys : 0) + rr] = nkv.scale;
                 }
             }
             __syncthreads();
@@ -626,13 +662,13 @@ __global__ void __launch_bounds__(kThreads)
         if (wkey0 >= kend)
             continue;
         unsigned char *st = ring + (j % NS) * SM::kStage;
-        const int8_t *rk = (const int8_t *)st, *rv = rk + kTileKeys * D; /* int8 */
-        const float *tks = (const float *)(rv + kTileKeys * D) + warp * 16, *tvs = tks + kTileKeys;
+        const int8_t *rk = (const int8_t *)st, *rv = rk + kTileKeys * RI; /* int8 */
+        const float *tks = (const float *)(rv + kTileKeys * RI) + warp * 16, *tvs = tks + kTileKeys;
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
         if (!INT8)
             qk_16keys<D>(s, qf, (const __half *)st + warp * 16 * RH);
         else
-            qk16_i8<D>(s, qf, rk, warp * 16);
+            qk16_i8<D, BULK>(s, qf, rk, warp * 16);
         float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nb = 0; nb < 2; nb++) {
@@ -666,7 +702,7 @@ __global__ void __launch_bounds__(kThreads)
         if (!INT8)
             pv_16keys<D>(o, pa, (const __half *)st + kTileKeys * RH + warp * 16 * RH);
         else
-            pv16_i8<D>(o, pa, rv, warp * 16);
+            pv16_i8<D, BULK>(o, pa, rv, warp * 16);
     }
     if (!BULK)
         cp_async_wait<0>(); /* only empty groups can remain; keep the ring quiet */
@@ -811,23 +847,21 @@ static int g_bulk[DSQ_CU_MAX_DEVICES];
 
 template <int D, bool INT8, int NS, bool BULK> static cudaError_t set_decode_attr_one(int optin)
 {
-    if (DecSmem<D, INT8, NS>::kTotal > optin)
+    using SM = DecSmem<D, INT8, NS, BULK>;
+    if (SM::kTotal > optin)
         return cudaSuccess; /* not used on this device */
     cudaError_t e = cudaFuncSetAttribute(decode_kernel<D, INT8, NS, false, BULK>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, DecSmem<D, INT8, NS>::kTotal);
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SM::kTotal);
     if (e != cudaSuccess)
         return e;
     return cudaFuncSetAttribute(decode_kernel<D, INT8, NS, true, BULK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                DecSmem<D, INT8, NS>::kTotal);
+                                SM::kTotal);
 }
 
 template <int D, bool INT8, int NS> static cudaError_t set_decode_attr(int optin)
 {
     cudaError_t e = set_decode_attr_one<D, INT8, NS, false>(optin);
-    if constexpr (INT8)
-        return e;
-    else
-        return e != cudaSuccess ? e : set_decode_attr_one<D, false, NS, true>(optin);
+    return e != cudaSuccess ? e : set_decode_attr_one<D, INT8, NS, true>(optin);
 }
 
 /* The attributes of the current device, `dev` (kernel attributes are per
@@ -938,7 +972,7 @@ static bool decode_direct_env(void)
     return !(e && e[0] == '0');
 }
 
-/* Whether F16 launches fill their ring with bulk copies (decode_kernel's
+/* Whether launches fill their ring with bulk copies (decode_kernel's
  * BULK): DSQ_CUDA_DECODE_BULK=1 (read per launch; off until measured), on
  * devices whose code has them (dsq_attn_decode_bulk). */
 static bool decode_bulk_env(void)
@@ -993,10 +1027,10 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
     const int direct = max_splits == 1 && decode_direct_env();
     /* runtime (head_dim, dtype, ring depth, rope, loader) -> the kernel instance */
-    const bool bulk = !i8 && g_bulk[dev] && decode_bulk_env();
+    const bool bulk = g_bulk[dev] && decode_bulk_env();
 #define DSQ_DECODE_LAUNCH(DD, I8, NS, RO, BU)                                                         \
     e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO, BU>, grid, dim3(kThreads),                        \
-                       (size_t)DecSmem<DD, I8, NS>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
+                       (size_t)DecSmem<DD, I8, NS, BU>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
                        n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml, (__nv_bfloat16 *)out, \
                        o_stride, direct)
 #define DSQ_DECODE_ROPE(DD, I8, NS, BU)              \
@@ -1008,20 +1042,24 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     } while (0)
 #define DSQ_DECODE_RING(DD, I8, NS, BU)                  \
     do {                                                 \
-        if (DecSmem<DD, I8, NS>::kTotal <= smem_optin)   \
+        if (DecSmem<DD, I8, NS, BU>::kTotal <= smem_optin) \
             DSQ_DECODE_ROPE(DD, I8, NS, BU);             \
         else                                             \
             DSQ_DECODE_ROPE(DD, I8, 2, BU);              \
     } while (0)
     if (D == 128) {
-        if (i8)
+        if (i8 && bulk)
+            DSQ_DECODE_RING(128, true, kStagesI8, true);
+        else if (i8)
             DSQ_DECODE_RING(128, true, kStagesI8, false);
         else if (bulk)
             DSQ_DECODE_RING(128, false, kStagesF16, true);
         else
             DSQ_DECODE_RING(128, false, kStagesF16, false);
     } else {
-        if (i8)
+        if (i8 && bulk)
+            DSQ_DECODE_RING(64, true, kStagesI8, true);
+        else if (i8)
             DSQ_DECODE_RING(64, true, kStagesI8, false);
         else if (bulk)
             DSQ_DECODE_RING(64, false, kStagesF16, true);

@@ -617,7 +617,7 @@ mmanorm42)
     done
     ;;
 s46a)
-    # stop 46, first call: the F16 decode ring filled by bulk copies
+    # stop 46, first call: the decode ring filled by bulk copies (F16 and INT8)
     # (DSQ_CUDA_DECODE_BULK=1, off by default): the attention tests (bit
     # for bit against cp.async, back to back, graph replays; non-finite
     # K/V), e2e with it on, bench pairs; ncu of a batch-64 decode launch
@@ -642,6 +642,9 @@ s46a)
     bench_row b64_4k 4096 64 --kv f16
     DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_4k 4096 64 --kv f16
     bench_row b64_4k_i8 4096 64 --kv int8
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_4k_i8 4096 64 --kv int8
+    bench_row b256_1k_i8 1024 256 --kv int8
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b256_1k_i8 1024 256 --kv int8
     for rep in 1 2; do
         bench_row b1_r$rep 512 1 --kv f16
         DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b1_r$rep 512 1 --kv f16

@@ -614,7 +614,7 @@ struct BulkEnv {
     }
 };
 
-/* The bulk-copy loader (DSQ_CUDA_DECODE_BULK=1) of an F16 launch of `splits`
+/* The bulk-copy loader (DSQ_CUDA_DECODE_BULK=1) of a launch of `splits`
  * against `ref`, the cp.async loader's output of the same launch: the same
  * stage layout and arithmetic, so the same bits.  Run twice on poisoned
  * outputs and a stale workspace, three times back to back on one stream (PDL
@@ -627,8 +627,7 @@ static bool bulk_same(const char *name, const char *what, int dtype, int splits,
                       int n_seqs, int n, int64_t o_stride, void *dout, size_t out_bytes, void *ws, size_t ws_bytes,
                       const std::function<dsq_status(cudaStream_t)> &launch)
 {
-    if (dtype != DSQ_ATTN_KV_F16)
-        return true; /* INT8 rings keep cp.async */
+    (void)dtype; /* both formats (INT8: padded rows, scales by cp.async) */
     const BulkEnv bulk_on;
     if (!dsq_attn_decode_bulk()) {
         if (g_bulk_unavailable++ == 0)
@@ -1046,7 +1045,7 @@ static void test_decode_rope(void **state)
  * stores saturated NaN to -65504, the INT8 absmax skipped NaN, the decode
  * merge turned a NaN sum into 0) and, in prefill, a NaN/Inf V of a later
  * token (weight 0 after the causal mask) still poisoned earlier rows. */
-static bool g_nf_bulk = false; /* decode cases with the bulk-copy loader (F16) */
+static bool g_nf_bulk = false; /* decode cases with the bulk-copy loader */
 static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
 {
     Built b;
@@ -1179,7 +1178,7 @@ static void test_nonfinite_kv(void **state)
                     const DirectEnv direct_path("1"); /* one split written out by the decode kernel */
                     ok = run_nonfinite(d, true, 1) && ok;
                 }
-                for (int bu = 0; bu < 2; bu++) { /* cp.async, then bulk copies (F16) */
+                for (int bu = 0; bu < 2; bu++) { /* cp.async, then bulk copies */
                     g_nf_bulk = bu == 1;
                     d.inj_pos = 50;
                     ok = run_nonfinite(d, true, 3) && ok;
@@ -1506,7 +1505,7 @@ static void test_summary(void **state)
     printf("\n  worst rel error vs reference on the stored cache: f16 %.3e, int8 %.3e"
            " (bound %.1e); int8 vs unquantized K/V %.3e\n",
            g_worst_f16, g_worst_i8, kTol, g_worst_i8_true);
-    printf("  F16 launches with the bulk-copy loader checked bit for bit against cp.async: %zu%s\n",
+    printf("  launches with the bulk-copy loader checked bit for bit against cp.async: %zu%s\n",
            g_bulk_checked, g_bulk_unavailable ? " (not available on this device)" : "");
 }
 
