@@ -639,6 +639,9 @@ s46a)
     done
     bench_row b64_1k_none 1024 64 --kv f16 --sampling none
     DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_1k_none 1024 64 --kv f16 --sampling none
+    # bulk copies leave the F16 kernel 150 registers: the 2-stage ring at
+    # 3 blocks per SM (the split plan still assumes 2)
+    DSQ_CUDA_DECODE_STAGES=2 DSQ_CUDA_DECODE_BULK=1 bench_row bulk_s2_b64_1k 1024 64 --kv f16
     bench_row b64_4k 4096 64 --kv f16
     DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_4k 4096 64 --kv f16
     bench_row b64_4k_i8 4096 64 --kv int8
