@@ -66,8 +66,8 @@ constexpr int kMaxSplits = 1024;
  *        int8: rk [64][RB],  rv [64][RB]  int8   (raw cache bytes; cp.async:
  *              RB = D, the 16-byte chunk cc of row r at chunk cc ^ (r %
  *              (D/16)); bulk copies, which write whole rows: RB = D + 16,
- *              the pad in place of the swizzle; either way the fragment
- *              reads below are free of bank conflicts -- i8_off)
+ *              the pad in place of the swizzle; at D = 128 either way the
+ *              fragment reads below are free of bank conflicts -- i8_off)
  *              sks [64], svs [64] fp32           (scales)
  * Q of the block's heads, sq [16][D+8] fp16, sits in the last stage, which
  * the prologue leaves empty and the first iteration refills only after a
@@ -111,7 +111,8 @@ __device__ __forceinline__ int i8_chunk(int r, int cc, int D) { return cc ^ (r &
  * rows of D bytes (cp.async) or padded rows of D + 16 (PAD: bulk copies).
  * With the pad, row g's chunk c sits (g + c) % 8 chunks into a 128-byte
  * bank line at D = 128, which spreads the fragment reads' 8 rows as the
- * swizzle does. */
+ * swizzle does.  (At D = 64, a test shape, the 80-byte rows leave the K
+ * reads 2-way conflicted and the V reads conflict-free.) */
 template <int D, bool PAD> __device__ __forceinline__ int i8_off(int r, int cc)
 {
     return PAD ? r * (D + 16) + cc * 16 : r * D + i8_chunk(r, cc, D) * 16;
@@ -927,7 +928,7 @@ extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
                                           int32_t max_context, int32_t n_sms, int32_t kv_dtype)
 {
     /* about one wave of resident blocks: 2 per SM for F16 (a 104 KB ring),
-     * 3 for INT8 (68 KB; registers allow 3).  Measured on H200 (graph
+     * 3 for INT8 (68 KB, 74 KB with bulk copies; registers allow 3).  Measured on H200 (graph
      * replay, context 4096, test_cuda_attention): batch 64 F16 fastest at
      * 2 splits (74 us, 81% of 4.48 TB/s; 3: 90, 4: 79), INT8 at 3 (50 us;
      * 2: 66, 4: 63); batch 1 at 32-64 splits; a split below one tile of 64

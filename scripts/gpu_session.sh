@@ -627,9 +627,13 @@ s46a)
     DEADLINE=${DEADLINE:-420}
     DSQ_TEST_FILTER='test_decode_*' GTEST_TIMEOUT=150 gtest test_cuda_attention
     echo "   bulk checks: $(grep -c "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log")," \
-         "differing: $(grep "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log" | grep -vc ": 0 bf16 values differ")" \
+         "wrong: $(grep "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log" | grep -vc ": 0 bf16 values differ; bulk instance")" \
          "$(grep -m1 "not available" "$OUT/test_cuda_attention.log")"
     LOGSUFFIX=_nf DSQ_TEST_FILTER=test_nonfinite_kv gtest test_cuda_attention
+    # the 2-stage rings (bulk_s2 row below) against cp.async's 2-stage ring
+    LOGSUFFIX=_s2 DSQ_CUDA_DECODE_STAGES=2 DSQ_TEST_FILTER='test_decode_ro*' GTEST_TIMEOUT=100 gtest test_cuda_attention
+    echo "   2-stage bulk checks: $(grep -c "bulk instance launched" "$OUT/test_cuda_attention_s2.log")," \
+         "wrong: $(grep "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention_s2.log" | grep -vc ": 0 bf16 values differ; bulk instance")"
     LOGSUFFIX=_bulk gtest test_cuda_e2e DSQ_CUDA_DECODE_BULK=1
     LOGSUFFIX=_bulk gtest test_cuda_step_greedy DSQ_CUDA_DECODE_BULK=1
     bench_start

@@ -592,18 +592,19 @@ static size_t bf16_diff(const std::vector<uint16_t> &x, const std::vector<uint16
     return nd;
 }
 
-/* DSQ_CUDA_DECODE_BULK set to "1" (F16 rings filled by bulk copies) for
- * the object's lifetime; the caller's value comes back at the end. */
+/* DSQ_CUDA_DECODE_BULK set to v ("1": rings filled by bulk copies, "0":
+ * by cp.async) for the object's lifetime; the caller's value comes back at
+ * the end, so a reference stays on cp.async whatever the environment. */
 struct BulkEnv {
     std::string old;
     bool had;
-    BulkEnv()
+    explicit BulkEnv(const char *v)
     {
         const char *e = getenv("DSQ_CUDA_DECODE_BULK");
         had = e != NULL;
         if (had)
             old = e;
-        setenv("DSQ_CUDA_DECODE_BULK", "1", 1);
+        setenv("DSQ_CUDA_DECODE_BULK", v, 1);
     }
     ~BulkEnv()
     {
@@ -623,18 +624,45 @@ struct BulkEnv {
  * Devices without the bulk path (below sm_90) are reported and not
  * counted. */
 static size_t g_bulk_checked = 0, g_bulk_unavailable = 0;
-static bool bulk_same(const char *name, const char *what, int dtype, int splits, const std::vector<uint16_t> &ref,
-                      int n_seqs, int n, int64_t o_stride, void *dout, size_t out_bytes, void *ws, size_t ws_bytes,
+
+/* Whether `graph` holds a decode_kernel node and every such node is the
+ * instance of loader `bulk` (its last template argument, BULK: the mangled
+ * name ends "...Lb1EEEv" or "...Lb0EEEv" before the parameters). */
+static bool graph_decode_loader_is(cudaGraph_t graph, bool bulk)
+{
+    size_t n = 0;
+    CK(cudaGraphGetNodes(graph, NULL, &n));
+    std::vector<cudaGraphNode_t> nodes(n);
+    CK(cudaGraphGetNodes(graph, nodes.data(), &n));
+    int found = 0, right = 0;
+    for (size_t i = 0; i < n; i++) {
+        cudaGraphNodeType ty;
+        CK(cudaGraphNodeGetType(nodes[i], &ty));
+        if (ty != cudaGraphNodeTypeKernel)
+            continue;
+        cudaKernelNodeParams kp;
+        CK(cudaGraphKernelNodeGetParams(nodes[i], &kp));
+        const char *fname = NULL;
+        if (cudaFuncGetName(&fname, kp.func) != cudaSuccess || !fname || !strstr(fname, "decode_kernel"))
+            continue;
+        found++;
+        right += strstr(fname, bulk ? "Lb1EEEv" : "Lb0EEEv") != NULL;
+    }
+    return found > 0 && right == found;
+}
+
+static bool bulk_same(const char *name, const char *what, int splits, const std::vector<uint16_t> &ref, int n_seqs,
+                      int n, int64_t o_stride, void *dout, size_t out_bytes, void *ws, size_t ws_bytes,
                       const std::function<dsq_status(cudaStream_t)> &launch)
 {
-    (void)dtype; /* both formats (INT8: padded rows, scales by cp.async) */
-    const BulkEnv bulk_on;
+    const BulkEnv bulk_on("1");
     if (!dsq_attn_decode_bulk()) {
         if (g_bulk_unavailable++ == 0)
             printf("  bulk-copy decode loader: not available on this device (sm_90 code needed), not checked\n");
         return true;
     }
     size_t ndiff = 0;
+    bool path_ok = false;
     for (int rep = 0; rep < 2; rep++) {
         CK(cudaMemset(dout, 0xff, out_bytes));
         CK(cudaMemset(ws, 0xff, ws_bytes));
@@ -659,6 +687,9 @@ static bool bulk_same(const char *name, const char *what, int dtype, int splits,
                 const dsq_status le = launch(st);
                 CK(cudaStreamEndCapture(st, &graph));
                 AK(le);
+                /* the captured launch is the bulk instance (the bits alone
+                 * cannot tell: both loaders give the same) */
+                path_ok = graph_decode_loader_is(graph, true);
                 CK(cudaGraphInstantiate(&exec, graph, 0));
                 for (int rep = 0; rep < 3; rep++)
                     CK(cudaGraphLaunch(exec, st));
@@ -673,14 +704,17 @@ static bool bulk_same(const char *name, const char *what, int dtype, int splits,
         cudaStreamDestroy(st);
     }
     printf("  %-22s %s/s%-3d bulk-copy loader vs cp.async (2 runs, 3 back to back, 3 graph replays): "
-           "%zu bf16 values differ\n", name, what, splits, ndiff);
-    g_bulk_checked += ndiff == 0;
-    return ndiff == 0;
+           "%zu bf16 values differ; %s\n", name, what, splits, ndiff,
+           path_ok ? "bulk instance launched" : "WRONG INSTANCE launched");
+    const bool ok = ndiff == 0 && path_ok;
+    g_bulk_checked += ok;
+    return ok;
 }
 
 static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
 {
     const DirectEnv merge_path("0");
+    const BulkEnv cp_async_ref("0"); /* bulk_same sets "1" for its own launches */
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
@@ -710,7 +744,7 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
         }
         if (first.empty())
             first = out;
-        ok = bulk_same(sc.name, "dec", sc.dtype, splits, out, b.n_seqs, sc.H * sc.D, b.o_stride, dout, out_bytes, ws,
+        ok = bulk_same(sc.name, "dec", splits, out, b.n_seqs, sc.H * sc.D, b.o_stride, dout, out_bytes, ws,
                        ws_bytes, [&](cudaStream_t st) {
                            return dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens,
                                                   b.n_seqs, sc.H, splits, ws, ws_bytes, st);
@@ -881,6 +915,7 @@ static void test_other_shapes(void **state)
 static bool run_decode_rope(const Scenario &sc, int splits)
 {
     const DirectEnv merge_path("0");
+    const BulkEnv cp_async_ref("0"); /* bulk_same sets "1" for its own launches */
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
@@ -963,7 +998,7 @@ static bool run_decode_rope(const Scenario &sc, int splits)
         }
     /* the bulk-copy loader: the same output and the same cache bytes (it
      * rewrites cache B's new rows with what they hold) */
-    const bool bulk_ok = bulk_same(sc.name, "rope", sc.dtype, splits, ob, S, H * D, b.o_stride, outb, out_bytes, ws,
+    const bool bulk_ok = bulk_same(sc.name, "rope", splits, ob, S, H * D, b.o_stride, outb, out_bytes, ws,
                                    ws_bytes, [&](cudaStream_t st) {
                                        return dsq_attn_decode_rope(&kvb, dx, rs, dfq, outb, b.o_stride, b.dlens, S,
                                                                    H, splits, ws, ws_bytes, st);
@@ -1062,15 +1097,9 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
         ws_bytes = dsq_attn_decode_workspace_bytes(b.n_seqs, H, D, splits);
         CK(cudaMalloc(&ws, ws_bytes));
         CK(cudaMemset(ws, 0xff, ws_bytes));
-        if (g_nf_bulk) {
-            const BulkEnv bulk_on;
-            AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H,
-                               splits, ws, ws_bytes, 0));
-            CK(cudaDeviceSynchronize());
-        } else {
-            AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H,
-                               splits, ws, ws_bytes, 0));
-        }
+        const BulkEnv loader(g_nf_bulk ? "1" : "0");
+        AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H, splits, ws,
+                           ws_bytes, 0));
     } else if (splits > 0) { /* split every `splits` tiles of keys */
         int max_kv = 0;
         for (int s = 0; s < b.n_seqs; s++)
@@ -1121,7 +1150,8 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
     char what[24];
     const char *de = getenv("DSQ_CUDA_DECODE_DIRECT");
     snprintf(what, sizeof what, "%s%s%s", decode ? "decode" : splits ? "pre/k1" : "prefill", decode ? "" : "/",
-             decode ? (splits == 1 && !(de && de[0] == '0') ? "/direct" : "") : prefill_kernel_name(sc.dtype));
+             decode ? (splits == 1 && !(de && de[0] == '0') ? "/direct" : g_nf_bulk ? "/bulk" : "")
+                    : prefill_kernel_name(sc.dtype));
     printf("  %-12s %-13s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
            "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
            sc.name, what, sc.inj_side ? "V" : "K", sc.inj_head,
@@ -1178,8 +1208,16 @@ static void test_nonfinite_kv(void **state)
                     const DirectEnv direct_path("1"); /* one split written out by the decode kernel */
                     ok = run_nonfinite(d, true, 1) && ok;
                 }
-                for (int bu = 0; bu < 2; bu++) { /* cp.async, then bulk copies */
+                for (int bu = 0; bu < 2; bu++) { /* cp.async, then bulk copies where the device has them */
                     g_nf_bulk = bu == 1;
+                    if (g_nf_bulk) {
+                        const BulkEnv on("1");
+                        if (!dsq_attn_decode_bulk()) {
+                            printf("  non-finite K/V with the bulk-copy loader: not available on this device, "
+                                   "not run\n");
+                            break;
+                        }
+                    }
                     d.inj_pos = 50;
                     ok = run_nonfinite(d, true, 3) && ok;
                     d.inj_pos = 99;
