@@ -49,6 +49,7 @@
 #                                       # and cuBLASLt's down start, the norm
 #   bash scripts/gpu_session.sh qmma44  # stop 44: the quantized tensor-core
 #                                       # GEMV as the default: tests, rows
+#   bash scripts/gpu_session.sh s46b    # stop 46: s46a's deciding parts, short
 #   bash scripts/gpu_session.sh s46a    # stop 46: the bulk-copy decode loader:
 #                                       # tests, bench pairs, ncu, sanitizers
 #   bash scripts/gpu_session.sh s45     # stop 45: the decode merge in the
@@ -615,6 +616,36 @@ mmanorm42)
             DSQ_CUDA_MMA_NORM=256 bench_row mn_b${b}_r$rep 512 $b --kv f16
         done
     done
+    ;;
+s46b)
+    # stop 46, a short call: s46a's deciding parts first (bulk-copy decode
+    # loader: one test group bit for bit, the batch-64 / INT8 / batch-1
+    # pairs, e2e), then the rest while the deadline allows
+    prebuilt_stage s46b
+    DEADLINE=${DEADLINE:-240}
+    DSQ_TEST_FILTER='test_decode_batch' GTEST_TIMEOUT=90 gtest test_cuda_attention
+    echo "   bulk checks: $(grep -c "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log")," \
+         "wrong: $(grep "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log" | grep -vc ": 0 bf16 values differ; bulk instance")" \
+         "$(grep -m1 "not available" "$OUT/test_cuda_attention.log")"
+    bench_start
+    bench_row b64_1k 1024 64 --kv f16
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_1k 1024 64 --kv f16
+    bench_row b64_4k_i8 4096 64 --kv int8
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_4k_i8 4096 64 --kv int8
+    bench_row b64_4k 4096 64 --kv f16
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_4k 4096 64 --kv f16
+    bench_row b1 512 1 --kv f16
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b1 512 1 --kv f16
+    LOGSUFFIX=_bulk gtest test_cuda_e2e DSQ_CUDA_DECODE_BULK=1
+    LOGSUFFIX=_rope DSQ_TEST_FILTER='test_decode_ro*' GTEST_TIMEOUT=90 gtest test_cuda_attention
+    echo "   rope bulk checks: $(grep -c "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention_rope.log")," \
+         "wrong: $(grep "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention_rope.log" | grep -vc ": 0 bf16 values differ; bulk instance")"
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_1k_r2 1024 64 --kv f16
+    bench_row b64_1k_r2 1024 64 --kv f16
+    LOGSUFFIX=_nf DSQ_TEST_FILTER=test_nonfinite_kv gtest test_cuda_attention
+    LOGSUFFIX=_bulk gtest test_cuda_step_greedy DSQ_CUDA_DECODE_BULK=1
+    DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b256_1k_i8 1024 256 --kv int8
+    bench_row b256_1k_i8 1024 256 --kv int8
     ;;
 s46a)
     # stop 46, first call: the decode ring filled by bulk copies (F16 and INT8)
