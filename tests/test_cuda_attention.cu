@@ -550,31 +550,36 @@ static void run_prefill(const Scenario &sc)
     assert_true(ok);
 }
 
-/* DSQ_CUDA_DECODE_DIRECT for the launches of a scope: "1" (one-split
- * launches write their output in the decode kernel, the default) or "0"
- * (the merge kernel); the caller's value comes back at the end, so a
- * comparison of the two paths stays one whatever the environment. */
-struct DirectEnv {
-    std::string old;
+/* Environment variable `name` set to v (NULL: unset) for the object's
+ * lifetime, the caller's value back at the end: a comparison of two paths
+ * stays one whatever the environment. */
+struct ScopedEnv {
+    std::string name, old;
     bool had;
-    explicit DirectEnv(const char *v)
+    ScopedEnv(const char *n, const char *v) : name(n)
     {
-        const char *e = getenv("DSQ_CUDA_DECODE_DIRECT");
+        const char *e = getenv(n);
         had = e != NULL;
         if (had)
             old = e;
         if (v)
-            setenv("DSQ_CUDA_DECODE_DIRECT", v, 1);
+            setenv(n, v, 1);
         else
-            unsetenv("DSQ_CUDA_DECODE_DIRECT");
+            unsetenv(n);
     }
-    ~DirectEnv()
+    ~ScopedEnv()
     {
         if (had)
-            setenv("DSQ_CUDA_DECODE_DIRECT", old.c_str(), 1);
+            setenv(name.c_str(), old.c_str(), 1);
         else
-            unsetenv("DSQ_CUDA_DECODE_DIRECT");
+            unsetenv(name.c_str());
     }
+};
+
+/* DSQ_CUDA_DECODE_DIRECT: "1" (one-split launches write their output in
+ * the decode kernel, the default) or "0" (the merge kernel) */
+struct DirectEnv : ScopedEnv {
+    explicit DirectEnv(const char *v) : ScopedEnv("DSQ_CUDA_DECODE_DIRECT", v) {}
 };
 
 /* bf16 outputs of two runs that differ, NaN equal to NaN (rows of H*D
@@ -592,27 +597,10 @@ static size_t bf16_diff(const std::vector<uint16_t> &x, const std::vector<uint16
     return nd;
 }
 
-/* DSQ_CUDA_DECODE_BULK set to v ("1": rings filled by bulk copies, "0":
- * by cp.async) for the object's lifetime; the caller's value comes back at
- * the end, so a reference stays on cp.async whatever the environment. */
-struct BulkEnv {
-    std::string old;
-    bool had;
-    explicit BulkEnv(const char *v)
-    {
-        const char *e = getenv("DSQ_CUDA_DECODE_BULK");
-        had = e != NULL;
-        if (had)
-            old = e;
-        setenv("DSQ_CUDA_DECODE_BULK", v, 1);
-    }
-    ~BulkEnv()
-    {
-        if (had)
-            setenv("DSQ_CUDA_DECODE_BULK", old.c_str(), 1);
-        else
-            unsetenv("DSQ_CUDA_DECODE_BULK");
-    }
+/* DSQ_CUDA_DECODE_BULK: "1" (rings filled by bulk copies) or "0" (by
+ * cp.async, so a reference stays on cp.async whatever the environment) */
+struct BulkEnv : ScopedEnv {
+    explicit BulkEnv(const char *v) : ScopedEnv("DSQ_CUDA_DECODE_BULK", v) {}
 };
 
 /* The bulk-copy loader (DSQ_CUDA_DECODE_BULK=1) of a launch of `splits`
