@@ -8,8 +8,10 @@
  * that range's K and V once for all the kv head's query heads (up to 16,
  * the M rows of the mma tiles: 6 of 16 are live for Qwen2-1.5B; the tensor
  * cores have throughput to spare, memory is the limit).  Tiles of 64 keys
- * stream through a ring of NS shared-memory stages filled by cp.async
- * (NS-1 tiles in flight while one is computed); warp w takes keys
+ * stream through a ring of NS shared-memory stages filled by cp.async, or
+ * on sm_90 by bulk copies, a row per thread, counted by one mbarrier per
+ * stage (BULK, "bulk copies" below; DSQ_CUDA_DECODE_BULK=1, off until
+ * measured) (NS-1 tiles in flight while one is computed); warp w takes keys
  * 16w..16w+15 of each tile with its own online-softmax state, and the 4
  * warps are combined in shared memory at the end.  fp16 tiles feed the
  * tensor cores through ldmatrix; int8 tiles stay raw bytes in shared memory
