@@ -978,10 +978,10 @@ static bool decode_direct_env(void)
 /* Whether launches fill their ring with bulk copies (decode_kernel's
  * BULK): DSQ_CUDA_DECODE_BULK=1 (read per launch; off until measured), on
  * devices whose code has them (dsq_attn_decode_bulk). */
-static bool decode_bulk_env(void)
+static bool decode_bulk(int dev)
 {
     const char *e = getenv("DSQ_CUDA_DECODE_BULK");
-    return e && e[0] == '1';
+    return g_bulk[dev] && e && e[0] == '1';
 }
 
 /* dsq_attn_decode and dsq_attn_decode_rope: q_in is bf16 (rope false) or
@@ -1030,7 +1030,7 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
     const int direct = max_splits == 1 && decode_direct_env();
     /* runtime (head_dim, dtype, ring depth, rope, loader) -> the kernel instance */
-    const bool bulk = g_bulk[dev] && decode_bulk_env();
+    const bool bulk = decode_bulk(dev);
 #define DSQ_DECODE_LAUNCH(DD, I8, NS, RO, BU)                                                         \
     e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO, BU>, grid, dim3(kThreads),                        \
                        (size_t)DecSmem<DD, I8, NS, BU>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
@@ -1050,25 +1050,22 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
         else                                             \
             DSQ_DECODE_ROPE(DD, I8, 2, BU);              \
     } while (0)
-    if (D == 128) {
-        if (i8 && bulk)
-            DSQ_DECODE_RING(128, true, kStagesI8, true);
-        else if (i8)
-            DSQ_DECODE_RING(128, true, kStagesI8, false);
-        else if (bulk)
-            DSQ_DECODE_RING(128, false, kStagesF16, true);
-        else
-            DSQ_DECODE_RING(128, false, kStagesF16, false);
-    } else {
-        if (i8 && bulk)
-            DSQ_DECODE_RING(64, true, kStagesI8, true);
-        else if (i8)
-            DSQ_DECODE_RING(64, true, kStagesI8, false);
-        else if (bulk)
-            DSQ_DECODE_RING(64, false, kStagesF16, true);
-        else
-            DSQ_DECODE_RING(64, false, kStagesF16, false);
-    }
+#define DSQ_DECODE_HEAD_DIM(DD)                            \
+    do {                                                   \
+        if (i8 && bulk)                                    \
+            DSQ_DECODE_RING(DD, true, kStagesI8, true);    \
+        else if (i8)                                       \
+            DSQ_DECODE_RING(DD, true, kStagesI8, false);   \
+        else if (bulk)                                     \
+            DSQ_DECODE_RING(DD, false, kStagesF16, true);  \
+        else                                               \
+            DSQ_DECODE_RING(DD, false, kStagesF16, false); \
+    } while (0)
+    if (D == 128)
+        DSQ_DECODE_HEAD_DIM(128);
+    else
+        DSQ_DECODE_HEAD_DIM(64);
+#undef DSQ_DECODE_HEAD_DIM
 #undef DSQ_DECODE_RING
 #undef DSQ_DECODE_ROPE
 #undef DSQ_DECODE_LAUNCH
@@ -1093,7 +1090,7 @@ extern "C" int32_t dsq_attn_decode_bulk(void)
     int dev = 0;
     if (attn_ready(&dev) != cudaSuccess)
         return 0;
-    return g_bulk[dev] && decode_bulk_env() ? 1 : 0;
+    return decode_bulk(dev) ? 1 : 0;
 }
 
 extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,
