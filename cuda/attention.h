@@ -237,8 +237,9 @@ size_t dsq_attn_decode_workspace_bytes(int32_t max_batch, int32_t n_heads, int32
 /* A good max_splits for a batch of n_seqs sequences of up to max_context
  * tokens in a cache of kv_dtype (dsq_attn_kv_dtype) on a device with n_sms
  * multiprocessors: about one wave of the decode kernel's resident blocks
- * (2 per SM for F16, 3 for INT8, whose ring is half the size), never
- * more than one 64-token tile per split. */
+ * (2 per SM for F16, 3 for INT8, whose ring is half the size;
+ * DSQ_CUDA_DECODE_BLOCKS_PER_SM=k, read once per process, sets k for both),
+ * never more than one 64-token tile per split. */
 int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads, int32_t max_context,
                                int32_t n_sms, int32_t kv_dtype);
 

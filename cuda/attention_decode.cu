@@ -926,6 +926,26 @@ static int64_t splits_cap_env(void)
     return v;
 }
 
+/* DSQ_CUDA_DECODE_BLOCKS_PER_SM=k (1..8): the split plan's wave target, k
+ * blocks per SM for either dtype instead of 2 (F16) / 3 (INT8); a
+ * measurement knob, read once, so that the workspace a context sizes at
+ * creation and the plans of its passes agree.  With DSQ_CUDA_DECODE_STAGES=2
+ * an F16 launch can hold 3 blocks per SM (shared memory 2 x 35 KB a block,
+ * registers <= 168): stop 20 measured that ring only at 2 splits for batch
+ * 64, a grid of 256 blocks that never fills a third slot. */
+static int64_t blocks_per_sm_env(void)
+{
+    static int per_sm = -1; /* -1 not yet read, 0 none */
+    int v = __atomic_load_n(&per_sm, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("DSQ_CUDA_DECODE_BLOCKS_PER_SM");
+        v = e && *e ? atoi(e) : 0;
+        v = v >= 1 && v <= 8 ? v : 0;
+        __atomic_store_n(&per_sm, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
                                           int32_t max_context, int32_t n_sms, int32_t kv_dtype)
 {
@@ -935,7 +955,8 @@ extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
      * 2 splits (74 us, 81% of 4.48 TB/s; 3: 90, 4: 79), INT8 at 3 (50 us;
      * 2: 66, 4: 63); batch 1 at 32-64 splits; a split below one tile of 64
      * keys only adds merge work */
-    const int64_t per_sm = kv_dtype == DSQ_ATTN_KV_INT8 ? 3 : 2;
+    const int64_t per_sm_env = blocks_per_sm_env();
+    const int64_t per_sm = per_sm_env > 0 ? per_sm_env : kv_dtype == DSQ_ATTN_KV_INT8 ? 3 : 2;
     int64_t units = (int64_t)(n_seqs > 0 ? n_seqs : 1) * (n_kv_heads > 0 ? n_kv_heads : 1);
     int64_t target = per_sm * (int64_t)(n_sms > 0 ? n_sms : 132);
     int64_t s = target / units;
