@@ -220,12 +220,20 @@ dsq_status dsq_attn_decode_rope(const dsq_attn_kv *kv, const float *qkv, int64_t
                                  int32_t max_splits, void *workspace, size_t workspace_bytes,
                                  cudaStream_t stream);
 
-/* 1 where decode launches on the current device now fill their ring
- * with bulk copies (cp.async.bulk + mbarrier, sm_90 code on an sm_90
- * device, DSQ_CUDA_DECODE_BULK=1, read per launch), else 0; same output
- * bits either way.  Sets the device's kernels up on first use (0 if that
- * fails). */
-int32_t dsq_attn_decode_bulk(void);
+/* How decode launches on the current device now fill their shared-memory
+ * ring (the environment is read per launch), one of
+ *   DSQ_ATTN_LOADER_CP_ASYNC  16-byte cp.async, every chunk's row looked up
+ *                             on its own (the default);
+ *   DSQ_ATTN_LOADER_BULK      bulk copies, a row per thread (cp.async.bulk +
+ *                             mbarrier; DSQ_CUDA_DECODE_BULK=1, where the
+ *                             device runs sm_90 code);
+ *   DSQ_ATTN_LOADER_LEAN      cp.async addressed once per tile where the
+ *                             tile's rows are one run (DSQ_CUDA_DECODE_LEAN=1;
+ *                             BULK wins where both are set).
+ * The same output bits whichever.  Sets the device's kernels up on first
+ * use (DSQ_ATTN_LOADER_CP_ASYNC if that fails). */
+enum { DSQ_ATTN_LOADER_CP_ASYNC = 0, DSQ_ATTN_LOADER_BULK = 1, DSQ_ATTN_LOADER_LEAN = 2 };
+int32_t dsq_attn_decode_loader(void);
 
 /* Bytes of decode workspace for n_seqs <= max_batch sequences at up to
  * max_splits.  The launcher needs n_seqs * max_splits slots, so when the

@@ -61,6 +61,12 @@ constexpr int kDecRows = 16;   /* query heads per block (one mma M tile) */
  * (sm_86/89 allow 99 KB per block). */
 constexpr int kStagesF16 = 3, kStagesI8 = 4;
 constexpr int kMaxSplits = 1024;
+/* How a launch fills its ring (decode_kernel's LD): cp.async with every
+ * chunk's row looked up on its own (the default), bulk copies (sm_90,
+ * DSQ_CUDA_DECODE_BULK=1), or cp.async addressed once per tile where the
+ * tile is one run of rows (DSQ_CUDA_DECODE_LEAN=1; kv_issue_f16's LEAN).
+ * The same bytes land in the same places whichever: the same output bits. */
+constexpr int kLdCpAsync = 0, kLdBulk = 1, kLdLean = 2;
 
 /* Shared memory of the decode kernel, in order:
  *   ring [NS] x stage:
@@ -235,7 +241,8 @@ __device__ __forceinline__ void dec_issue_bulk(const KvArgs &a, int b, int kvh, 
     constexpr int SB = INT8 ? D : D * 2;            /* cache row bytes */
     const int t = threadIdx.x, r = t & (kTileKeys - 1), is_v = t >= kTileKeys;
     const bool ok = key0 + r < key_end;
-    const int64_t kr = ok ? kv_tile_row(a, b, kvh, key0, r, -1) : 0;
+    const int64_t run = kv_run_row_lean(a, b, key0, kTileKeys); /* static caches: no division */
+    const int64_t kr = ok ? kv_tile_row(a, b, kvh, key0, r, run) : 0;
     unsigned char *row = st + (is_v ? kTileKeys * RB : 0) + r * RB;
     if (INT8) { /* zero where !ok: a finite weight for a row of zeros */
         float *sc = (float *)(st + 2 * kTileKeys * RB) + (is_v ? kTileKeys : 0) + r;
@@ -254,8 +261,11 @@ __device__ __forceinline__ void dec_issue_bulk(const KvArgs &a, int b, int kvh, 
 
 /* Start copying keys key0..key0+63 (those < key_end; others zero) of kv head
  * kvh into ring stage `st` (one cp.async group per call; an empty one for a
- * tile that is not `live`, past the split's end). */
-template <int D, bool INT8>
+ * tile that is not `live`, past the split's end).  LEAN: addressed once per
+ * tile where its rows are one run (kv_issue_f16's LEAN; for INT8 the same
+ * here: a thread's chunks are one column, RS rows apart, at one swizzle
+ * position, since RS is a multiple of D/16). */
+template <int D, bool INT8, bool LEAN = false>
 __device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int key0, int key_end, bool live,
                                           unsigned char *st)
 {
@@ -266,20 +276,49 @@ __device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int k
         return;
     }
     if (!INT8) {
-        kv_issue_f16<D>(a, b, kvh, key0, key_end, (__half *)st, (__half *)st + kTileKeys * RH);
+        kv_issue_f16<D, false, LEAN>(a, b, kvh, key0, key_end, (__half *)st, (__half *)st + kTileKeys * RH);
     } else {
         int8_t *rk = (int8_t *)st, *rv = rk + kTileKeys * D;
         float *sks = (float *)(rv + kTileKeys * D), *svs = sks + kTileKeys;
         constexpr int CPR = D / 16;
-        const int64_t run = kv_run_row(a, b, key0, kTileKeys);
+        const int64_t run = LEAN ? kv_run_row_lean(a, b, key0, kTileKeys) : kv_run_row(a, b, key0, kTileKeys);
+        if (LEAN && run >= 0) {
+            constexpr int RS = kThreads / CPR; /* rows between a thread's chunks */
+            static_assert(kThreads % CPR == 0 && RS % CPR == 0, "one column, one swizzle position");
+            const int r0 = t / CPR, cc = t % CPR, sw = i8_chunk(r0, cc, D) * 16;
+            /* inside the run's block, rows past key_end too (kv_issue_f16) */
+            const int64_t off0 = ((run + r0) * a.n_kv + kvh) * D + cc * 16, step = (int64_t)RS * a.n_kv * D;
+            const int8_t *gk = (const int8_t *)a.k + off0, *gv = (const int8_t *)a.v + off0;
 #pragma unroll
-        for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
-            int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
-            bool ok = key0 + r < key_end;
-            int64_t off = ok ? kv_tile_row(a, b, kvh, key0, r, run) * D + cc * 16 : 0;
-            const int sw = i8_chunk(r, cc, D) * 16; /* swizzled chunk */
-            cp_async16(rk + r * D + sw, (const int8_t *)a.k + off, ok ? 16 : 0);
-            cp_async16(rv + r * D + sw, (const int8_t *)a.v + off, ok ? 16 : 0);
+            for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+                const int r = r0 + i * RS, n = key0 + r < key_end ? 16 : 0;
+                cp_async16(rk + r * D + sw, gk, n);
+                cp_async16(rv + r * D + sw, gv, n);
+                gk += step;
+                gv += step;
+            }
+        } else if (LEAN && a.bs_shift >= 0) { /* a paged tile across blocks */
+            constexpr int RS = kThreads / CPR;
+            const int r0 = t / CPR, cc = t % CPR, sw = i8_chunk(r0, cc, D) * 16;
+            const int32_t *bt_row = a.bt + (int64_t)b * a.bt_stride;
+#pragma unroll
+            for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+                const int r = r0 + i * RS, pos = key0 + r;
+                const bool ok = pos < key_end;
+                const int64_t off = ok ? (kv_pow2_row(a, bt_row, pos) * a.n_kv + kvh) * D + cc * 16 : 0;
+                cp_async16(rk + r * D + sw, (const int8_t *)a.k + off, ok ? 16 : 0);
+                cp_async16(rv + r * D + sw, (const int8_t *)a.v + off, ok ? 16 : 0);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+                int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
+                bool ok = key0 + r < key_end;
+                int64_t off = ok ? kv_tile_row(a, b, kvh, key0, r, run) * D + cc * 16 : 0;
+                const int sw = i8_chunk(r, cc, D) * 16; /* swizzled chunk */
+                cp_async16(rk + r * D + sw, (const int8_t *)a.k + off, ok ? 16 : 0);
+                cp_async16(rv + r * D + sw, (const int8_t *)a.v + off, ok ? 16 : 0);
+            }
         }
         /* threads 0..63: K scales, 64..127: V scales */
         int r = t & (kTileKeys - 1);
@@ -466,13 +505,14 @@ __device__ __forceinline__ NewKV new_kv(float x0, float x1, float c, float sn, f
  * K and V into the cache and into its own ring stage, in place of the tile
  * loader's copy (the loader stops one key short there: no block reads the
  * row through global memory in the kernel that writes it). */
-template <int D, bool INT8, int NS, bool ROPE, bool BULK>
+template <int D, bool INT8, int NS, bool ROPE, int LD>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(KvArgs a, const void *q_in, int64_t q_stride, const float *inv_freq,
                   const int32_t *seq_lens, int n_heads, int group, int n_hg, int max_splits,
                   float scale_log2, float *ws_acc, float *ws_ml, __nv_bfloat16 *out, int64_t o_stride,
                   int direct)
 {
+    constexpr bool BULK = LD == kLdBulk, LEAN = LD == kLdLean;
     using SM = DecSmem<D, INT8, NS, BULK>;
     constexpr int RI = SM::kRowI8;
     constexpr int RH = D + 8;
@@ -532,7 +572,7 @@ __global__ void __launch_bounds__(kThreads)
             dec_issue_bulk<D, INT8>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage,
                                     bars + s);
         else
-            dec_issue<D, INT8>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage);
+            dec_issue<D, INT8, LEAN>(a, b, kvh, kstart + s * kTileKeys, kload, s < n_tiles, ring + s * SM::kStage);
     }
     if (ROPE) {
         dsq_pdl_wait();
@@ -639,7 +679,7 @@ __global__ void __launch_bounds__(kThreads)
                 dec_issue_bulk<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
                                         ring + (jn % NS) * SM::kStage, bars + jn % NS);
             else
-                dec_issue<D, INT8>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
+                dec_issue<D, INT8, LEAN>(a, b, kvh, kstart + jn * kTileKeys, kload, jn < n_tiles,
                                    ring + (jn % NS) * SM::kStage);
         }
         const int key0 = kstart + j * kTileKeys;
@@ -848,23 +888,25 @@ static int g_smem_optin[DSQ_CU_MAX_DEVICES];
  * for sm_90 or later and run on such a device) */
 static int g_bulk[DSQ_CU_MAX_DEVICES];
 
-template <int D, bool INT8, int NS, bool BULK> static cudaError_t set_decode_attr_one(int optin)
+template <int D, bool INT8, int NS, int LD> static cudaError_t set_decode_attr_one(int optin)
 {
-    using SM = DecSmem<D, INT8, NS, BULK>;
+    using SM = DecSmem<D, INT8, NS, LD == kLdBulk>;
     if (SM::kTotal > optin)
         return cudaSuccess; /* not used on this device */
-    cudaError_t e = cudaFuncSetAttribute(decode_kernel<D, INT8, NS, false, BULK>,
+    cudaError_t e = cudaFuncSetAttribute(decode_kernel<D, INT8, NS, false, LD>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, SM::kTotal);
     if (e != cudaSuccess)
         return e;
-    return cudaFuncSetAttribute(decode_kernel<D, INT8, NS, true, BULK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(decode_kernel<D, INT8, NS, true, LD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 SM::kTotal);
 }
 
 template <int D, bool INT8, int NS> static cudaError_t set_decode_attr(int optin)
 {
-    cudaError_t e = set_decode_attr_one<D, INT8, NS, false>(optin);
-    return e != cudaSuccess ? e : set_decode_attr_one<D, INT8, NS, true>(optin);
+    cudaError_t e = set_decode_attr_one<D, INT8, NS, kLdCpAsync>(optin);
+    if (e == cudaSuccess)
+        e = set_decode_attr_one<D, INT8, NS, kLdBulk>(optin);
+    return e != cudaSuccess ? e : set_decode_attr_one<D, INT8, NS, kLdLean>(optin);
 }
 
 /* The attributes of the current device, `dev` (kernel attributes are per
@@ -886,7 +928,7 @@ cudaError_t decode_init(int dev)
     /* the PTX the driver runs for this device: below 9.0 the bulk helpers
      * compiled to nothing (a fat binary without sm_90 code on an H100) */
     cudaFuncAttributes fa;
-    if ((e = cudaFuncGetAttributes(&fa, decode_kernel<128, false, kStagesF16, true, true>)) != cudaSuccess)
+    if ((e = cudaFuncGetAttributes(&fa, decode_kernel<128, false, kStagesF16, true, kLdBulk>)) != cudaSuccess)
         return e;
     g_bulk[dev] = fa.ptxVersion >= 90;
     g_smem_optin[dev] = optin; /* published by dsq_cu_once_per_device's release store */
@@ -996,14 +1038,21 @@ static bool decode_direct_env(void)
     return !(e && e[0] == '0');
 }
 
-/* Whether launches fill their ring with bulk copies (decode_kernel's
- * BULK): DSQ_CUDA_DECODE_BULK=1 (read per launch; off until measured), on
- * devices whose code has them (dsq_attn_decode_bulk). */
-static bool decode_bulk(int dev)
+/* How launches fill their ring (decode_kernel's LD; read per launch, both
+ * knobs off until measured): bulk copies with DSQ_CUDA_DECODE_BULK=1 on
+ * devices whose code has them, else lean cp.async with
+ * DSQ_CUDA_DECODE_LEAN=1, else cp.async (dsq_attn_decode_loader). */
+static int decode_loader(int dev)
 {
     const char *e = getenv("DSQ_CUDA_DECODE_BULK");
-    return g_bulk[dev] && e && e[0] == '1';
+    if (g_bulk[dev] && e && e[0] == '1')
+        return kLdBulk;
+    e = getenv("DSQ_CUDA_DECODE_LEAN");
+    return e && e[0] == '1' ? kLdLean : kLdCpAsync;
 }
+static_assert(kLdCpAsync == DSQ_ATTN_LOADER_CP_ASYNC && kLdBulk == DSQ_ATTN_LOADER_BULK &&
+                  kLdLean == DSQ_ATTN_LOADER_LEAN,
+              "loader numbers");
 
 /* dsq_attn_decode and dsq_attn_decode_rope: q_in is bf16 (rope false) or
  * the fp32 product row (rope true; inv_freq then set). */
@@ -1051,42 +1100,48 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     const bool i8 = kv->dtype == DSQ_ATTN_KV_INT8;
     const int direct = max_splits == 1 && decode_direct_env();
     /* runtime (head_dim, dtype, ring depth, rope, loader) -> the kernel instance */
-    const bool bulk = decode_bulk(dev);
-#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO, BU)                                                         \
-    e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO, BU>, grid, dim3(kThreads),                        \
-                       (size_t)DecSmem<DD, I8, NS, BU>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
+    const int ld = decode_loader(dev);
+#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO, LD)                                                         \
+    e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO, LD>, grid, dim3(kThreads),                        \
+                       (size_t)DecSmem<DD, I8, NS, LD == kLdBulk>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
                        n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml, (__nv_bfloat16 *)out, \
                        o_stride, direct)
-#define DSQ_DECODE_ROPE(DD, I8, NS, BU)              \
+#define DSQ_DECODE_ROPE(DD, I8, NS, LD)              \
     do {                                             \
         if (rope)                                    \
-            DSQ_DECODE_LAUNCH(DD, I8, NS, true, BU);  \
+            DSQ_DECODE_LAUNCH(DD, I8, NS, true, LD);  \
         else                                         \
-            DSQ_DECODE_LAUNCH(DD, I8, NS, false, BU); \
+            DSQ_DECODE_LAUNCH(DD, I8, NS, false, LD); \
     } while (0)
-#define DSQ_DECODE_RING(DD, I8, NS, BU)                  \
+#define DSQ_DECODE_RING(DD, I8, NS, LD)                                \
+    do {                                                               \
+        if (DecSmem<DD, I8, NS, LD == kLdBulk>::kTotal <= smem_optin) \
+            DSQ_DECODE_ROPE(DD, I8, NS, LD);                           \
+        else                                                           \
+            DSQ_DECODE_ROPE(DD, I8, 2, LD);                            \
+    } while (0)
+#define DSQ_DECODE_LOADER(DD, I8, NS)                \
+    do {                                             \
+        if (ld == kLdBulk)                           \
+            DSQ_DECODE_RING(DD, I8, NS, kLdBulk);    \
+        else if (ld == kLdLean)                      \
+            DSQ_DECODE_RING(DD, I8, NS, kLdLean);    \
+        else                                         \
+            DSQ_DECODE_RING(DD, I8, NS, kLdCpAsync); \
+    } while (0)
+#define DSQ_DECODE_HEAD_DIM(DD)                          \
     do {                                                 \
-        if (DecSmem<DD, I8, NS, BU>::kTotal <= smem_optin) \
-            DSQ_DECODE_ROPE(DD, I8, NS, BU);             \
+        if (i8)                                          \
+            DSQ_DECODE_LOADER(DD, true, kStagesI8);      \
         else                                             \
-            DSQ_DECODE_ROPE(DD, I8, 2, BU);              \
-    } while (0)
-#define DSQ_DECODE_HEAD_DIM(DD)                            \
-    do {                                                   \
-        if (i8 && bulk)                                    \
-            DSQ_DECODE_RING(DD, true, kStagesI8, true);    \
-        else if (i8)                                       \
-            DSQ_DECODE_RING(DD, true, kStagesI8, false);   \
-        else if (bulk)                                     \
-            DSQ_DECODE_RING(DD, false, kStagesF16, true);  \
-        else                                               \
-            DSQ_DECODE_RING(DD, false, kStagesF16, false); \
+            DSQ_DECODE_LOADER(DD, false, kStagesF16);    \
     } while (0)
     if (D == 128)
         DSQ_DECODE_HEAD_DIM(128);
     else
         DSQ_DECODE_HEAD_DIM(64);
 #undef DSQ_DECODE_HEAD_DIM
+#undef DSQ_DECODE_LOADER
 #undef DSQ_DECODE_RING
 #undef DSQ_DECODE_ROPE
 #undef DSQ_DECODE_LAUNCH
@@ -1106,12 +1161,12 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     return dsq_cu_status(e, "decode attention merge kernel");
 }
 
-extern "C" int32_t dsq_attn_decode_bulk(void)
+extern "C" int32_t dsq_attn_decode_loader(void)
 {
     int dev = 0;
     if (attn_ready(&dev) != cudaSuccess)
-        return 0;
-    return decode_bulk(dev) ? 1 : 0;
+        return kLdCpAsync;
+    return decode_loader(dev);
 }
 
 extern "C" dsq_status dsq_attn_decode(const dsq_attn_kv *kv, const void *q, int64_t q_stride,

@@ -73,6 +73,25 @@ __device__ __forceinline__ int64_t kv_run_row(const KvArgs &a, int b, int pos0, 
     return in + n > a.bs ? -1 : kv_row(a, b, pos0);
 }
 
+/* kv_run_row without its division where the table has one block per
+ * sequence (static caches: bt_stride 1, a block of the whole capacity, whose
+ * size need not be a power of two): every valid position lies in block 0.
+ * Same value as kv_run_row for every valid position. */
+__device__ __forceinline__ int64_t kv_run_row_lean(const KvArgs &a, int b, int pos0, int n)
+{
+    if (a.bt_stride == 1)
+        return pos0 + n > a.bs ? -1 : (int64_t)__ldg(a.bt + b) * a.bs + pos0;
+    return kv_run_row(a, b, pos0, n);
+}
+
+/* Physical row of position pos in a table of power-of-two blocks
+ * (a.bs_shift >= 0; bt_row: the sequence's row of the table): kv_row
+ * without its branch between a shift and a division. */
+__device__ __forceinline__ int64_t kv_pow2_row(const KvArgs &a, const int32_t *bt_row, int pos)
+{
+    return (int64_t)__ldg(bt_row + (pos >> a.bs_shift)) * a.bs + (pos & (a.bs - 1));
+}
+
 /* K/V row index (physical row * n_kv + kvh: multiply by D for the first
  * element, or index the INT8 scales with it) of key key0 + r of a tile
  * whose physical rows start at `run` (kv_run_row; < 0: looked up per key).
@@ -182,15 +201,59 @@ template <int D, bool SW> __device__ __forceinline__ int tile_chunk(int r, int c
  * SW, above) by cp.async, 16 bytes per copy; the caller commits the group.
  * (INT8 tiles differ by kernel on purpose: prefill converts them to fp16
  * for the tensor cores, TileLoader below; decode keeps the raw bytes for its
- * register fragments, attention_decode.cu's dec_issue.) */
-template <int D, bool SW = false>
+ * register fragments, attention_decode.cu's dec_issue.)
+ *
+ * LEAN: the same copies, addressed once per tile where the tile's rows are
+ * one run (kv_run_row_lean: static caches always, but for a tile past the
+ * capacity's end): a thread's chunks are one column of rows RS apart, so
+ * each address is the first plus a fixed step; the general loop below
+ * computes every chunk's row on its own (a branch, 64-bit products and, for
+ * a static cache whose capacity is not a power of two, a division per tile;
+ * ~40 instructions a chunk in the decode kernel's SASS, against ~5).  A
+ * tile across the blocks of a paged cache (power-of-two blocks smaller than
+ * the tile) looks each row up without the general loop's branches. */
+template <int D, bool SW = false, bool LEAN = false>
 __device__ __forceinline__ void kv_issue_f16(const KvArgs &a, int b, int kvh, int key0, int key_end, __half *sk,
                                              __half *sv)
 {
     constexpr int CPR = D / 8; /* 16-byte chunks per row */
     static_assert(kTileKeys * CPR % kThreads == 0, "tile must split evenly");
     const int t = threadIdx.x;
-    const int64_t run = kv_run_row(a, b, key0, kTileKeys);
+    const int64_t run = LEAN ? kv_run_row_lean(a, b, key0, kTileKeys) : kv_run_row(a, b, key0, kTileKeys);
+    if (LEAN && run >= 0) {
+        static_assert(kThreads % CPR == 0, "a thread's chunks share one column");
+        constexpr int RS = kThreads / CPR; /* rows between a thread's chunks */
+        const int r0 = t / CPR, cc = t % CPR;
+        /* the run's 64 rows lie in one block of the cache: every address
+         * is inside it, rows past key_end too (zero-filled, never read) */
+        const int64_t off0 = ((run + r0) * a.n_kv + kvh) * D + cc * 8, step = (int64_t)RS * a.n_kv * D;
+        const __half *gk = (const __half *)a.k + off0, *gv = (const __half *)a.v + off0;
+#pragma unroll
+        for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+            const int r = r0 + i * RS, n = key0 + r < key_end ? 16 : 0;
+            const int so = tile_chunk<D, SW>(r, cc);
+            cp_async16(sk + so, gk, n);
+            cp_async16(sv + so, gv, n);
+            gk += step;
+            gv += step;
+        }
+        return;
+    }
+    if (LEAN && a.bs_shift >= 0) { /* a paged tile across blocks */
+        const int r0 = t / CPR, cc = t % CPR;
+        constexpr int RS = kThreads / CPR;
+        const int32_t *bt_row = a.bt + (int64_t)b * a.bt_stride;
+#pragma unroll
+        for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
+            const int r = r0 + i * RS, pos = key0 + r;
+            const bool ok = pos < key_end;
+            const int64_t off = ok ? (kv_pow2_row(a, bt_row, pos) * a.n_kv + kvh) * D + cc * 8 : 0;
+            const int so = tile_chunk<D, SW>(r, cc);
+            cp_async16(sk + so, (const __half *)a.k + off, ok ? 16 : 0);
+            cp_async16(sv + so, (const __half *)a.v + off, ok ? 16 : 0);
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
         const int c = t + i * kThreads, r = c / CPR, cc = c % CPR;

@@ -49,8 +49,8 @@
 #                                       # and cuBLASLt's down start, the norm
 #   bash scripts/gpu_session.sh qmma44  # stop 44: the quantized tensor-core
 #                                       # GEMV as the default: tests, rows
-#   bash scripts/gpu_session.sh s47     # stop 47: s46b's rows with decode
-#                                       # attention at 3 blocks per SM
+#   bash scripts/gpu_session.sh s47     # stop 47: decode attention's lean
+#                                       # cp.async, 3 blocks per SM, bulk rows
 #   bash scripts/gpu_session.sh s46b    # stop 46: s46a's deciding parts, short
 #   bash scripts/gpu_session.sh s46a    # stop 46: the bulk-copy decode loader:
 #                                       # tests, bench pairs, ncu, sanitizers
@@ -620,8 +620,11 @@ mmanorm42)
     done
     ;;
 s47)
-    # stop 47 (no GPU lent; written for the next call): s46b's deciding
-    # rows with decode attention's occupancy beside them.  Batch 64 plans
+    # stop 47 (no GPU lent; written for the next call): decode attention's
+    # lean cp.async loader (DSQ_CUDA_DECODE_LEAN=1: addressed once per tile,
+    # ~90 instructions a tile in SASS against ~380) and bulk copies, bit for
+    # bit against cp.async, then bench rows each way with the occupancy
+    # beside them.  Batch 64 plans
     # 2 splits = 256 blocks, under 2 per SM; DSQ_CUDA_DECODE_BLOCKS_PER_SM=3
     # plans 3 (384 blocks) and DSQ_CUDA_DECODE_STAGES=2 lets an F16 SM hold
     # 3 of them (stop 20 ran the 2-stage ring at 2 splits only).  Then the
@@ -629,35 +632,52 @@ s47)
     prebuilt_stage s47
     DEADLINE=${DEADLINE:-300}
     DSQ_TEST_FILTER='test_decode_batch' GTEST_TIMEOUT=90 gtest test_cuda_attention
-    echo "   bulk checks: $(grep -c "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log")," \
-         "wrong: $(grep "bulk-copy loader vs cp.async" "$OUT/test_cuda_attention.log" | grep -vc ": 0 bf16 values differ; bulk instance")" \
-         "$(grep -m1 "not available" "$OUT/test_cuda_attention.log")"
+    for w in bulk-copy "lean cp.async"; do
+        echo "   $w checks: $(grep -c "$w loader vs cp.async" "$OUT/test_cuda_attention.log")," \
+             "wrong: $(grep "$w loader vs cp.async" "$OUT/test_cuda_attention.log" | grep -vc ": 0 bf16 values differ; [a-z]* instance launched")"
+    done
+    grep -m1 "not available" "$OUT/test_cuda_attention.log"
     bench_start
     for ctx in 1024 4096; do
         bench_row b64_${ctx} $ctx 64 --kv f16
+        DSQ_CUDA_DECODE_LEAN=1 bench_row lean_b64_${ctx} $ctx 64 --kv f16
         DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_${ctx} $ctx 64 --kv f16
         DSQ_CUDA_DECODE_STAGES=2 DSQ_CUDA_DECODE_BLOCKS_PER_SM=3 bench_row occ3_b64_${ctx} $ctx 64 --kv f16
+        DSQ_CUDA_DECODE_STAGES=2 DSQ_CUDA_DECODE_BLOCKS_PER_SM=3 DSQ_CUDA_DECODE_LEAN=1 \
+            bench_row occ3lean_b64_${ctx} $ctx 64 --kv f16
         DSQ_CUDA_DECODE_STAGES=2 DSQ_CUDA_DECODE_BLOCKS_PER_SM=3 DSQ_CUDA_DECODE_BULK=1 \
             bench_row occ3bulk_b64_${ctx} $ctx 64 --kv f16
     done
     bench_row b64_4096_i8 4096 64 --kv int8
+    DSQ_CUDA_DECODE_LEAN=1 bench_row lean_b64_4096_i8 4096 64 --kv int8
     DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_4096_i8 4096 64 --kv int8
     bench_row b1 512 1 --kv f16
+    DSQ_CUDA_DECODE_LEAN=1 bench_row lean_b1 512 1 --kv f16
     DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b1 512 1 --kv f16
     # isolated launches, every split count, the 2-stage ring (3 blocks per
     # SM for F16) beside the default ring
     LOGSUFFIX=_time DSQ_TEST_FILTER=test_timing GTEST_TIMEOUT=120 gtest test_cuda_attention
     LOGSUFFIX=_time_s2 DSQ_CUDA_DECODE_STAGES=2 DSQ_TEST_FILTER=test_timing GTEST_TIMEOUT=120 gtest test_cuda_attention
     grep -hE "batch 64 splits" "$OUT/test_cuda_attention_time.log" "$OUT/test_cuda_attention_time_s2.log" | head -40
+    LOGSUFFIX=_lean gtest test_cuda_e2e DSQ_CUDA_DECODE_LEAN=1
     LOGSUFFIX=_bulk gtest test_cuda_e2e DSQ_CUDA_DECODE_BULK=1
     LOGSUFFIX=_occ3 gtest test_cuda_e2e DSQ_CUDA_DECODE_STAGES=2 DSQ_CUDA_DECODE_BLOCKS_PER_SM=3
     for rep in 2; do
         bench_row b64_1024_r$rep 1024 64 --kv f16
+        DSQ_CUDA_DECODE_LEAN=1 bench_row lean_b64_1024_r$rep 1024 64 --kv f16
         DSQ_CUDA_DECODE_STAGES=2 DSQ_CUDA_DECODE_BLOCKS_PER_SM=3 bench_row occ3_b64_1024_r$rep 1024 64 --kv f16
         DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b64_1024_r$rep 1024 64 --kv f16
     done
     bench_row b256_1k_i8 1024 256 --kv int8
+    DSQ_CUDA_DECODE_LEAN=1 bench_row lean_b256_1k_i8 1024 256 --kv int8
     DSQ_CUDA_DECODE_BULK=1 bench_row bulk_b256_1k_i8 1024 256 --kv int8
+    LOGSUFFIX=_nf DSQ_TEST_FILTER=test_nonfinite_kv gtest test_cuda_attention
+    LOGSUFFIX=_lean gtest test_cuda_step_greedy DSQ_CUDA_DECODE_LEAN=1
+    if command -v compute-sanitizer >/dev/null && [ $(( $(date +%s) - T0 )) -lt $(( DEADLINE + 60 )) ]; then
+        DSQ_CUDA_DECODE_LEAN=1 DSQ_ATTN_QUICK=1 DSQ_TEST_FILTER=test_decode_rope timeout 100 compute-sanitizer \
+            --tool memcheck "$B/tests/test_cuda_attention" >"$OUT/memcheck_lean.log" 2>&1
+        echo "== memcheck lean rc=$? ($(el)) $(grep -E "ERROR SUMMARY" "$OUT/memcheck_lean.log" | tr '\n' ' ')"
+    fi
     ;;
 s46b)
     # stop 46, a short call: s46a's deciding parts first (bulk-copy decode

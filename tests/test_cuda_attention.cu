@@ -597,27 +597,46 @@ static size_t bf16_diff(const std::vector<uint16_t> &x, const std::vector<uint16
     return nd;
 }
 
-/* DSQ_CUDA_DECODE_BULK: "1" (rings filled by bulk copies) or "0" (by
- * cp.async, so a reference stays on cp.async whatever the environment) */
-struct BulkEnv : ScopedEnv {
-    explicit BulkEnv(const char *v) : ScopedEnv("DSQ_CUDA_DECODE_BULK", v) {}
+/* The decode ring's loader for the object's lifetime (dsq_attn_decode_loader:
+ * DSQ_ATTN_LOADER_CP_ASYNC, _BULK or _LEAN), whatever the environment: a
+ * reference stays on cp.async. */
+struct LoaderEnv {
+    ScopedEnv bulk, lean;
+    explicit LoaderEnv(int ld)
+        : bulk("DSQ_CUDA_DECODE_BULK", ld == DSQ_ATTN_LOADER_BULK ? "1" : "0"),
+          lean("DSQ_CUDA_DECODE_LEAN", ld == DSQ_ATTN_LOADER_LEAN ? "1" : "0")
+    {
+    }
 };
 
-/* The bulk-copy loader (DSQ_CUDA_DECODE_BULK=1) of a launch of `splits`
- * against `ref`, the cp.async loader's output of the same launch: the same
- * stage layout and arithmetic, so the same bits.  Run twice on poisoned
- * outputs and a stale workspace, three times back to back on one stream (PDL
- * lets each launch start while the one before drains: every block's
- * barriers are its own), then captured in a graph and replayed three times.
- * Devices without the bulk path (below sm_90) are reported and not
- * counted. */
-static size_t g_bulk_checked = 0, g_bulk_unavailable = 0;
+/* What the reports call loader ld, and its instance's mangled-name tail. */
+static const char *loader_name(int ld)
+{
+    return ld == DSQ_ATTN_LOADER_BULK ? "bulk-copy" : ld == DSQ_ATTN_LOADER_LEAN ? "lean cp.async" : "cp.async";
+}
+static const char *loader_word(int ld)
+{
+    return ld == DSQ_ATTN_LOADER_BULK ? "bulk" : ld == DSQ_ATTN_LOADER_LEAN ? "lean" : "cp.async";
+}
+
+/* Loader ld (the bulk copies, DSQ_CUDA_DECODE_BULK=1, or the lean cp.async,
+ * DSQ_CUDA_DECODE_LEAN=1) of a launch of `splits` against `ref`, the
+ * cp.async loader's output of the same launch: the same bytes in the same
+ * stage places and the same arithmetic, so the same bits.  Run twice on
+ * poisoned outputs and a stale workspace, three times back to back on one
+ * stream (PDL lets each launch start while the one before drains: a bulk
+ * block's barriers are its own), then captured in a graph and replayed
+ * three times.  Devices without the bulk path (below sm_90) are reported
+ * and not counted. */
+static size_t g_alt_checked[3], g_alt_unavailable[3];
 
 /* Whether `graph` holds a decode_kernel node and every such node is the
- * instance of loader `bulk` (its last template argument, BULK: the mangled
- * name ends "...Lb1EEEv" or "...Lb0EEEv" before the parameters). */
-static bool graph_decode_loader_is(cudaGraph_t graph, bool bulk)
+ * instance of loader `ld` (its last template argument, LD: the mangled
+ * name ends "...Li<ld>EEEv" before the parameters). */
+static bool graph_decode_loader_is(cudaGraph_t graph, int ld)
 {
+    char tail[16];
+    snprintf(tail, sizeof tail, "Li%dEEEv", ld);
     size_t n = 0;
     CK(cudaGraphGetNodes(graph, NULL, &n));
     std::vector<cudaGraphNode_t> nodes(n);
@@ -634,19 +653,20 @@ static bool graph_decode_loader_is(cudaGraph_t graph, bool bulk)
         if (cudaFuncGetName(&fname, kp.func) != cudaSuccess || !fname || !strstr(fname, "decode_kernel"))
             continue;
         found++;
-        right += strstr(fname, bulk ? "Lb1EEEv" : "Lb0EEEv") != NULL;
+        right += strstr(fname, tail) != NULL;
     }
     return found > 0 && right == found;
 }
 
-static bool bulk_same(const char *name, const char *what, int splits, const std::vector<uint16_t> &ref, int n_seqs,
-                      int n, int64_t o_stride, void *dout, size_t out_bytes, void *ws, size_t ws_bytes,
-                      const std::function<dsq_status(cudaStream_t)> &launch)
+static bool loader_same(int ld, const char *name, const char *what, int splits, const std::vector<uint16_t> &ref,
+                        int n_seqs, int n, int64_t o_stride, void *dout, size_t out_bytes, void *ws, size_t ws_bytes,
+                        const std::function<dsq_status(cudaStream_t)> &launch)
 {
-    const BulkEnv bulk_on("1");
-    if (!dsq_attn_decode_bulk()) {
-        if (g_bulk_unavailable++ == 0)
-            printf("  bulk-copy decode loader: not available on this device (sm_90 code needed), not checked\n");
+    const LoaderEnv loader(ld);
+    if (dsq_attn_decode_loader() != ld) {
+        if (g_alt_unavailable[ld]++ == 0)
+            printf("  %s decode loader: not available on this device%s, not checked\n", loader_name(ld),
+                   ld == DSQ_ATTN_LOADER_BULK ? " (sm_90 code needed)" : "");
         return true;
     }
     size_t ndiff = 0;
@@ -675,9 +695,9 @@ static bool bulk_same(const char *name, const char *what, int splits, const std:
                 const dsq_status le = launch(st);
                 CK(cudaStreamEndCapture(st, &graph));
                 AK(le);
-                /* the captured launch is the bulk instance (the bits alone
-                 * cannot tell: both loaders give the same) */
-                path_ok = graph_decode_loader_is(graph, true);
+                /* the captured launch is loader ld's instance (the bits
+                 * alone cannot tell: every loader gives the same) */
+                path_ok = graph_decode_loader_is(graph, ld);
                 CK(cudaGraphInstantiate(&exec, graph, 0));
                 for (int rep = 0; rep < 3; rep++)
                     CK(cudaGraphLaunch(exec, st));
@@ -691,18 +711,30 @@ static bool bulk_same(const char *name, const char *what, int splits, const std:
         cudaGraphDestroy(graph);
         cudaStreamDestroy(st);
     }
-    printf("  %-22s %s/s%-3d bulk-copy loader vs cp.async (2 runs, 3 back to back, 3 graph replays): "
-           "%zu bf16 values differ; %s\n", name, what, splits, ndiff,
-           path_ok ? "bulk instance launched" : "WRONG INSTANCE launched");
+    printf("  %-22s %s/s%-3d %s loader vs cp.async (2 runs, 3 back to back, 3 graph replays): "
+           "%zu bf16 values differ; %s instance %s\n", name, what, splits, loader_name(ld), ndiff, loader_word(ld),
+           path_ok ? "launched" : "NOT launched (wrong instance)");
     const bool ok = ndiff == 0 && path_ok;
-    g_bulk_checked += ok;
+    g_alt_checked[ld] += ok;
+    return ok;
+}
+
+/* loader_same for every loader but the reference's */
+static bool loaders_same(const char *name, const char *what, int splits, const std::vector<uint16_t> &ref, int n_seqs,
+                         int n, int64_t o_stride, void *dout, size_t out_bytes, void *ws, size_t ws_bytes,
+                         const std::function<dsq_status(cudaStream_t)> &launch)
+{
+    bool ok = true;
+    for (int ld : {DSQ_ATTN_LOADER_BULK, DSQ_ATTN_LOADER_LEAN})
+        ok = loader_same(ld, name, what, splits, ref, n_seqs, n, o_stride, dout, out_bytes, ws, ws_bytes, launch) &&
+             ok;
     return ok;
 }
 
 static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
 {
     const DirectEnv merge_path("0");
-    const BulkEnv cp_async_ref("0"); /* bulk_same sets "1" for its own launches */
+    const LoaderEnv cp_async_ref(DSQ_ATTN_LOADER_CP_ASYNC); /* loader_same sets its own */
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
@@ -732,8 +764,8 @@ static void run_decode(const Scenario &sc, const std::vector<int> &split_list)
         }
         if (first.empty())
             first = out;
-        ok = bulk_same(sc.name, "dec", splits, out, b.n_seqs, sc.H * sc.D, b.o_stride, dout, out_bytes, ws,
-                       ws_bytes, [&](cudaStream_t st) {
+        ok = loaders_same(sc.name, "dec", splits, out, b.n_seqs, sc.H * sc.D, b.o_stride, dout, out_bytes, ws,
+                          ws_bytes, [&](cudaStream_t st) {
                            return dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens,
                                                   b.n_seqs, sc.H, splits, ws, ws_bytes, st);
                        }) && ok;
@@ -903,7 +935,7 @@ static void test_other_shapes(void **state)
 static bool run_decode_rope(const Scenario &sc, int splits)
 {
     const DirectEnv merge_path("0");
-    const BulkEnv cp_async_ref("0"); /* bulk_same sets "1" for its own launches */
+    const LoaderEnv cp_async_ref(DSQ_ATTN_LOADER_CP_ASYNC); /* loader_same sets its own */
     Built b;
     memset(&b.kv, 0, sizeof b.kv);
     build(sc, b);
@@ -984,10 +1016,10 @@ static bool run_decode_rope(const Scenario &sc, int splits)
             odiff += oa[j] != ob[j];
             nonfinite += !isfinite(dsq_bf16_to_f32(oa[j]));
         }
-    /* the bulk-copy loader: the same output and the same cache bytes (it
+    /* the other loaders: the same output and the same cache bytes (each
      * rewrites cache B's new rows with what they hold) */
-    const bool bulk_ok = bulk_same(sc.name, "rope", splits, ob, S, H * D, b.o_stride, outb, out_bytes, ws,
-                                   ws_bytes, [&](cudaStream_t st) {
+    const bool alt_ok = loaders_same(sc.name, "rope", splits, ob, S, H * D, b.o_stride, outb, out_bytes, ws,
+                                      ws_bytes, [&](cudaStream_t st) {
                                        return dsq_attn_decode_rope(&kvb, dx, rs, dfq, outb, b.o_stride, b.dlens, S,
                                                                    H, splits, ws, ws_bytes, st);
                                    });
@@ -1025,7 +1057,7 @@ static bool run_decode_rope(const Scenario &sc, int splits)
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
         cudaFree(all[j]);
     release(b);
-    return odiff == 0 && ddiff == 0 && cdiff == 0 && nonfinite == 0 && bulk_ok;
+    return odiff == 0 && ddiff == 0 && cdiff == 0 && nonfinite == 0 && alt_ok;
 }
 
 static void test_decode_rope(void **state)
@@ -1068,7 +1100,7 @@ static void test_decode_rope(void **state)
  * stores saturated NaN to -65504, the INT8 absmax skipped NaN, the decode
  * merge turned a NaN sum into 0) and, in prefill, a NaN/Inf V of a later
  * token (weight 0 after the causal mask) still poisoned earlier rows. */
-static bool g_nf_bulk = false; /* decode cases with the bulk-copy loader */
+static int g_nf_loader = DSQ_ATTN_LOADER_CP_ASYNC; /* the decode cases' loader */
 static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
 {
     Built b;
@@ -1085,7 +1117,7 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
         ws_bytes = dsq_attn_decode_workspace_bytes(b.n_seqs, H, D, splits);
         CK(cudaMalloc(&ws, ws_bytes));
         CK(cudaMemset(ws, 0xff, ws_bytes));
-        const BulkEnv loader(g_nf_bulk ? "1" : "0");
+        const LoaderEnv loader(g_nf_loader);
         AK(dsq_attn_decode(&b.kv, b.dqkv_new, b.q_stride, dout, b.o_stride, b.dlens, b.n_seqs, H, splits, ws,
                            ws_bytes, 0));
     } else if (splits > 0) { /* split every `splits` tiles of keys */
@@ -1138,7 +1170,10 @@ static bool run_nonfinite(const Scenario &sc, bool decode, int splits)
     char what[24];
     const char *de = getenv("DSQ_CUDA_DECODE_DIRECT");
     snprintf(what, sizeof what, "%s%s%s", decode ? "decode" : splits ? "pre/k1" : "prefill", decode ? "" : "/",
-             decode ? (splits == 1 && !(de && de[0] == '0') ? "/direct" : g_nf_bulk ? "/bulk" : "")
+             decode ? (splits == 1 && !(de && de[0] == '0') ? "/direct"
+                       : g_nf_loader == DSQ_ATTN_LOADER_BULK ? "/bulk"
+                       : g_nf_loader == DSQ_ATTN_LOADER_LEAN ? "/lean"
+                                                              : "")
                     : prefill_kernel_name(sc.dtype));
     printf("  %-12s %-13s %s[%d] = %-4g at seq %d pos %4d: non-finite (row, head) outputs: "
            "reference %4d, GPU %4d, mismatched %d; finite ones rel %.2e\n",
@@ -1196,14 +1231,15 @@ static void test_nonfinite_kv(void **state)
                     const DirectEnv direct_path("1"); /* one split written out by the decode kernel */
                     ok = run_nonfinite(d, true, 1) && ok;
                 }
-                for (int bu = 0; bu < 2; bu++) { /* cp.async, then bulk copies where the device has them */
-                    g_nf_bulk = bu == 1;
-                    if (g_nf_bulk) {
-                        const BulkEnv on("1");
-                        if (!dsq_attn_decode_bulk()) {
-                            printf("  non-finite K/V with the bulk-copy loader: not available on this device, "
-                                   "not run\n");
-                            break;
+                /* cp.async, bulk copies where the device has them, lean cp.async */
+                for (int ld : {DSQ_ATTN_LOADER_CP_ASYNC, DSQ_ATTN_LOADER_BULK, DSQ_ATTN_LOADER_LEAN}) {
+                    g_nf_loader = ld;
+                    {
+                        const LoaderEnv on(ld);
+                        if (dsq_attn_decode_loader() != ld) {
+                            printf("  non-finite K/V with the %s loader: not available on this device, not run\n",
+                                   loader_name(ld));
+                            continue;
                         }
                     }
                     d.inj_pos = 50;
@@ -1211,7 +1247,7 @@ static void test_nonfinite_kv(void **state)
                     d.inj_pos = 99;
                     ok = run_nonfinite(d, true, 2) && ok;
                 }
-                g_nf_bulk = false;
+                g_nf_loader = DSQ_ATTN_LOADER_CP_ASYNC;
             }
     assert_true(ok);
 }
@@ -1531,8 +1567,9 @@ static void test_summary(void **state)
     printf("\n  worst rel error vs reference on the stored cache: f16 %.3e, int8 %.3e"
            " (bound %.1e); int8 vs unquantized K/V %.3e\n",
            g_worst_f16, g_worst_i8, kTol, g_worst_i8_true);
-    printf("  launches with the bulk-copy loader checked bit for bit against cp.async: %zu%s\n",
-           g_bulk_checked, g_bulk_unavailable ? " (not available on this device)" : "");
+    for (int ld : {DSQ_ATTN_LOADER_BULK, DSQ_ATTN_LOADER_LEAN})
+        printf("  launches with the %s loader checked bit for bit against cp.async: %zu%s\n", loader_name(ld),
+               g_alt_checked[ld], g_alt_unavailable[ld] ? " (not available on this device)" : "");
 }
 
 int main(void)
