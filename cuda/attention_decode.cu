@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
         float mu[2];
-        online_rescale<D>(m_r, l_r, o, mt, mu);
+        online_rescale<D, LEAN>(m_r, l_r, o, mt, mu); /* LEAN: o left alone where no max moved */
         float p[2][4];
 #pragma unroll
         for (int nb = 0; nb < 2; nb++) {

@@ -412,8 +412,14 @@ __device__ __forceinline__ float quad_sum(float x)
  * tile's weights use, 2^(s - mu).  A row whose every score so far is -inf
  * keeps m = -inf and uses mu = 0 (its weights are 0, and alpha = 2^-inf = 0
  * leaves the zeros it has).  fmaxf skips a NaN score, so m stays a number;
- * the NaN reaches the output through the NaN weight 2^(NaN - mu). */
-template <int D>
+ * the NaN reaches the output through the NaN weight 2^(NaN - mu).
+ *
+ * SKIP: the warp leaves o alone where no thread's alpha differs from 1 (no
+ * row's max moved: the common case once a sequence's largest scores have
+ * been seen), a warp-uniform branch instead of D/2 multiplications per
+ * thread; o * 1 is o bit for bit (no flush-to-zero here), so the outputs
+ * are the same. */
+template <int D, bool SKIP = false>
 __device__ __forceinline__ void online_rescale(float m_r[2], float l_r[2], float (*o)[4],
                                                const float mt[2], float mu[2])
 {
@@ -426,6 +432,8 @@ __device__ __forceinline__ void online_rescale(float m_r[2], float l_r[2], float
         m_r[r] = mn;
         l_r[r] *= alpha[r];
     }
+    if (SKIP && !__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+        return;
 #pragma unroll
     for (int i = 0; i < D / 8; i++) {
         o[i][0] *= alpha[0];
