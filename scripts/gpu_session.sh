@@ -622,7 +622,7 @@ mmanorm42)
 s47)
     # stop 47 (no GPU lent; written for the next call): decode attention's
     # lean cp.async loader (DSQ_CUDA_DECODE_LEAN=1: addressed once per tile,
-    # ~90 instructions a tile in SASS against ~380) and bulk copies, bit for
+    # ~123 loader instructions a tile in SASS against ~450) and bulk copies, bit for
     # bit against cp.async, then bench rows each way with the occupancy
     # beside them.  Batch 64 plans
     # 2 splits = 256 blocks, under 2 per SM; DSQ_CUDA_DECODE_BLOCKS_PER_SM=3

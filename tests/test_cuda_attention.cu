@@ -86,6 +86,7 @@ struct Scenario {
      * sequence inj_seq at position inj_pos is set to inj_val */
     int inj_seq = -1, inj_pos = 0, inj_head = 0, inj_side = 0;
     float inj_val = 0.f;
+    int cap = 0; /* static caches: rows per sequence (0: the longest + 3, odd on purpose) */
 };
 
 struct Built {
@@ -183,7 +184,7 @@ static void build(const Scenario &sc, Built &b)
                 b.bt[(size_t)s * b.bt_stride + j] = perm[next++];
         b.n_rows = (int64_t)n_blocks * sc.bs;
     } else {
-        int max_context = maxT + 3; /* odd on purpose */
+        int max_context = sc.cap > 0 ? sc.cap : maxT + 3; /* odd on purpose */
         int slots = b.n_seqs + 2;
         b.block_size = max_context;
         b.bt_stride = 1;
@@ -664,9 +665,16 @@ static bool loader_same(int ld, const char *name, const char *what, int splits, 
 {
     const LoaderEnv loader(ld);
     if (dsq_attn_decode_loader() != ld) {
+        /* only the bulk copies depend on the device; the lean loader not
+         * being chosen is a dispatch bug */
+        if (ld != DSQ_ATTN_LOADER_BULK) {
+            printf("  %-22s %s/s%-3d %s loader NOT chosen by DSQ_CUDA_DECODE_LEAN=1\n", name, what, splits,
+                   loader_name(ld));
+            return false;
+        }
         if (g_alt_unavailable[ld]++ == 0)
-            printf("  %s decode loader: not available on this device%s, not checked\n", loader_name(ld),
-                   ld == DSQ_ATTN_LOADER_BULK ? " (sm_90 code needed)" : "");
+            printf("  %s decode loader: not available on this device (sm_90 code needed), not checked\n",
+                   loader_name(ld));
         return true;
     }
     size_t ndiff = 0;
@@ -921,6 +929,22 @@ static void test_other_shapes(void **state)
         run_decode(mk(dt ? "int8/D128/g18/paged16" : "f16/D128/g18/paged16", dt, 1,
                       {5, 700}, {1, 1}, 128, 18, 1),
                    {2});
+        /* the loaders' other cases (every loader checked against cp.async
+         * in run_decode): paged blocks of 64 and 128 (a tile is one run of
+         * a block: the lean loader's fast path with a real block table),
+         * paged decode at D = 64, and a static capacity of 32 rows (a
+         * power of two below the tile: every tile crosses it) */
+        run_decode(mk(dt ? "int8/D128/paged64" : "f16/D128/paged64", dt, 1, {5, 700, 130, 63},
+                      {1, 1, 1, 1}, 128, 12, 2, 64),
+                   {1, 3});
+        run_decode(mk(dt ? "int8/D128/paged128" : "f16/D128/paged128", dt, 1, {300, 64}, {1, 1}, 128, 12, 2, 128),
+                   {1, 2});
+        run_decode(mk(dt ? "int8/D64/g4/paged32" : "f16/D64/g4/paged32", dt, 1, {0, 99, 300}, {1, 1, 1}, 64, 8, 2,
+                      32),
+                   {1, 4});
+        Scenario cap32 = mk(dt ? "int8/D128/static32" : "f16/D128/static32", dt, 0, {0, 16, 31}, {1, 1, 1});
+        cap32.cap = 32;
+        run_decode(cap32, {1});
     }
 }
 
@@ -1237,8 +1261,10 @@ static void test_nonfinite_kv(void **state)
                     {
                         const LoaderEnv on(ld);
                         if (dsq_attn_decode_loader() != ld) {
-                            printf("  non-finite K/V with the %s loader: not available on this device, not run\n",
-                                   loader_name(ld));
+                            printf("  non-finite K/V with the %s loader: %s\n", loader_name(ld),
+                                   ld == DSQ_ATTN_LOADER_BULK ? "not available on this device, not run"
+                                                              : "NOT chosen (dispatch bug)");
+                            ok = ok && ld == DSQ_ATTN_LOADER_BULK;
                             continue;
                         }
                     }
