@@ -261,10 +261,8 @@ __device__ __forceinline__ void dec_issue_bulk(const KvArgs &a, int b, int kvh, 
 
 /* Start copying keys key0..key0+63 (those < key_end; others zero) of kv head
  * kvh into ring stage `st` (one cp.async group per call; an empty one for a
- * tile that is not `live`, past the split's end).  LEAN: addressed once per
- * tile where its rows are one run (kv_issue_f16's LEAN; for INT8 the same
- * here: a thread's chunks are one column, RS rows apart, at one swizzle
- * position, since RS is a multiple of D/16). */
+ * tile that is not `live`, past the split's end).  LEAN: the K/V rows by
+ * kv_issue_lean where it can (attention_tile.cuh), for INT8 too. */
 template <int D, bool INT8, bool LEAN = false>
 __device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int key0, int key_end, bool live,
                                           unsigned char *st)
@@ -282,34 +280,8 @@ __device__ __forceinline__ void dec_issue(const KvArgs &a, int b, int kvh, int k
         float *sks = (float *)(rv + kTileKeys * D), *svs = sks + kTileKeys;
         constexpr int CPR = D / 16;
         const int64_t run = LEAN ? kv_run_row_lean(a, b, key0, kTileKeys) : kv_run_row(a, b, key0, kTileKeys);
-        if (LEAN && run >= 0) {
-            constexpr int RS = kThreads / CPR; /* rows between a thread's chunks */
-            static_assert(kThreads % CPR == 0 && RS % CPR == 0, "one column, one swizzle position");
-            const int r0 = t / CPR, cc = t % CPR, sw = i8_chunk(r0, cc, D) * 16;
-            /* inside the run's block, rows past key_end too (kv_issue_f16) */
-            const int64_t off0 = ((run + r0) * a.n_kv + kvh) * D + cc * 16, step = (int64_t)RS * a.n_kv * D;
-            const int8_t *gk = (const int8_t *)a.k + off0, *gv = (const int8_t *)a.v + off0;
-#pragma unroll
-            for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
-                const int r = r0 + i * RS, n = key0 + r < key_end ? 16 : 0;
-                cp_async16(rk + r * D + sw, gk, n);
-                cp_async16(rv + r * D + sw, gv, n);
-                gk += step;
-                gv += step;
-            }
-        } else if (LEAN && a.bs_shift >= 0) { /* a paged tile across blocks */
-            constexpr int RS = kThreads / CPR;
-            const int r0 = t / CPR, cc = t % CPR, sw = i8_chunk(r0, cc, D) * 16;
-            const int32_t *bt_row = a.bt + (int64_t)b * a.bt_stride;
-#pragma unroll
-            for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
-                const int r = r0 + i * RS, pos = key0 + r;
-                const bool ok = pos < key_end;
-                const int64_t off = ok ? (kv_pow2_row(a, bt_row, pos) * a.n_kv + kvh) * D + cc * 16 : 0;
-                cp_async16(rk + r * D + sw, (const int8_t *)a.k + off, ok ? 16 : 0);
-                cp_async16(rv + r * D + sw, (const int8_t *)a.v + off, ok ? 16 : 0);
-            }
-        } else {
+        if (!(LEAN && kv_issue_lean<CPR>(a, b, kvh, key0, key_end, run, (unsigned char *)rk, (unsigned char *)rv,
+                                         [](int r, int c) { return r * D + i8_chunk(r, c, D) * 16; }))) {
 #pragma unroll
             for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
                 int c = t + i * kThreads, r = c / CPR, cc = c % CPR;

@@ -196,6 +196,52 @@ template <int D, bool SW> __device__ __forceinline__ int tile_chunk(int r, int c
         return r * (D + 8) + c * 8;
 }
 
+/* The LEAN loaders' copies (kv_issue_f16's LEAN, attention_decode.cu's
+ * INT8 dec_issue): K and V of keys key0 .. key0 + 63 of kv head kvh, rows of
+ * CPR 16-byte chunks, thread t taking chunk t % CPR of rows t / CPR + i *
+ * RS (the general loops' assignment), keys >= key_end zero-filled, into
+ * stage bytes sk / sv + dst(row, chunk).  Where the tile is one run of
+ * rows (run >= 0, kv_run_row_lean) each address is the first plus a fixed
+ * step: the run's 64 rows lie in one block of the cache, so every address
+ * is inside it, rows past key_end too (zero-filled, never read).  A paged
+ * tile across power-of-two blocks looks each row up without the general
+ * loops' branches.  false: neither (a block size that is not a power of
+ * two), the caller's general loop copies. */
+template <int CPR, class Dst>
+__device__ __forceinline__ bool kv_issue_lean(const KvArgs &a, int b, int kvh, int key0, int key_end, int64_t run,
+                                              unsigned char *sk, unsigned char *sv, Dst dst)
+{
+    static_assert(kThreads % CPR == 0 && kTileKeys * CPR % kThreads == 0, "a thread's chunks share one column");
+    constexpr int RS = kThreads / CPR, N = kTileKeys * CPR / kThreads;
+    const int t = threadIdx.x, r0 = t / CPR, cc = t % CPR;
+    const int64_t rowb = (int64_t)CPR * 16; /* bytes of one head's row */
+    if (run >= 0) {
+        const int64_t off0 = ((run + r0) * a.n_kv + kvh) * rowb + cc * 16, step = (int64_t)RS * a.n_kv * rowb;
+        const unsigned char *gk = (const unsigned char *)a.k + off0, *gv = (const unsigned char *)a.v + off0;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const int r = r0 + i * RS, n = key0 + r < key_end ? 16 : 0, o = dst(r, cc);
+            cp_async16(sk + o, gk, n);
+            cp_async16(sv + o, gv, n);
+            gk += step;
+            gv += step;
+        }
+        return true;
+    }
+    if (a.bs_shift < 0)
+        return false;
+    const int32_t *bt_row = a.bt + (int64_t)b * a.bt_stride;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int r = r0 + i * RS, pos = key0 + r, o = dst(r, cc);
+        const bool ok = pos < key_end;
+        const int64_t off = ok ? (kv_pow2_row(a, bt_row, pos) * a.n_kv + kvh) * rowb + cc * 16 : 0;
+        cp_async16(sk + o, (const unsigned char *)a.k + off, ok ? 16 : 0);
+        cp_async16(sv + o, (const unsigned char *)a.v + off, ok ? 16 : 0);
+    }
+    return true;
+}
+
 /* An fp16 tile, as both kernels stage it: K and V of keys key0 ..
  * key0 + 63 of kv head kvh (keys >= key_end zero-filled) into sk, sv (layout
  * SW, above) by cp.async, 16 bytes per copy; the caller commits the group.
@@ -203,15 +249,12 @@ template <int D, bool SW> __device__ __forceinline__ int tile_chunk(int r, int c
  * for the tensor cores, TileLoader below; decode keeps the raw bytes for its
  * register fragments, attention_decode.cu's dec_issue.)
  *
- * LEAN: the same copies, addressed once per tile where the tile's rows are
- * one run (kv_run_row_lean: static caches always, but for a tile past the
- * capacity's end): a thread's chunks are one column of rows RS apart, so
- * each address is the first plus a fixed step; the general loop below
+ * LEAN: the same copies by kv_issue_lean where it can (a tile that is one
+ * run of rows: static caches always, but for a tile past the capacity's
+ * end; a paged tile of power-of-two blocks): the general loop below
  * computes every chunk's row on its own (a branch, 64-bit products and, for
- * a static cache whose capacity is not a power of two, a division per tile;
- * ~40 instructions a chunk in the decode kernel's SASS, against ~5).  A
- * tile across the blocks of a paged cache (power-of-two blocks smaller than
- * the tile) looks each row up without the general loop's branches. */
+ * a static cache whose capacity is not a power of two, a division per
+ * tile; ~44 instructions a chunk in the decode kernel's SASS). */
 template <int D, bool SW = false, bool LEAN = false>
 __device__ __forceinline__ void kv_issue_f16(const KvArgs &a, int b, int kvh, int key0, int key_end, __half *sk,
                                              __half *sv)
@@ -220,40 +263,9 @@ __device__ __forceinline__ void kv_issue_f16(const KvArgs &a, int b, int kvh, in
     static_assert(kTileKeys * CPR % kThreads == 0, "tile must split evenly");
     const int t = threadIdx.x;
     const int64_t run = LEAN ? kv_run_row_lean(a, b, key0, kTileKeys) : kv_run_row(a, b, key0, kTileKeys);
-    if (LEAN && run >= 0) {
-        static_assert(kThreads % CPR == 0, "a thread's chunks share one column");
-        constexpr int RS = kThreads / CPR; /* rows between a thread's chunks */
-        const int r0 = t / CPR, cc = t % CPR;
-        /* the run's 64 rows lie in one block of the cache: every address
-         * is inside it, rows past key_end too (zero-filled, never read) */
-        const int64_t off0 = ((run + r0) * a.n_kv + kvh) * D + cc * 8, step = (int64_t)RS * a.n_kv * D;
-        const __half *gk = (const __half *)a.k + off0, *gv = (const __half *)a.v + off0;
-#pragma unroll
-        for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
-            const int r = r0 + i * RS, n = key0 + r < key_end ? 16 : 0;
-            const int so = tile_chunk<D, SW>(r, cc);
-            cp_async16(sk + so, gk, n);
-            cp_async16(sv + so, gv, n);
-            gk += step;
-            gv += step;
-        }
+    if (LEAN && kv_issue_lean<CPR>(a, b, kvh, key0, key_end, run, (unsigned char *)sk, (unsigned char *)sv,
+                                   [](int r, int c) { return tile_chunk<D, SW>(r, c) * 2; }))
         return;
-    }
-    if (LEAN && a.bs_shift >= 0) { /* a paged tile across blocks */
-        const int r0 = t / CPR, cc = t % CPR;
-        constexpr int RS = kThreads / CPR;
-        const int32_t *bt_row = a.bt + (int64_t)b * a.bt_stride;
-#pragma unroll
-        for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
-            const int r = r0 + i * RS, pos = key0 + r;
-            const bool ok = pos < key_end;
-            const int64_t off = ok ? (kv_pow2_row(a, bt_row, pos) * a.n_kv + kvh) * D + cc * 8 : 0;
-            const int so = tile_chunk<D, SW>(r, cc);
-            cp_async16(sk + so, (const __half *)a.k + off, ok ? 16 : 0);
-            cp_async16(sv + so, (const __half *)a.v + off, ok ? 16 : 0);
-        }
-        return;
-    }
 #pragma unroll
     for (int i = 0; i < kTileKeys * CPR / kThreads; i++) {
         const int c = t + i * kThreads, r = c / CPR, cc = c % CPR;
