@@ -44,6 +44,7 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -924,20 +925,27 @@ extern "C" size_t dsq_attn_decode_workspace_bytes(int32_t max_batch, int32_t n_h
     return ws_floats(max_batch, n_heads, head_dim, max_splits) * sizeof(float);
 }
 
+/* An integer knob read once per process (slot: -1 before the first read):
+ * the variable's value where it lies in lo..hi, else 0 (none). */
+static int64_t env_once(int *slot, const char *name, int lo, int hi)
+{
+    int v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv(name);
+        v = e && *e ? atoi(e) : 0;
+        v = v >= lo && v <= hi ? v : 0;
+        __atomic_store_n(slot, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 /* DSQ_CUDA_DECODE_SPLITS_MAX=k (k >= 1): at most k splits per sequence, a
  * measurement knob (read once; it can only lower the count, so workspaces
  * sized with this function stay large enough). */
 static int64_t splits_cap_env(void)
 {
-    static int cap = -1; /* -1 not yet read, 0 none */
-    int v = __atomic_load_n(&cap, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("DSQ_CUDA_DECODE_SPLITS_MAX");
-        v = e && *e ? atoi(e) : 0;
-        v = v > 0 ? v : 0;
-        __atomic_store_n(&cap, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    static int cap = -1;
+    return env_once(&cap, "DSQ_CUDA_DECODE_SPLITS_MAX", 1, INT_MAX);
 }
 
 /* DSQ_CUDA_DECODE_BLOCKS_PER_SM=k (1..8): the split plan's wave target, k
@@ -949,15 +957,8 @@ static int64_t splits_cap_env(void)
  * 64, a grid of 256 blocks that never fills a third slot. */
 static int64_t blocks_per_sm_env(void)
 {
-    static int per_sm = -1; /* -1 not yet read, 0 none */
-    int v = __atomic_load_n(&per_sm, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("DSQ_CUDA_DECODE_BLOCKS_PER_SM");
-        v = e && *e ? atoi(e) : 0;
-        v = v >= 1 && v <= 8 ? v : 0;
-        __atomic_store_n(&per_sm, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    static int per_sm = -1;
+    return env_once(&per_sm, "DSQ_CUDA_DECODE_BLOCKS_PER_SM", 1, 8);
 }
 
 extern "C" int32_t dsq_attn_decode_splits(int32_t n_seqs, int32_t n_kv_heads,
