@@ -662,6 +662,9 @@ s47)
     LOGSUFFIX=_lean gtest test_cuda_e2e DSQ_CUDA_DECODE_LEAN=1
     LOGSUFFIX=_bulk gtest test_cuda_e2e DSQ_CUDA_DECODE_BULK=1
     LOGSUFFIX=_occ3 gtest test_cuda_e2e DSQ_CUDA_DECODE_STAGES=2 DSQ_CUDA_DECODE_BLOCKS_PER_SM=3
+    # one split per sequence (128 blocks, no merge launch) with the lean loader
+    DSQ_CUDA_DECODE_SPLITS_MAX=1 bench_row split1_b64_1024 1024 64 --kv f16
+    DSQ_CUDA_DECODE_SPLITS_MAX=1 DSQ_CUDA_DECODE_LEAN=1 bench_row lean_split1_b64_1024 1024 64 --kv f16
     for rep in 2; do
         bench_row b64_1024_r$rep 1024 64 --kv f16
         DSQ_CUDA_DECODE_LEAN=1 bench_row lean_b64_1024_r$rep 1024 64 --kv f16
