@@ -1074,11 +1074,11 @@ static dsq_status decode_launch(const dsq_attn_kv *kv, const void *q_in, int64_t
     const int direct = max_splits == 1 && decode_direct_env();
     /* runtime (head_dim, dtype, ring depth, rope, loader) -> the kernel instance */
     const int ld = decode_loader(dev);
-#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO, LD)                                                         \
-    e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO, LD>, grid, dim3(kThreads),                        \
-                       (size_t)DecSmem<DD, I8, NS, LD == kLdBulk>::kTotal, stream, a, q_in, q_stride, inv_freq, seq_lens, \
-                       n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml, (__nv_bfloat16 *)out, \
-                       o_stride, direct)
+#define DSQ_DECODE_LAUNCH(DD, I8, NS, RO, LD)                                                             \
+    e = dsq_launch_pdl(decode_kernel<DD, I8, NS, RO, LD>, grid, dim3(kThreads),                            \
+                       (size_t)DecSmem<DD, I8, NS, LD == kLdBulk>::kTotal, stream, a, q_in, q_stride, inv_freq, \
+                       seq_lens, n_heads, group, n_hg, max_splits, scale_log2, ws_acc, ws_ml,                 \
+                       (__nv_bfloat16 *)out, o_stride, direct)
 #define DSQ_DECODE_ROPE(DD, I8, NS, LD)              \
     do {                                             \
         if (rope)                                    \
