@@ -637,6 +637,10 @@ s47)
              "wrong: $(grep "$w loader vs cp.async" "$OUT/test_cuda_attention.log" | grep -vc ": 0 bf16 values differ; [a-z]* instance launched")"
     done
     grep -m1 "not available" "$OUT/test_cuda_attention.log"
+    # the loaders' other paths: paged blocks of 32-128, D = 64, a static capacity of 32
+    LOGSUFFIX=_shapes DSQ_TEST_FILTER=test_other_shapes GTEST_TIMEOUT=90 gtest test_cuda_attention
+    echo "   other shapes: $(grep -c "loader vs cp.async" "$OUT/test_cuda_attention_shapes.log") checks," \
+         "wrong: $(grep "loader vs cp.async" "$OUT/test_cuda_attention_shapes.log" | grep -vc ": 0 bf16 values differ; [a-z]* instance launched")"
     bench_start
     for ctx in 1024 4096; do
         bench_row b64_${ctx} $ctx 64 --kv f16
